@@ -1,0 +1,203 @@
+#include "common/util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+
+ssize_t wr_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = write(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t wr_read_all(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = read(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+int wr_write_file_at(int dirfd, const char *path, const char *data, wr_err *err)
+{
+	_cleanup_close_ int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return wr_err_sys(err, "open %s", path);
+	size_t len = strlen(data);
+	ssize_t n = write(fd, data, len);
+	if (n < 0)
+		return wr_err_sys(err, "write %s", path);
+	if ((size_t)n != len)
+		return wr_err_set(err, EIO, "short write to %s", path);
+	return 0;
+}
+
+int wr_read_file_at(int dirfd, const char *path, char **out, size_t cap, wr_err *err)
+{
+	_cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return wr_err_sys(err, "open %s", path);
+	_cleanup_free_ char *buf = malloc(cap + 1);
+	if (buf == NULL)
+		return wr_err_set(err, ENOMEM, "read %s: out of memory", path);
+	ssize_t n = wr_read_all(fd, buf, cap);
+	if (n < 0)
+		return wr_err_sys(err, "read %s", path);
+	buf[n] = 0;
+	*out = steal_ptr(&buf);
+	return (int)n;
+}
+
+static int parse_number(const char *s, double *val, const char **rest)
+{
+	if (s == NULL || *s == 0 || *s == '-' || *s == '+' || isspace((unsigned char)*s))
+		return -EINVAL;
+	char *end = NULL;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0 || v != v)
+		return -EINVAL;
+	*val = v;
+	*rest = end;
+	return 0;
+}
+
+int wr_parse_size(const char *s, uint64_t *out)
+{
+	double v;
+	const char *rest;
+	if (parse_number(s, &v, &rest) < 0)
+		return -EINVAL;
+	double mul = 1;
+	char u = (char)tolower((unsigned char)*rest);
+	if (*rest) {
+		switch (u) {
+		case 'b': mul = 1; break;
+		case 'k': mul = 1024.0; break;
+		case 'm': mul = 1024.0 * 1024; break;
+		case 'g': mul = 1024.0 * 1024 * 1024; break;
+		case 't': mul = 1024.0 * 1024 * 1024 * 1024; break;
+		default: return -EINVAL;
+		}
+		rest++;
+		if (u != 'b') {
+			/* accept k, kb, kib */
+			if (*rest == 'i' || *rest == 'I')
+				rest++;
+			if (*rest == 'b' || *rest == 'B')
+				rest++;
+		}
+		if (*rest)
+			return -EINVAL;
+	}
+	double bytes = v * mul;
+	if (bytes >= 18446744073709551615.0)
+		return -ERANGE;
+	*out = (uint64_t)bytes;
+	return 0;
+}
+
+int wr_parse_duration_ms(const char *s, uint64_t *out)
+{
+	double v;
+	const char *rest;
+	if (parse_number(s, &v, &rest) < 0)
+		return -EINVAL;
+	double mul;
+	if (*rest == 0 || strcmp(rest, "s") == 0)
+		mul = 1000;
+	else if (strcmp(rest, "ms") == 0)
+		mul = 1;
+	else if (strcmp(rest, "m") == 0)
+		mul = 60000;
+	else if (strcmp(rest, "h") == 0)
+		mul = 3600000;
+	else
+		return -EINVAL;
+	double ms = v * mul;
+	if (ms >= 9.2e18)
+		return -ERANGE;
+	*out = (uint64_t)ms;
+	return 0;
+}
+
+int wr_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	if (s == NULL || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	char *end = NULL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	if (v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+uint64_t wr_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int wr_random_id(char out[17])
+{
+	unsigned char b[8];
+	if (getrandom(b, sizeof(b), 0) != sizeof(b))
+		return -EIO;
+	for (int i = 0; i < 8; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	return 0;
+}
+
+int wr_mkdir_p(const char *path, mode_t mode, wr_err *err)
+{
+	char buf[PATH_MAX];
+	if (strlen(path) >= sizeof(buf))
+		return wr_err_set(err, ENAMETOOLONG, "mkdir %s: path too long", path);
+	strcpy(buf, path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return wr_err_sys(err, "mkdir %s", buf);
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		return wr_err_sys(err, "mkdir %s", buf);
+	return 0;
+}

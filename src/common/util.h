@@ -1,0 +1,39 @@
+/* Small fd, file and parsing helpers shared by every module. */
+#ifndef WARREN_COMMON_UTIL_H
+#define WARREN_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+/* Write all of buf to fd, retrying on EINTR and short writes. */
+ssize_t wr_write_all(int fd, const void *buf, size_t len);
+/* Read until EOF or len bytes. */
+ssize_t wr_read_all(int fd, void *buf, size_t len);
+
+/* Write a whole small string to dirfd/path (O_WRONLY|O_CLOEXEC, no create).
+ * Used for cgroup and /proc control files. */
+int wr_write_file_at(int dirfd, const char *path, const char *data, wr_err *err);
+/* Read a small file (< cap bytes) into a NUL-terminated malloc'd buffer. */
+int wr_read_file_at(int dirfd, const char *path, char **out, size_t cap, wr_err *err);
+
+/* Parse "512", "64k", "1.5G", "2GiB" (powers of 1024) into bytes. */
+int wr_parse_size(const char *s, uint64_t *out);
+/* Parse "500ms", "30s", "5m", "1h", "1.5" (seconds) into milliseconds. */
+int wr_parse_duration_ms(const char *s, uint64_t *out);
+/* Parse a non-negative decimal integer that fits in max. */
+int wr_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t wr_now_ns(void);
+
+/* 16 lowercase hex chars of randomness + NUL (sandbox ids). */
+int wr_random_id(char out[17]);
+
+/* mkdir -p with mode; EEXIST is success. */
+int wr_mkdir_p(const char *path, mode_t mode, wr_err *err);
+
+#endif

@@ -1,0 +1,31 @@
+/* Landlock: filesystem access limited to the sandbox's own tree, abstract
+ * unix sockets and signals scoped to the sandbox.
+ *
+ * Child half only: call after the process is in its final mount namespace
+ * and root (after pivot_root or setns), after no_new_privs, before seccomp.
+ * The ruleset allows every filesystem access beneath "/" as seen by the
+ * caller, i.e. the sandbox root; anything reached through a path or fd that
+ * is not beneath it (a leaked host fd, a magic link) is refused.
+ * Degrades by ABI: handles what the running kernel knows (ABI 1..7). */
+#ifndef WARREN_ISOLATE_LANDLOCK_H
+#define WARREN_ISOLATE_LANDLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct wr_landlock_policy {
+	bool scope_signals;	 /* ABI 6: signals only within the domain */
+	bool scope_abstract_unix; /* ABI 6: abstract sockets only within the domain */
+	bool log_denials;	 /* ABI 7: audit-log denials (default on) */
+};
+
+/* The running kernel's ABI (0 when Landlock is unavailable). Cached. */
+int wr_landlock_abi(void);
+
+/* Child half: build the ruleset and restrict the calling thread. Never
+ * allocates. Returns -ENOSYS/-EOPNOTSUPP if Landlock is unavailable. */
+int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e);
+
+#endif

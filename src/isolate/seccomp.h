@@ -1,0 +1,60 @@
+/* seccomp: the syscall allowlist.
+ *
+ * Parent half: wr_seccomp_get() compiles a profile with libseccomp once per
+ * process and caches the resulting BPF program (thread-safe).
+ * Child half: wr_seccomp_load() installs a ready program; it never
+ * allocates and is safe between clone and exec. It must be the LAST step
+ * before execve (after no_new_privs, Landlock and close_range), because
+ * after it the profile also governs the setup code itself.
+ *
+ * Actions of the default profile:
+ *   - syscalls on the deny list (ptrace, mount family, bpf, ...) -> EPERM
+ *   - clone3 -> ENOSYS (libcs fall back to clone, whose flags we can filter)
+ *   - clone/unshare with namespace flags, setns -> EPERM
+ *   - ioctl FICLONE, FICLONERANGE, FIDEDUPERANGE, FIBMAP, XFS swapext,
+ *     XFS exchange-range, TIOCSTI, TIOCLINUX -> EPERM
+ *   - any syscall not on the allowlist (unknown or new) -> ENOSYS
+ *   - non-native architectures (i386, x32) -> process killed
+ */
+#ifndef WARREN_ISOLATE_SECCOMP_H
+#define WARREN_ISOLATE_SECCOMP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+enum wr_seccomp_profile {
+	WR_SECCOMP_DEFAULT = 0, /* containers and function calls */
+	WR_SECCOMP_INIT,	/* warren-init: the default minus what a reaper never needs */
+	WR_SECCOMP_NPROFILES,
+};
+
+/* What a refusal looked like, for the audit hook. */
+struct wr_refusal {
+	int nr;		   /* syscall number */
+	const char *name;  /* syscall name, or NULL */
+	uint64_t args[6];
+	int errnum;	   /* errno returned to the caller */
+};
+/* The refusal hook. Today refusals return an errno in the kernel and no
+ * user space code runs; the audit layer will set this to receive them
+ * (via SECCOMP_RET_USER_NOTIF or the kernel's audit records). */
+typedef void (*wr_seccomp_report_fn)(void *ctx, const struct wr_refusal *r);
+void wr_seccomp_set_report_hook(wr_seccomp_report_fn fn, void *ctx);
+
+struct wr_seccomp_prog; /* a compiled filter (struct sock_fprog inside) */
+
+/* Compile (first call) or fetch (later calls) the program for a profile. */
+int wr_seccomp_get(enum wr_seccomp_profile profile, const struct wr_seccomp_prog **out,
+		   wr_err *err);
+
+/* Child half: install the program on the calling thread with TSYNC off.
+ * Requires no_new_privs already set (or CAP_SYS_ADMIN). */
+int wr_seccomp_load(const struct wr_seccomp_prog *prog, struct wr_cerr *e);
+
+/* For tests and docs: the names of the syscalls the profile refuses with
+ * EPERM, NULL-terminated. */
+const char *const *wr_seccomp_denied_names(void);
+
+#endif
