@@ -1,0 +1,32 @@
+/* The container tier: namespaces + cgroups + EROFS/overlay rootfs +
+ * Landlock + seccomp. See docs/ARCHITECTURE.md for the create and exec
+ * pipelines and their ordering invariants. */
+#ifndef WARREN_TIERS_CONTAINER_H
+#define WARREN_TIERS_CONTAINER_H
+
+#include "tiers/tier.h"
+
+/* Process-wide settings, set once before the first create. */
+struct wr_container_config {
+	const char *state_dir;	/* /var/lib/warren: uid-range allocations */
+	const char *run_dir;	/* /run/warren: mountpoints */
+	const char *init_path;	/* the warren-init binary */
+	const char *cgroup_base; /* "warren" */
+};
+int wr_container_init(const struct wr_container_config *cfg, wr_err *err);
+
+extern const struct wr_tier_ops wr_container_tier;
+
+int wr_container_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out,
+			wr_err *err);
+int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
+		      struct wr_exec_result *res, wr_err *err);
+int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);
+int wr_container_kill(struct wr_sandbox *sb, wr_err *err);
+int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
+
+const char *wr_sandbox_id(const struct wr_sandbox *sb);
+pid_t wr_sandbox_init_pid(const struct wr_sandbox *sb);
+uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb);
+
+#endif

@@ -1,0 +1,102 @@
+/* One struct of operations behind which every isolation tier sits.
+ * The daemon and the CLI talk to tiers only through this. */
+#ifndef WARREN_TIERS_TIER_H
+#define WARREN_TIERS_TIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "isolate/caps.h"
+#include "isolate/cgroup.h"
+#include "tiers/fsops.h"
+
+#define WR_DEFAULT_OUTPUT_CAP (16ull << 20) /* bytes per stream */
+
+struct wr_env_kv {
+	const char *key;
+	const char *value;
+};
+
+/* What a caller asks for when creating a sandbox. Zero/NULL means default. */
+struct wr_sandbox_spec {
+	const char *image;	/* rootfs directory or EROFS image file */
+	uint64_t memory_bytes;	/* default 512 MiB */
+	uint64_t disk_bytes;	/* writable layer quota, default 1 GiB */
+	uint64_t disk_inodes;	/* default disk_bytes / 4096, capped at 1,000,000 */
+	uint64_t pids;		/* default 512 */
+	double cpus;		/* cpu.max in CPUs, 0 = no max */
+	uint64_t cpu_weight;	/* 1..10000, default 100 */
+	uint64_t shm_bytes;	/* /dev/shm size, default 64 MiB */
+	uint64_t nofile;	/* RLIMIT_NOFILE for commands, default 1024 */
+	const char *hostname;	/* default: the sandbox id */
+	uid_t user;		/* default uid inside for commands (0) */
+	gid_t group;		/* default gid inside (= user) */
+	enum wr_capset capset;	/* WR_CAPSET_NONE unless asked */
+	const char *workdir;	/* default "/" */
+	const struct wr_env_kv *env; /* default env for commands */
+	size_t n_env;
+	const char *id;		/* fixed id (daemon); NULL = random */
+};
+
+/* A command to run in a sandbox. */
+struct wr_exec_spec {
+	const char *const *argv; /* argv[0] is looked up in PATH inside */
+	const struct wr_env_kv *env; /* added to (overriding) the sandbox env */
+	size_t n_env;
+	const char *cwd;	/* default: sandbox workdir */
+	int user;		/* -1: sandbox default */
+	int group;		/* -1: sandbox default */
+	uint64_t timeout_ms;	/* 0 = none; kills the command's whole tree */
+	uint64_t output_cap;	/* per stream; 0 = WR_DEFAULT_OUTPUT_CAP */
+	/* stdio: fds the command gets (-1 = /dev/null for stdin, captured
+	 * through a pipe for stdout/stderr). Borrowed. */
+	int stdin_fd;
+	/* Streaming: called with chunks as they arrive (stream 1 or 2).
+	 * Returning non-zero stops delivery (the command keeps running). */
+	int (*on_output)(void *ctx, int stream, const char *buf, size_t len);
+	void *ctx;
+	/* Buffered: when on_output is NULL, output is collected in the result. */
+};
+
+enum wr_exit_reason {
+	WR_EXIT_EXITED,	 /* ran to completion; see exit_code */
+	WR_EXIT_SIGNALED, /* killed by a signal it got (not by warren) */
+	WR_EXIT_TIMEOUT, /* warren killed it at its deadline */
+	WR_EXIT_OOM,	 /* killed by the OOM killer in the sandbox's memory cgroup */
+	WR_EXIT_KILLED,	 /* warren killed it on request (sandbox kill) */
+	WR_EXIT_START_FAILED, /* exec failed: see exit_code 126/127 */
+};
+const char *wr_exit_reason_name(enum wr_exit_reason r);
+
+struct wr_exec_result {
+	enum wr_exit_reason reason;
+	int exit_code;	/* 0..255 when exited; 128+signal otherwise (shell style) */
+	int signal;	/* terminating signal, 0 if none */
+	char *out, *err; /* buffered output (NUL-terminated), when not streaming */
+	size_t out_len, err_len;
+	bool out_truncated, err_truncated;
+	uint64_t duration_ns;
+	uint64_t cpu_ns;	/* from the command's cgroup */
+	uint64_t memory_peak;	/* bytes, from the command's cgroup */
+};
+void wr_exec_result_free(struct wr_exec_result *r);
+
+struct wr_sandbox; /* opaque */
+
+struct wr_tier_ops {
+	const char *name;
+	int (*create)(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err);
+	int (*exec)(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
+		    struct wr_exec_result *res, wr_err *err);
+	/* Borrowed view for file operations. */
+	int (*fs)(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);
+	int (*kill)(struct wr_sandbox *sb, wr_err *err);
+	/* Kill everything, release every resource, free sb. */
+	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
+};
+
+const struct wr_tier_ops *wr_tier_lookup(const char *name);
+
+#endif
