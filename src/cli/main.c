@@ -1,1 +1,77 @@
-/* placeholder: being written */
+/* warren: the command-line front end. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <limits.h>
+#include <libgen.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+} verbs[] = {
+    {"run", cmd_run, "create a sandbox, run a command in it, destroy it"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: warren <command> [options]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		fprintf(f, "  %-8s %s\n", verbs[i].name, verbs[i].help);
+	fprintf(f, "\nRun 'warren <command> --help' for a command's options.\n");
+}
+
+int cli_usage_error(const char *opt, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (opt)
+		fprintf(stderr, "warren: %s: %s\n", opt, msg);
+	else
+		fprintf(stderr, "warren: %s\n", msg);
+	return WR_EXIT_WARREN;
+}
+
+const char *cli_init_path(void)
+{
+	static char path[PATH_MAX];
+	const char *env = getenv("WARREN_INIT");
+	if (env && *env)
+		return env;
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		snprintf(path, sizeof(path), "%s/warren-init", dirname(self));
+		if (access(path, X_OK) == 0)
+			return path;
+	}
+	snprintf(path, sizeof(path), "%s/warren-init", WARREN_LIBEXECDIR);
+	return path;
+}
+
+int main(int argc, char **argv)
+{
+	wr_log_init("warren", WR_LOG_WARN);
+	if (argc < 2) {
+		usage(stderr);
+		return WR_EXIT_WARREN;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (strcmp(argv[1], verbs[i].name) == 0)
+			return verbs[i].fn(argc - 1, argv + 1);
+	return cli_usage_error(NULL, "unknown command '%s' (see 'warren --help')", argv[1]);
+}

@@ -155,9 +155,7 @@ struct wr_clone_args {
 	uint64_t set_tid_size;
 	uint64_t cgroup;
 };
-#ifndef P_PIDFD
-#define P_PIDFD 3
-#endif
+/* P_PIDFD is in glibc 2.36's idtype_t enum (sys/wait.h). */
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -249,8 +247,8 @@ static inline int wr_fsmount(int fd, unsigned int flags, unsigned int attrs)
 {
 	return (int)syscall(__NR_fsmount, fd, flags, attrs);
 }
-static inline int wr_mount_setattr(int dfd, const char *path, unsigned int flags,
-				   struct mount_attr *attr)
+static inline int wr_sys_mount_setattr(int dfd, const char *path, unsigned int flags,
+				       struct mount_attr *attr)
 {
 	return (int)syscall(__NR_mount_setattr, dfd, path, flags, attr, sizeof(*attr));
 }

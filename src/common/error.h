@@ -21,13 +21,12 @@ typedef struct wr_error *wr_err;
 
 /* Set a new error (freeing none: *err must be NULL). Always returns
  * -errnum (or -EIO when errnum is 0) so callers can `return wr_err_set(...)`. */
-int wr_err_set(wr_err *err, int errnum, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int wr_err_set(wr_err *err, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Like wr_err_set, with errnum = errno and ": strerror(errno)" appended. */
 int wr_err_sys(wr_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A validation error naming the offending field. errnum is EINVAL. */
 int wr_err_field(wr_err *err, const char *field, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* Prefix context to an existing error: "ctx: old". Returns the same negative
  * value wr_err_set would have. Tolerates *err == NULL (makes an EIO error). */
 int wr_err_wrap(wr_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -42,7 +41,7 @@ struct wr_cerr {
 	char msg[480];
 };
 int wr_cerr_set(struct wr_cerr *e, int errnum, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* errno-based: appends ": strerror(errno)". Returns -errno. */
 int wr_cerr_sys(struct wr_cerr *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

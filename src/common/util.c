@@ -201,3 +201,57 @@ int wr_mkdir_p(const char *path, mode_t mode, wr_err *err)
 		return wr_err_sys(err, "mkdir %s", buf);
 	return 0;
 }
+
+#include <sys/socket.h>
+
+int wr_send_fd(int sock, int fd)
+{
+	char byte = 'F';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof(u.buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	ssize_t n;
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -errno;
+}
+
+int wr_recv_fd(int sock)
+{
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof(u.buf);
+	ssize_t n;
+	do
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return -EPIPE;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int)))
+		return -EBADMSG;
+	int fd;
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	return fd;
+}

@@ -37,3 +37,9 @@ int wr_random_id(char out[17]);
 int wr_mkdir_p(const char *path, mode_t mode, wr_err *err);
 
 #endif
+
+/* Pass one fd over a Unix socket (SCM_RIGHTS) with a one-byte payload.
+ * Child-half safe: no allocation. wr_recv_fd returns the received fd
+ * (close-on-exec), -EPIPE on EOF, -errno on failure. */
+int wr_send_fd(int sock, int fd);
+int wr_recv_fd(int sock);

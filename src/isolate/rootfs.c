@@ -1,1 +1,274 @@
-/* placeholder: being written */
+#include "isolate/rootfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+#include "isolate/mount.h"
+
+/* crun's masked paths, plus the page-frame files whose reads crashed
+ * kernels in DSec's fleet. Files are covered by an empty read-only file,
+ * directories by an empty read-only tmpfs. */
+const char *const wr_rootfs_masked_paths[] = {
+    "proc/acpi",	"proc/asound",	      "proc/interrupts",  "proc/kcore",
+    "proc/keys",	"proc/latency_stats", "proc/timer_list",  "proc/timer_stats",
+    "proc/sched_debug", "proc/scsi",	      "proc/kpagecgroup", "proc/kpageflags",
+    "proc/kpagecount",	"proc/sysrq-trigger", "sys/firmware",	  "sys/devices/virtual/powercap",
+    "sys/kernel/debug", "sys/kernel/tracing", "sys/fs/bpf",	  NULL,
+};
+const char *const wr_rootfs_readonly_paths[] = {
+    "proc/bus", "proc/fs", "proc/irq", "proc/sys", NULL,
+};
+
+int wr_rootfs_lower_open(const char *image, wr_err *err)
+{
+	struct stat st;
+	if (stat(image, &st) < 0)
+		return wr_err_sys(err, "image %s", image);
+	struct wr_cerr ce = {0};
+	int fd;
+	if (S_ISDIR(st.st_mode)) {
+		fd = wr_mount_clone(AT_FDCWD, image, true, &ce);
+	} else if (S_ISREG(st.st_mode)) {
+		/* File-backed EROFS (no loop device). */
+		fd = wr_mount_new("erofs", image, NULL, MOUNT_ATTR_RDONLY, &ce);
+	} else {
+		return wr_err_set(err, EINVAL, "image %s: not a directory or an EROFS file", image);
+	}
+	if (fd < 0)
+		return wr_err_set(err, ce.errnum, "image %s: %s", image, ce.msg);
+	if (wr_mount_setattr(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID, 0, -1,
+			     true, &ce) < 0) {
+		close(fd);
+		return wr_err_set(err, ce.errnum, "image %s: %s", image, ce.msg);
+	}
+	return fd;
+}
+
+int wr_rootfs_lower_for(int lower_fd, int userns_fd, wr_err *err)
+{
+	struct wr_cerr ce = {0};
+	_cleanup_close_ int fd = wr_mount_clone(lower_fd, "", true, &ce);
+	if (fd < 0)
+		return wr_err_set(err, ce.errnum, "image: %s", ce.msg);
+	if (wr_mount_setattr(fd, 0, 0, userns_fd, true, &ce) < 0)
+		return wr_err_set(err, ce.errnum, "image: idmap: %s", ce.msg);
+	return steal_fd(&fd);
+}
+
+static int ensure_dir(int dfd, const char *name, mode_t mode, struct wr_cerr *e)
+{
+	if (mkdirat(dfd, name, mode) < 0 && errno != EEXIST)
+		return wr_cerr_sys(e, "mkdir /%s", name);
+	return 0;
+}
+
+/* Size options are written with snprintf into caller stack buffers: no
+ * allocation in the child. */
+static int mount_tmpfs_at(int dfd, const char *path, uint64_t size, uint64_t inodes,
+			  const char *mode, unsigned int attrs, struct wr_cerr *e)
+{
+	char sz[48], ino[48], md[24];
+	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)size);
+	snprintf(ino, sizeof(ino), "nr_inodes=%llu", (unsigned long long)inodes);
+	snprintf(md, sizeof(md), "mode=%s", mode);
+	const char *opts[] = {sz, ino, md, NULL};
+	_cleanup_close_ int m = wr_mount_new("tmpfs", "tmpfs", opts, attrs, e);
+	if (m < 0)
+		return m;
+	return wr_mount_attach(m, dfd, path, e);
+}
+
+static int bind_dev(int devfd, const char *name, struct wr_cerr *e)
+{
+	char host[64];
+	snprintf(host, sizeof(host), "/dev/%s", name);
+	_cleanup_close_ int f = openat(devfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+	if (f < 0)
+		return wr_cerr_sys(e, "create /dev/%s", name);
+	_cleanup_close_ int m = wr_mount_clone(AT_FDCWD, host, false, e);
+	if (m < 0)
+		return m;
+	if (wr_mount_setattr(m, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, 0, -1, false, e) < 0)
+		return -1;
+	return wr_mount_attach(m, devfd, name, e);
+}
+
+static int setup_dev(int rootfd, uint64_t shm_bytes, struct wr_cerr *e)
+{
+	if (ensure_dir(rootfd, "dev", 0755, e) < 0)
+		return -1;
+	if (mount_tmpfs_at(rootfd, "dev", 1 << 20, 64, "0755",
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e) < 0)
+		return -1;
+	_cleanup_close_ int devfd =
+	    openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (devfd < 0)
+		return wr_cerr_sys(e, "open /dev");
+	static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(nodes); i++)
+		if (bind_dev(devfd, nodes[i], e) < 0)
+			return -1;
+	if (ensure_dir(devfd, "pts", 0755, e) < 0 || ensure_dir(devfd, "shm", 01777, e) < 0)
+		return -1;
+	/* A devpts instance of our own: ptys of this sandbox only. gid 5 is
+	 * "tty" in Debian-like images. */
+	static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", "gid=5",
+					       NULL};
+	_cleanup_close_ int pts =
+	    wr_mount_new("devpts", "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
+	if (pts < 0 || wr_mount_attach(pts, devfd, "pts", e) < 0)
+		return -1;
+	if (mount_tmpfs_at(devfd, "shm", shm_bytes, 4096, "1777",
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e) < 0)
+		return -1;
+	static const char *const links[][2] = {
+	    {"pts/ptmx", "ptmx"},	   {"/proc/self/fd", "fd"},
+	    {"/proc/self/fd/0", "stdin"},  {"/proc/self/fd/1", "stdout"},
+	    {"/proc/self/fd/2", "stderr"},
+	};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(links); i++)
+		if (symlinkat(links[i][0], devfd, links[i][1]) < 0)
+			return wr_cerr_sys(e, "symlink /dev/%s", links[i][1]);
+	/* Seal /dev: nothing can be created in it by the sandbox. */
+	_cleanup_close_ int devmnt = openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (devmnt < 0)
+		return wr_cerr_sys(e, "open /dev");
+	return wr_mount_setattr(devmnt, MOUNT_ATTR_RDONLY, 0, -1, false, e);
+}
+
+static int mask_paths(int rootfd, struct wr_cerr *e)
+{
+	_cleanup_close_ int null = -1;
+	for (size_t i = 0; wr_rootfs_masked_paths[i]; i++) {
+		const char *p = wr_rootfs_masked_paths[i];
+		struct stat st;
+		if (fstatat(rootfd, p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return wr_cerr_sys(e, "mask /%s", p);
+		}
+		if (S_ISDIR(st.st_mode)) {
+			if (mount_tmpfs_at(rootfd, p, 4096, 2, "0555",
+					   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+					       MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+					   e) < 0)
+				return -1;
+			continue;
+		}
+		/* A read-only bind of our /dev/null: reads give nothing,
+		 * writes fail with EROFS. */
+		if (null < 0 && (null = wr_mount_clone(rootfd, "dev/null", false, e)) < 0)
+			return -1;
+		_cleanup_close_ int m = wr_mount_clone(null, "", false, e);
+		if (m < 0)
+			return -1;
+		if (wr_mount_setattr(m, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+				     0, -1, false, e) < 0)
+			return -1;
+		if (wr_mount_attach(m, rootfd, p, e) < 0)
+			return -1;
+	}
+	for (size_t i = 0; wr_rootfs_readonly_paths[i]; i++) {
+		struct stat st;
+		if (fstatat(rootfd, wr_rootfs_readonly_paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (wr_mount_make_readonly(rootfd, wr_rootfs_readonly_paths[i], e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr *e)
+{
+	/* Nothing we mount from here on may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return wr_cerr_sys(e, "make / private");
+
+	/* Overlayfs clones its lower layers, which it may only do for mounts in
+	 * the caller's own mount namespace; the lower arrives as a detached tree
+	 * made by the host, so attach it first. The overlay is then stacked on
+	 * the same mountpoint and the lower stays hidden under it. */
+	if (wr_mount_attach(lower_fd, AT_FDCWD, s->mountpoint, e) < 0)
+		return -1;
+	_cleanup_close_ int lower = open(s->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (lower < 0)
+		return wr_cerr_sys(e, "open lower");
+
+	/* The writable layer: a tmpfs with a hard size and inode count, so a
+	 * disk fill gets ENOSPC at the quota and nothing outside fills up. */
+	char sz[48], ino[48];
+	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)s->disk_bytes);
+	snprintf(ino, sizeof(ino), "nr_inodes=%llu", (unsigned long long)s->disk_inodes);
+	const char *st_opts[] = {sz, ino, "mode=0755", NULL};
+	_cleanup_close_ int storage = wr_mount_new("tmpfs", "warren", st_opts, MOUNT_ATTR_NODEV, e);
+	if (storage < 0)
+		return wr_cerr_set(e, e->errnum, "writable layer: %s", e->msg);
+	if (ensure_dir(storage, "upper", 0755, e) < 0 || ensure_dir(storage, "work", 0755, e) < 0)
+		return -1;
+	_cleanup_close_ int upper = openat(storage, "upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int work = openat(storage, "work", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (upper < 0 || work < 0)
+		return wr_cerr_sys(e, "open upper/work");
+
+	_cleanup_close_ int ovl = wr_fsopen("overlay", FSOPEN_CLOEXEC);
+	if (ovl < 0)
+		return wr_cerr_sys(e, "fsopen overlay");
+	if (wr_fsconfig(ovl, FSCONFIG_SET_STRING, "source", "warren", 0) < 0 ||
+	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "lowerdir+", NULL, lower) < 0 ||
+	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "upperdir", NULL, upper) < 0 ||
+	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "workdir", NULL, work) < 0 ||
+	    /* trusted.* xattrs need init-namespace privilege */
+	    wr_fsconfig(ovl, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0 ||
+	    wr_fsconfig(ovl, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+		return wr_cerr_sys(e, "overlay");
+	_cleanup_close_ int root = wr_fsmount(ovl, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV);
+	if (root < 0)
+		return wr_cerr_sys(e, "fsmount overlay");
+	if (wr_mount_attach(root, AT_FDCWD, s->mountpoint, e) < 0)
+		return -1;
+	_cleanup_close_ int rootfd = open(s->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return wr_cerr_sys(e, "open new root");
+
+	if (ensure_dir(rootfd, "proc", 0555, e) < 0 || ensure_dir(rootfd, "sys", 0555, e) < 0 ||
+	    ensure_dir(rootfd, "tmp", 01777, e) < 0)
+		return -1;
+
+	/* /proc of the sandbox's PID namespace (we are its PID 1). */
+	_cleanup_close_ int proc = wr_mount_new(
+	    "proc", "proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
+	if (proc < 0 || wr_mount_attach(proc, rootfd, "proc", e) < 0)
+		return -1;
+	/* sysfs of the sandbox's network namespace, read-only. */
+	_cleanup_close_ int sys = wr_mount_new(
+	    "sysfs", "sysfs", NULL,
+	    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
+	if (sys < 0 || wr_mount_attach(sys, rootfd, "sys", e) < 0)
+		return -1;
+	if (setup_dev(rootfd, s->shm_bytes, e) < 0)
+		return -1;
+	/* Invariant: masks go on after /proc, /sys and /dev exist (the masks
+	 * of files are binds of our own /dev/null). */
+	if (mask_paths(rootfd, e) < 0)
+		return -1;
+
+	/* pivot_root(".", "."): the old root ends up stacked under the new one
+	 * and is detached right away; nothing of the host stays reachable. */
+	if (fchdir(rootfd) < 0)
+		return wr_cerr_sys(e, "chdir new root");
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		return wr_cerr_sys(e, "pivot_root");
+	if (umount2(".", MNT_DETACH) < 0)
+		return wr_cerr_sys(e, "detach old root");
+	if (chdir("/") < 0)
+		return wr_cerr_sys(e, "chdir /");
+	return 0;
+}

@@ -1,1 +1,599 @@
-/* placeholder: being written */
+/* The container tier: create and destroy.
+ *
+ * Create pipeline (parent P = this process, child C = the sandbox's PID 1):
+ *
+ *   P  validate -> uid range -> cgroup (limits) + leaf "init"
+ *      -> image lower (cached detached mount) -> seccomp program (cached)
+ *      -> clone3(user|mnt|pid|ipc|uts|net, CLONE_INTO_CGROUP init leaf)
+ *   P  attach C to the v1 controllers -> write uid/gid maps
+ *      -> idmap a clone of the lower to C's userns -> send it to C ("go")
+ *   C  wait for "go" -> become root of the userns -> unshare cgroupns
+ *      -> hostname, loopback -> rootfs (overlay, /proc, /sys, /dev, masks,
+ *      pivot_root) -> stdio /dev/null -> drop caps -> no_new_privs
+ *      -> Landlock -> mark fds close-on-exec -> seccomp (last)
+ *      -> execveat(warren-init)
+ *   P  sync socket EOF (closed by exec) = ready; error message = failure
+ *      -> keep a pidfd and an O_PATH fd of the root for file operations.
+ *
+ * Every failure in P undoes what was done (kill + reap C, remove cgroups,
+ * free the uid range); mounts live only in C's mount namespace and vanish
+ * with it, so nothing mounted is ever left on the host.
+ */
+#include "tiers/container.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+#include "common/util.h"
+#include "isolate/caps.h"
+#include "isolate/netns.h"
+#include "isolate/ns.h"
+#include "isolate/rootfs.h"
+#include "tiers/container_internal.h"
+
+struct wr_container_globals wr_cg_globals;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- image cache: one detached base mount per image --------------------- */
+
+struct image_entry {
+	char *path;
+	dev_t dev;
+	ino_t ino;
+	struct timespec mtime;
+	int fd;
+	struct image_entry *next;
+};
+static struct image_entry *g_images;
+static pthread_mutex_t g_images_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Returns a borrowed fd of the image's base mount. An image file replaced
+ * on disk (new inode or mtime) gets a new base mount. */
+static int image_lower(const char *image, wr_err *err)
+{
+	struct stat st;
+	if (stat(image, &st) < 0)
+		return wr_err_sys(err, "image %s", image);
+	pthread_mutex_lock(&g_images_lock);
+	for (struct image_entry *e = g_images; e; e = e->next) {
+		if (strcmp(e->path, image) == 0 && e->dev == st.st_dev && e->ino == st.st_ino &&
+		    e->mtime.tv_sec == st.st_mtim.tv_sec &&
+		    e->mtime.tv_nsec == st.st_mtim.tv_nsec) {
+			int fd = e->fd;
+			pthread_mutex_unlock(&g_images_lock);
+			return fd;
+		}
+	}
+	int fd = wr_rootfs_lower_open(image, err);
+	if (fd < 0) {
+		pthread_mutex_unlock(&g_images_lock);
+		return fd;
+	}
+	struct image_entry *e = calloc(1, sizeof(*e));
+	if (e == NULL || (e->path = strdup(image)) == NULL) {
+		free(e);
+		close(fd);
+		pthread_mutex_unlock(&g_images_lock);
+		return wr_err_set(err, ENOMEM, "image %s: out of memory", image);
+	}
+	e->dev = st.st_dev;
+	e->ino = st.st_ino;
+	e->mtime = st.st_mtim;
+	e->fd = fd;
+	e->next = g_images;
+	g_images = e;
+	pthread_mutex_unlock(&g_images_lock);
+	return fd;
+}
+
+/* ---- process-wide set-up ------------------------------------------------ */
+
+int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
+{
+	pthread_mutex_lock(&g_lock);
+	if (wr_cg_globals.ready) {
+		pthread_mutex_unlock(&g_lock);
+		return 0;
+	}
+	struct wr_container_globals *g = &wr_cg_globals;
+	const char *state = cfg && cfg->state_dir ? cfg->state_dir : "/var/lib/warren";
+	const char *run = cfg && cfg->run_dir ? cfg->run_dir : "/run/warren";
+	int r = -1;
+	if (cfg == NULL || cfg->init_path == NULL) {
+		r = wr_err_set(err, EINVAL, "container tier: no warren-init binary configured");
+		goto out;
+	}
+	if (access(cfg->init_path, X_OK) < 0) {
+		r = wr_err_sys(err, "container tier: warren-init %s", cfg->init_path);
+		goto out;
+	}
+	g->state_dir = strdup(state);
+	g->run_dir = strdup(run);
+	g->init_path = strdup(cfg->init_path);
+	if (asprintf(&g->mountpoint, "%s/root", run) < 0)
+		g->mountpoint = NULL;
+	if (!g->state_dir || !g->run_dir || !g->init_path || !g->mountpoint) {
+		r = wr_err_set(err, ENOMEM, "container tier: out of memory");
+		goto out;
+	}
+	if (wr_mkdir_p(g->state_dir, 0700, err) < 0 || wr_mkdir_p(g->mountpoint, 0755, err) < 0) {
+		r = wr_err_wrap(err, "container tier");
+		goto out;
+	}
+	if (wr_cgroup_root_open(cfg->cgroup_base, &g->cgroot, err) < 0) {
+		r = wr_err_wrap(err, "container tier");
+		goto out;
+	}
+	/* Compile both seccomp profiles now, off every later hot path. */
+	const struct wr_seccomp_prog *p;
+	if (wr_seccomp_get(WR_SECCOMP_DEFAULT, &p, err) < 0 ||
+	    wr_seccomp_get(WR_SECCOMP_INIT, &p, err) < 0) {
+		r = wr_err_wrap(err, "container tier");
+		goto out;
+	}
+	g->ready = true;
+	r = 0;
+out:
+	pthread_mutex_unlock(&g_lock);
+	return r;
+}
+
+/* ---- the child half ----------------------------------------------------- */
+
+struct child_args {
+	int sync;    /* child's end of the sync socket */
+	int init_fd; /* O_PATH of warren-init */
+	bool die_with_parent;
+	const char *hostname;
+	struct wr_rootfs_spec rootfs;
+	const struct wr_seccomp_prog *seccomp;
+};
+
+static __attribute__((noreturn)) void child_fail(int sync, struct wr_cerr *e)
+{
+	wr_cerr_send(sync, e);
+	_exit(1);
+}
+
+static __attribute__((noreturn)) void child_main(const struct child_args *a)
+{
+	struct wr_cerr e = {0};
+	if (a->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "set parent-death signal");
+		child_fail(a->sync, &e);
+	}
+	/* "go": the parent has written our id maps and sends the image. */
+	int lower = wr_recv_fd(a->sync);
+	if (lower < 0) {
+		errno = -lower;
+		wr_cerr_sys(&e, "wait for parent");
+		child_fail(a->sync, &e);
+	}
+	/* Invariant: the maps exist now, so becoming uid 0 makes files we create
+	 * belong to the sandbox's host range instead of failing EOVERFLOW. */
+	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "become root of the user namespace");
+		child_fail(a->sync, &e);
+	}
+	/* The parent placed us in our leaf cgroups before "go": the new cgroup
+	 * namespace is rooted there and hides every host cgroup path. */
+	if (unshare(CLONE_NEWCGROUP) < 0) {
+		wr_cerr_sys(&e, "cgroup namespace");
+		child_fail(a->sync, &e);
+	}
+	if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
+		wr_cerr_sys(&e, "hostname");
+		child_fail(a->sync, &e);
+	}
+	if (wr_netns_loopback_up(&e) < 0)
+		child_fail(a->sync, &e);
+	if (wr_rootfs_setup(&a->rootfs, lower, &e) < 0) {
+		struct wr_cerr w;
+		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
+		child_fail(a->sync, &w);
+	}
+	close(lower);
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
+		wr_cerr_sys(&e, "stdio");
+		child_fail(a->sync, &e);
+	}
+	/* Order before exec: capabilities, no_new_privs, Landlock, fds,
+	 * seccomp last (it also governs this setup code once loaded). */
+	if (wr_caps_switch_user(0, 0, 0, &e) < 0)
+		child_fail(a->sync, &e);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "no_new_privs");
+		child_fail(a->sync, &e);
+	}
+	struct wr_landlock_policy ll = {
+	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
+	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, &e) < 0)
+		child_fail(a->sync, &e);
+	/* Every fd above 2 closes at exec; the sync socket's close is how the
+	 * parent learns that exec succeeded. */
+	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		wr_cerr_sys(&e, "close_range");
+		child_fail(a->sync, &e);
+	}
+	if (wr_seccomp_load(a->seccomp, &e) < 0)
+		child_fail(a->sync, &e);
+	char *const argv[] = {"warren-init", NULL};
+	char *const envp[] = {NULL};
+	syscall(__NR_execveat, a->init_fd, "", argv, envp, AT_EMPTY_PATH);
+	wr_cerr_sys(&e, "exec warren-init");
+	child_fail(a->sync, &e);
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+static void sandbox_free(struct wr_sandbox *sb)
+{
+	if (sb == NULL)
+		return;
+	if (sb->env)
+		for (size_t i = 0; i < sb->n_env; i++)
+			free(sb->env[i]);
+	free(sb->env);
+	free(sb->workdir);
+	pthread_mutex_destroy(&sb->leaves_lock);
+	free(sb);
+}
+
+static int copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, wr_err *err)
+{
+	static const char *const base[] = {
+	    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	    "HOME=/root",
+	    "TERM=xterm",
+	    "LANG=C.UTF-8",
+	};
+	size_t n = WR_ARRAY_SIZE(base) + spec->n_env;
+	sb->env = calloc(n + 1, sizeof(char *));
+	if (sb->env == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < WR_ARRAY_SIZE(base); i++)
+		sb->env[sb->n_env++] = strdup(base[i]);
+	for (size_t i = 0; i < spec->n_env; i++) {
+		const struct wr_env_kv *kv = &spec->env[i];
+		if (kv->key == NULL || *kv->key == 0 || strchr(kv->key, '='))
+			return wr_err_field(err, "env", "invalid environment variable name '%s'",
+					    kv->key ? kv->key : "");
+		char *s = NULL;
+		if (asprintf(&s, "%s=%s", kv->key, kv->value ? kv->value : "") < 0)
+			return wr_err_set(err, ENOMEM, "out of memory");
+		size_t klen = strlen(kv->key);
+		size_t j;
+		for (j = 0; j < sb->n_env; j++)
+			if (strncmp(sb->env[j], s, klen + 1) == 0)
+				break;
+		if (j < sb->n_env) {
+			free(sb->env[j]);
+			sb->env[j] = s;
+		} else {
+			sb->env[sb->n_env++] = s;
+		}
+	}
+	for (size_t i = 0; i < sb->n_env; i++)
+		if (sb->env[i] == NULL)
+			return wr_err_set(err, ENOMEM, "out of memory");
+	return 0;
+}
+
+/* Validate and fill defaults. Errors name the field. */
+static int normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s, wr_err *err)
+{
+	*s = *in;
+	if (s->image == NULL || *s->image == 0)
+		return wr_err_field(err, "image",
+				    "an image is required (a rootfs directory or an EROFS file)");
+	if (s->memory_bytes == 0)
+		s->memory_bytes = 512ull << 20;
+	if (s->memory_bytes < (8ull << 20))
+		return wr_err_field(err, "memory", "must be at least 8 MiB");
+	if (s->disk_bytes == 0)
+		s->disk_bytes = 1ull << 30;
+	if (s->disk_bytes < (1ull << 20))
+		return wr_err_field(err, "disk", "must be at least 1 MiB");
+	if (s->disk_inodes == 0) {
+		s->disk_inodes = s->disk_bytes / 4096;
+		if (s->disk_inodes > 1000000)
+			s->disk_inodes = 1000000;
+		if (s->disk_inodes < 1024)
+			s->disk_inodes = 1024;
+	}
+	if (s->pids == 0)
+		s->pids = 512;
+	if (s->pids < 4)
+		return wr_err_field(err, "pids", "must be at least 4");
+	if (s->cpus < 0 || s->cpus > 4096)
+		return wr_err_field(err, "cpu", "must be between 0 and 4096");
+	if (s->cpu_weight == 0)
+		s->cpu_weight = 100;
+	if (s->cpu_weight > 10000)
+		return wr_err_field(err, "cpu_weight", "must be between 1 and 10000");
+	if (s->shm_bytes == 0)
+		s->shm_bytes = s->memory_bytes < (256ull << 20) ? s->memory_bytes / 4 : 64ull << 20;
+	if (s->nofile == 0)
+		s->nofile = 1024;
+	if (s->nofile > (1u << 20))
+		return wr_err_field(err, "nofile", "must be at most 1048576");
+	if (s->user >= WR_IDMAP_SIZE)
+		return wr_err_field(err, "user", "must be below %u", WR_IDMAP_SIZE);
+	if (s->group == 0 && s->user != 0)
+		s->group = s->user;
+	if (s->group >= WR_IDMAP_SIZE)
+		return wr_err_field(err, "group", "must be below %u", WR_IDMAP_SIZE);
+	if (s->workdir == NULL || *s->workdir == 0)
+		s->workdir = "/";
+	if (s->workdir[0] != '/')
+		return wr_err_field(err, "workdir", "must be an absolute path");
+	if (s->hostname && (strlen(s->hostname) == 0 || strlen(s->hostname) > 63))
+		return wr_err_field(err, "hostname", "must be 1 to 63 characters");
+	if (s->id &&
+	    (strlen(s->id) == 0 || strlen(s->id) > 64 || strchr(s->id, '/') || s->id[0] == '.'))
+		return wr_err_field(err, "id", "must be 1 to 64 characters without '/'");
+	return 0;
+}
+
+int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **out, wr_err *err)
+{
+	struct wr_container_globals *g = &wr_cg_globals;
+	if (!g->ready)
+		return wr_err_set(err, EINVAL, "container tier not initialised");
+	struct wr_sandbox_spec spec;
+	if (normalize(in, &spec, err) < 0)
+		return -1;
+
+	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	pthread_mutex_init(&sb->leaves_lock, NULL);
+	sb->init_pidfd = -1;
+	sb->root_fd = -1;
+	sb->init_pid = -1;
+	bool have_idmap = false;
+	pid_t pid = -1;
+	int r;
+	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, lower = -1;
+
+	if (spec.id) {
+		snprintf(sb->id, sizeof(sb->id), "%s", spec.id);
+	} else {
+		char rnd[17];
+		if (wr_random_id(rnd) < 0) {
+			r = wr_err_set(err, EIO, "no randomness for an id");
+			goto fail;
+		}
+		snprintf(sb->id, sizeof(sb->id), "%s", rnd);
+	}
+	sb->user = spec.user;
+	sb->group = spec.group;
+	sb->caps = wr_capset_mask(spec.capset);
+	wr_rlimits_default(&sb->rlimits);
+	sb->rlimits.nofile = spec.nofile;
+	if ((sb->workdir = strdup(spec.workdir)) == NULL) {
+		r = wr_err_set(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((r = copy_env(sb, &spec, err)) < 0)
+		goto fail;
+
+	int base_lower = image_lower(spec.image, err);
+	if (base_lower < 0) {
+		r = base_lower;
+		goto fail;
+	}
+	const struct wr_seccomp_prog *init_prog;
+	if ((r = wr_seccomp_get(WR_SECCOMP_INIT, &init_prog, err)) < 0)
+		goto fail;
+
+	if ((r = wr_idmap_alloc(g->state_dir, sb->id, &sb->idmap, err)) < 0)
+		goto fail;
+	have_idmap = true;
+
+	struct wr_cgroup_limits lim;
+	wr_cgroup_limits_default(&lim);
+	lim.memory_bytes = spec.memory_bytes;
+	lim.pids = spec.pids;
+	lim.cpu_weight = spec.cpu_weight;
+	if (spec.cpus > 0) {
+		lim.cpu_period_us = 100000;
+		lim.cpu_quota_us = (uint64_t)(spec.cpus * 100000.0);
+		if (lim.cpu_quota_us < 1000)
+			lim.cpu_quota_us = 1000;
+	}
+	if ((r = wr_cgroup_create(g->cgroot, sb->id, &lim, &sb->cg, err)) < 0)
+		goto fail;
+	if ((r = wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, err)) < 0)
+		goto fail;
+
+	init_fd = open(g->init_path, O_PATH | O_CLOEXEC);
+	if (init_fd < 0) {
+		r = wr_err_sys(err, "open %s", g->init_path);
+		goto fail;
+	}
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		r = wr_err_sys(err, "socketpair");
+		goto fail;
+	}
+	sync_p = sp[0];
+	sync_c = sp[1];
+
+	struct child_args ca = {
+	    .sync = sync_c,
+	    .init_fd = init_fd,
+	    .die_with_parent = in->die_with_parent,
+	    .hostname = spec.hostname ? spec.hostname : sb->id,
+	    .rootfs = {.mountpoint = g->mountpoint,
+		       .disk_bytes = spec.disk_bytes,
+		       .disk_inodes = spec.disk_inodes,
+		       .shm_bytes = spec.shm_bytes},
+	    .seccomp = init_prog,
+	};
+	int v2fd = wr_cgroup_v2_fd(sb->init_cg);
+	pid = wr_ns_clone(WR_NS_SANDBOX, v2fd, &sb->init_pidfd, err);
+	if (pid < 0) {
+		r = wr_err_wrap(err, "create sandbox process");
+		goto fail;
+	}
+	if (pid == 0) {
+		close(sync_p);
+		child_main(&ca);
+	}
+	sb->init_pid = pid;
+	close(steal_fd(&sync_c));
+
+	if ((r = wr_cgroup_attach(sb->init_cg, pid, v2fd >= 0, err)) < 0)
+		goto fail;
+	if ((r = wr_idmap_write(pid, &sb->idmap, err)) < 0)
+		goto fail;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+	userns = open(path, O_RDONLY | O_CLOEXEC);
+	if (userns < 0) {
+		r = wr_err_sys(err, "open %s", path);
+		goto fail;
+	}
+	lower = wr_rootfs_lower_for(base_lower, userns, err);
+	if (lower < 0) {
+		r = lower;
+		goto fail;
+	}
+	int sr = wr_send_fd(sync_p, lower);
+	if (sr < 0) {
+		errno = -sr;
+		r = wr_err_sys(err, "start sandbox");
+		goto fail;
+	}
+	close(steal_fd(&lower));
+	/* EOF: the child exec'd warren-init. A message: it failed. */
+	if ((r = wr_err_recv(sync_p, err)) < 0)
+		goto fail;
+
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
+	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sb->root_fd < 0) {
+		r = wr_err_sys(err, "open sandbox root");
+		goto fail;
+	}
+	*out = sb;
+	return 0;
+
+fail:
+	wr_err_wrap(err, "create sandbox");
+	if (pid > 0) {
+		wr_pidfd_send_signal(sb->init_pidfd, SIGKILL, NULL, 0);
+		siginfo_t si;
+		while (waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+	}
+	if (sb->init_pidfd >= 0)
+		close(sb->init_pidfd);
+	if (sb->init_cg)
+		wr_cgroup_close(sb->init_cg);
+	if (sb->cg)
+		wr_cgroup_destroy(&sb->cg, NULL);
+	if (have_idmap)
+		wr_idmap_free(g->state_dir, &sb->idmap, NULL);
+	sandbox_free(sb);
+	return r < 0 ? r : -EIO;
+}
+
+/* ---- kill and destroy --------------------------------------------------- */
+
+int wr_container_kill(struct wr_sandbox *sb, wr_err *err)
+{
+	atomic_store(&sb->killed, true);
+	/* The cgroup kill takes every process, including commands that are
+	 * still between setns and exec; killing PID 1 alone would miss those. */
+	int r = wr_cgroup_kill(sb->cg, err);
+	wr_pidfd_send_signal(sb->init_pidfd, SIGKILL, NULL, 0);
+	return r < 0 ? wr_err_wrap(err, "kill sandbox %s", sb->id) : 0;
+}
+
+int wr_container_destroy(struct wr_sandbox **psb, wr_err *err)
+{
+	struct wr_sandbox *sb = *psb;
+	if (sb == NULL)
+		return 0;
+	*psb = NULL;
+	int r = 0;
+	wr_err ignored = NULL;
+	if (wr_container_kill(sb, &ignored) < 0 && r == 0)
+		r = wr_err_set(err, wr_err_code(ignored), "%s", ignored->msg);
+	wr_err_free(&ignored);
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	close(sb->init_pidfd);
+	if (sb->root_fd >= 0)
+		close(sb->root_fd);
+	pthread_mutex_lock(&sb->leaves_lock);
+	for (struct wr_leaf *l = sb->leaves; l;) {
+		struct wr_leaf *next = l->next;
+		wr_cgroup_close(l->cg);
+		free(l);
+		l = next;
+	}
+	sb->leaves = NULL;
+	pthread_mutex_unlock(&sb->leaves_lock);
+	wr_cgroup_close(sb->init_cg);
+	/* Removes the leaves too (init, cmd-N). */
+	if (wr_cgroup_destroy(&sb->cg, r == 0 ? err : NULL) < 0 && r == 0)
+		r = -1;
+	if (wr_idmap_free(wr_cg_globals.state_dir, &sb->idmap, r == 0 ? err : NULL) < 0 && r == 0)
+		r = -1;
+	if (r < 0)
+		wr_err_wrap(err, "destroy sandbox %s", sb->id);
+	sandbox_free(sb);
+	return r;
+}
+
+int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
+{
+	(void)err;
+	out->root_fd = sb->root_fd;
+	out->id_base = sb->idmap.base;
+	out->uid = sb->idmap.base + sb->user;
+	out->gid = sb->idmap.base + sb->group;
+	return 0;
+}
+
+const char *wr_sandbox_id(const struct wr_sandbox *sb)
+{
+	return sb->id;
+}
+
+pid_t wr_sandbox_init_pid(const struct wr_sandbox *sb)
+{
+	return sb->init_pid;
+}
+
+uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb)
+{
+	return sb->idmap.base;
+}
+
+const struct wr_tier_ops wr_container_tier = {
+    .name = "container",
+    .create = wr_container_create,
+    .exec = wr_container_exec,
+    .fs = wr_container_fs,
+    .kill = wr_container_kill,
+    .destroy = wr_container_destroy,
+};

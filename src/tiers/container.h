@@ -8,17 +8,16 @@
 
 /* Process-wide settings, set once before the first create. */
 struct wr_container_config {
-	const char *state_dir;	/* /var/lib/warren: uid-range allocations */
-	const char *run_dir;	/* /run/warren: mountpoints */
-	const char *init_path;	/* the warren-init binary */
+	const char *state_dir;	 /* /var/lib/warren: uid-range allocations */
+	const char *run_dir;	 /* /run/warren: mountpoints */
+	const char *init_path;	 /* the warren-init binary */
 	const char *cgroup_base; /* "warren" */
 };
 int wr_container_init(const struct wr_container_config *cfg, wr_err *err);
 
 extern const struct wr_tier_ops wr_container_tier;
 
-int wr_container_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out,
-			wr_err *err);
+int wr_container_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err);
 int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		      struct wr_exec_result *res, wr_err *err);
 int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);

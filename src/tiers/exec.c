@@ -1,1 +1,557 @@
-/* placeholder: being written */
+/* The container tier: running a command in a sandbox.
+ *
+ * Exec pipeline (P = this process, H = a short-lived helper, C = the command):
+ *
+ *   P  leaf cgroup cmd-N -> pipes -> clone3 H (CLONE_INTO_CGROUP cmd-N)
+ *      -> attach H to the v1 controllers -> "go"
+ *   H  setns(pidfd of PID 1: user, mnt, pid, ipc, uts, net) -> unshare
+ *      cgroupns (rooted at cmd-N) -> clone3(CLONE_PARENT) C -> report C's
+ *      pid -> exit. C is P's child, so P waits for it with a pidfd.
+ *   C  stdio -> cwd resolved inside the root -> rlimits -> user + caps
+ *      -> no_new_privs -> Landlock -> close-on-exec every fd > 2
+ *      -> seccomp (last) -> execvpe; a failure is reported on a
+ *      close-on-exec pipe (EOF on it = exec succeeded).
+ *   P  pumps stdout/stderr (capped per stream), waits on the pidfd with the
+ *      deadline; at the deadline it kills cmd-N with cgroup.kill, which
+ *      takes double-forked, setsid'd descendants too. Exit status comes from
+ *      waitid, OOM from the memory cgroup's counters, usage from the
+ *      command's cgroup: nothing is taken from inside the sandbox.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+#include "common/util.h"
+#include "isolate/caps.h"
+#include "isolate/ns.h"
+#include "tiers/container_internal.h"
+
+struct cmd_args {
+	int go;	    /* H reads "go" here */
+	int report; /* H writes C's pid here */
+	int status; /* C writes its exec failure here (close-on-exec) */
+	int init_pidfd;
+	int fd_in, fd_out, fd_err;
+	uid_t uid;
+	gid_t gid;
+	uint64_t caps;
+	const struct wr_rlimits *rlimits;
+	const char *cwd;
+	char *const *argv;
+	char *const *envp;
+	const struct wr_seccomp_prog *seccomp;
+};
+
+static __attribute__((noreturn)) void cmd_fail(int fd, struct wr_cerr *e, int code)
+{
+	wr_cerr_send(fd, e);
+	_exit(code);
+}
+
+/* C: never returns. */
+static __attribute__((noreturn)) void command_main(const struct cmd_args *a)
+{
+	struct wr_cerr e = {0};
+	if (dup2(a->fd_in, 0) < 0 || dup2(a->fd_out, 1) < 0 || dup2(a->fd_err, 2) < 0) {
+		wr_cerr_sys(&e, "stdio");
+		cmd_fail(a->status, &e, 126);
+	}
+	/* The cwd must be a directory inside the sandbox root: resolved with
+	 * RESOLVE_IN_ROOT from the root we just joined. */
+	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+			       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+	int cwd = wr_openat2(AT_FDCWD, a->cwd, &how);
+	if (cwd < 0 || fchdir(cwd) < 0) {
+		wr_cerr_sys(&e, "working directory %s", a->cwd);
+		cmd_fail(a->status, &e, 126);
+	}
+	close(cwd);
+	if (wr_rlimits_apply(a->rlimits, &e) < 0)
+		cmd_fail(a->status, &e, 126);
+	if (wr_caps_switch_user(a->uid, a->gid, a->caps, &e) < 0)
+		cmd_fail(a->status, &e, 126);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "no_new_privs");
+		cmd_fail(a->status, &e, 126);
+	}
+	struct wr_landlock_policy ll = {
+	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
+	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, &e) < 0)
+		cmd_fail(a->status, &e, 126);
+	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		wr_cerr_sys(&e, "close_range");
+		cmd_fail(a->status, &e, 126);
+	}
+	/* Invariant: seccomp is the last step; nothing after it but exec. */
+	if (wr_seccomp_load(a->seccomp, &e) < 0)
+		cmd_fail(a->status, &e, 126);
+	execvpe(a->argv[0], a->argv, a->envp);
+	int saved = errno;
+	wr_cerr_sys(&e, "exec %s", a->argv[0]);
+	cmd_fail(a->status, &e, saved == ENOENT ? 127 : 126);
+}
+
+/* H: never returns. */
+static __attribute__((noreturn)) void helper_main(const struct cmd_args *a)
+{
+	struct wr_cerr e = {0};
+	char c;
+	if (read(a->go, &c, 1) != 1)
+		_exit(1);
+	if (wr_ns_join(a->init_pidfd, &e) < 0)
+		cmd_fail(a->status, &e, 1);
+	if (unshare(CLONE_NEWCGROUP) < 0) {
+		wr_cerr_sys(&e, "cgroup namespace");
+		cmd_fail(a->status, &e, 1);
+	}
+	struct wr_clone_args ca;
+	memset(&ca, 0, sizeof(ca));
+	/* CLONE_PARENT: C becomes P's child, so P reaps it and reads its real
+	 * exit status; H is not in the PID namespace, C is. */
+	ca.flags = CLONE_PARENT;
+	long pid = wr_clone3(&ca);
+	if (pid < 0) {
+		wr_cerr_sys(&e, "start command");
+		cmd_fail(a->status, &e, 1);
+	}
+	if (pid == 0)
+		command_main(a);
+	int32_t p = (int32_t)pid;
+	_exit(write(a->report, &p, sizeof(p)) == sizeof(p) ? 0 : 1);
+}
+
+/* ---- output capture ---------------------------------------------------- */
+
+struct stream {
+	int fd;
+	int no; /* 1 or 2 */
+	uint64_t cap, seen;
+	bool truncated;
+	char *buf;
+	size_t len, alloc;
+};
+
+static int stream_append(struct stream *s, const char *data, size_t n)
+{
+	if (s->len + n + 1 > s->alloc) {
+		size_t want = s->alloc ? s->alloc : 4096;
+		while (want < s->len + n + 1)
+			want *= 2;
+		char *nb = realloc(s->buf, want);
+		if (nb == NULL)
+			return -ENOMEM;
+		s->buf = nb;
+		s->alloc = want;
+	}
+	memcpy(s->buf + s->len, data, n);
+	s->len += n;
+	s->buf[s->len] = 0;
+	return 0;
+}
+
+/* Read what is there. Past the cap the pipe is closed, so the writer gets
+ * EPIPE/SIGPIPE as with `| head -c`: neither our memory nor the command's
+ * time is spent on output nobody will see. */
+static int stream_pump(struct stream *s, const struct wr_exec_spec *spec, bool *deliver)
+{
+	char buf[65536];
+	for (;;) {
+		ssize_t n = read(s->fd, buf, sizeof(buf));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return 0;
+			return -errno;
+		}
+		if (n == 0) {
+			close(s->fd);
+			s->fd = -1;
+			return 0;
+		}
+		size_t keep = (size_t)n;
+		if (s->seen + keep > s->cap) {
+			keep = (size_t)(s->cap - s->seen);
+			s->truncated = true;
+		}
+		s->seen += keep;
+		if (keep) {
+			if (spec->on_output) {
+				if (*deliver && spec->on_output(spec->ctx, s->no, buf, keep) != 0)
+					*deliver = false;
+			} else if (stream_append(s, buf, keep) < 0) {
+				return -ENOMEM;
+			}
+		}
+		if (s->truncated) {
+			close(s->fd);
+			s->fd = -1;
+			return 0;
+		}
+	}
+}
+
+static void leaf_park(struct wr_sandbox *sb, struct wr_cgroup *leaf)
+{
+	/* Background processes of a finished command may live on; their leaf is
+	 * removed once empty (checked on later commands) or at destroy. */
+	struct wr_leaf *l = calloc(1, sizeof(*l));
+	if (l == NULL) {
+		wr_cgroup_close(leaf);
+		return;
+	}
+	l->cg = leaf;
+	pthread_mutex_lock(&sb->leaves_lock);
+	l->next = sb->leaves;
+	sb->leaves = l;
+	pthread_mutex_unlock(&sb->leaves_lock);
+}
+
+static void leaves_reap(struct wr_sandbox *sb)
+{
+	pthread_mutex_lock(&sb->leaves_lock);
+	struct wr_leaf **pp = &sb->leaves;
+	while (*pp) {
+		struct wr_leaf *l = *pp;
+		if (wr_cgroup_nprocs(l->cg, NULL) == 0 && wr_cgroup_destroy(&l->cg, NULL) == 0) {
+			*pp = l->next;
+			free(l);
+			continue;
+		}
+		pp = &l->next;
+	}
+	pthread_mutex_unlock(&sb->leaves_lock);
+}
+
+static char **build_env(const struct wr_sandbox *sb, const struct wr_exec_spec *spec, wr_err *err)
+{
+	size_t n = sb->n_env + spec->n_env;
+	char **env = calloc(n + 1, sizeof(char *));
+	if (env == NULL)
+		return NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < sb->n_env; i++)
+		env[k++] = strdup(sb->env[i]);
+	for (size_t i = 0; i < spec->n_env; i++) {
+		const struct wr_env_kv *kv = &spec->env[i];
+		if (kv->key == NULL || *kv->key == 0 || strchr(kv->key, '=')) {
+			wr_err_field(err, "env", "invalid environment variable name '%s'",
+				     kv->key ? kv->key : "");
+			goto fail;
+		}
+		char *s = NULL;
+		if (asprintf(&s, "%s=%s", kv->key, kv->value ? kv->value : "") < 0)
+			goto oom;
+		size_t klen = strlen(kv->key), j;
+		for (j = 0; j < k; j++)
+			if (env[j] && strncmp(env[j], s, klen + 1) == 0)
+				break;
+		if (j < k) {
+			free(env[j]);
+			env[j] = s;
+		} else {
+			env[k++] = s;
+		}
+	}
+	for (size_t i = 0; i < k; i++)
+		if (env[i] == NULL)
+			goto oom;
+	return env;
+oom:
+	wr_err_set(err, ENOMEM, "out of memory");
+fail:
+	for (size_t i = 0; i < n; i++)
+		free(env[i]);
+	free(env);
+	return NULL;
+}
+
+static void free_env(char **env)
+{
+	if (env == NULL)
+		return;
+	for (size_t i = 0; env[i]; i++)
+		free(env[i]);
+	free(env);
+}
+
+static int pipe_nb(int p[2], wr_err *err)
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return wr_err_sys(err, "pipe");
+	if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0)
+		return wr_err_sys(err, "pipe nonblock");
+	return 0;
+}
+
+int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
+		      struct wr_exec_result *res, wr_err *err)
+{
+	memset(res, 0, sizeof(*res));
+	if (spec->argv == NULL || spec->argv[0] == NULL || *spec->argv[0] == 0)
+		return wr_err_field(err, "argv", "a command is required");
+	if (atomic_load(&sb->killed))
+		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	if (spec->user >= (int)WR_IDMAP_SIZE || spec->group >= (int)WR_IDMAP_SIZE)
+		return wr_err_field(err, "user", "must be below %u", WR_IDMAP_SIZE);
+	const char *cwd = spec->cwd && *spec->cwd ? spec->cwd : sb->workdir;
+	const struct wr_seccomp_prog *prog;
+	if (wr_seccomp_get(WR_SECCOMP_DEFAULT, &prog, err) < 0)
+		return wr_err_wrap(err, "exec");
+
+	leaves_reap(sb);
+	uint64_t t0 = wr_now_ns();
+	int r = -1;
+	pid_t hpid = -1, cpid = -1;
+	_cleanup_close_ int hpidfd = -1, cpidfd = -1;
+	_cleanup_close_ int go_r = -1, go_w = -1, rep_r = -1, rep_w = -1, st_r = -1, st_w = -1;
+	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1;
+	struct stream so = {.fd = -1, .no = 1}, se = {.fd = -1, .no = 2};
+	struct wr_cgroup *leaf = NULL;
+	char **envp = build_env(sb, spec, err);
+	if (envp == NULL)
+		return wr_err_wrap(err, "exec");
+
+	struct wr_cgroup_stats before = {0};
+	wr_cgroup_stats(sb->cg, &before, NULL);
+
+	char name[32];
+	snprintf(name, sizeof(name), "cmd-%u", atomic_fetch_add(&sb->cmd_seq, 1) + 1);
+	if ((r = wr_cgroup_create_leaf(sb->cg, name, &leaf, err)) < 0)
+		goto out;
+
+	int p[2];
+	if ((r = pipe_nb(p, err)) < 0)
+		goto out;
+	so.fd = p[0];
+	out_w = p[1];
+	if ((r = pipe_nb(p, err)) < 0)
+		goto out;
+	se.fd = p[0];
+	err_w = p[1];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		r = wr_err_sys(err, "pipe");
+		goto out;
+	}
+	go_r = p[0];
+	go_w = p[1];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		r = wr_err_sys(err, "pipe");
+		goto out;
+	}
+	rep_r = p[0];
+	rep_w = p[1];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		r = wr_err_sys(err, "pipe");
+		goto out;
+	}
+	st_r = p[0];
+	st_w = p[1];
+	int in_fd = spec->stdin_fd;
+	if (in_fd < 0) {
+		null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (null_in < 0) {
+			r = wr_err_sys(err, "open /dev/null");
+			goto out;
+		}
+		in_fd = null_in;
+	}
+	so.cap = se.cap = spec->output_cap ? spec->output_cap : WR_DEFAULT_OUTPUT_CAP;
+
+	struct cmd_args ca = {
+	    .go = go_r,
+	    .report = rep_w,
+	    .status = st_w,
+	    .init_pidfd = sb->init_pidfd,
+	    .fd_in = in_fd,
+	    .fd_out = out_w,
+	    .fd_err = err_w,
+	    .uid = spec->user >= 0 ? (uid_t)spec->user : sb->user,
+	    .gid = spec->group >= 0 ? (gid_t)spec->group
+				    : (spec->user >= 0 ? (gid_t)spec->user : sb->group),
+	    .caps = sb->caps,
+	    .rlimits = &sb->rlimits,
+	    .cwd = cwd,
+	    .argv = (char *const *)spec->argv,
+	    .envp = envp,
+	    .seccomp = prog,
+	};
+	int v2fd = wr_cgroup_v2_fd(leaf);
+	hpid = wr_ns_clone(0, v2fd, &hpidfd, err);
+	if (hpid < 0) {
+		r = wr_err_wrap(err, "exec");
+		goto out;
+	}
+	if (hpid == 0)
+		helper_main(&ca);
+	close(steal_fd(&go_r));
+	close(steal_fd(&rep_w));
+	close(steal_fd(&st_w));
+	close(steal_fd(&out_w));
+	close(steal_fd(&err_w));
+	if ((r = wr_cgroup_attach(leaf, hpid, v2fd >= 0, err)) < 0)
+		goto out;
+	if (write(go_w, "g", 1) != 1) {
+		r = wr_err_sys(err, "start helper");
+		goto out;
+	}
+	int32_t got = 0;
+	ssize_t n = wr_read_all(rep_r, &got, sizeof(got));
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)hpidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	hpid = -1;
+	if (n != sizeof(got) || got <= 0) {
+		/* H failed before C existed: its report is on the status pipe. */
+		r = wr_err_recv(st_r, err);
+		if (r == 0)
+			r = wr_err_set(err, EIO, "command helper failed");
+		goto out;
+	}
+	cpid = got;
+	cpidfd = wr_pidfd_open(cpid, 0);
+	if (cpidfd < 0) {
+		r = wr_err_sys(err, "pidfd of command");
+		goto out;
+	}
+	/* EOF on the status pipe: exec succeeded; a message: it did not. */
+	wr_err start_err = NULL;
+	if (wr_err_recv(st_r, &start_err) < 0) {
+		while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+		cpid = -1;
+		res->reason = WR_EXIT_START_FAILED;
+		res->exit_code = si.si_code == CLD_EXITED ? si.si_status : 126;
+		if (!spec->on_output) {
+			stream_append(&se, start_err->msg, strlen(start_err->msg));
+			stream_append(&se, "\n", 1);
+		} else {
+			spec->on_output(spec->ctx, 2, start_err->msg, strlen(start_err->msg));
+			spec->on_output(spec->ctx, 2, "\n", 1);
+		}
+		wr_err_free(&start_err);
+		r = 0;
+		goto out;
+	}
+
+	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms * 1000000ull : 0;
+	bool deliver = true, exited = false, timed_out = false;
+	while (!exited) {
+		struct pollfd pf[3];
+		int np = 0;
+		pf[np++] = (struct pollfd){.fd = cpidfd, .events = POLLIN};
+		if (so.fd >= 0)
+			pf[np++] = (struct pollfd){.fd = so.fd, .events = POLLIN};
+		if (se.fd >= 0)
+			pf[np++] = (struct pollfd){.fd = se.fd, .events = POLLIN};
+		int wait_ms = -1;
+		if (deadline) {
+			uint64_t now = wr_now_ns();
+			if (now >= deadline) {
+				if (!timed_out) {
+					timed_out = true;
+					wr_cgroup_kill(leaf, NULL);
+				}
+				wait_ms = 100;
+			} else {
+				wait_ms = (int)((deadline - now + 999999) / 1000000);
+			}
+		}
+		int pr = poll(pf, (nfds_t)np, wait_ms);
+		if (pr < 0 && errno != EINTR) {
+			r = wr_err_sys(err, "poll");
+			goto out;
+		}
+		if ((so.fd >= 0 && stream_pump(&so, spec, &deliver) < 0) ||
+		    (se.fd >= 0 && stream_pump(&se, spec, &deliver) < 0)) {
+			r = wr_err_set(err, ENOMEM, "capture output: out of memory");
+			goto out;
+		}
+		if (pr > 0 && (pf[0].revents & POLLIN))
+			exited = true;
+	}
+	memset(&si, 0, sizeof(si));
+	while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	cpid = -1;
+	/* What the command wrote before it exited is in the pipes: drain it.
+	 * Output of background children that outlive it is not waited for. */
+	if (so.fd >= 0)
+		stream_pump(&so, spec, &deliver);
+	if (se.fd >= 0)
+		stream_pump(&se, spec, &deliver);
+	/* A timeout kills the whole tree, not just the main process. */
+	if (timed_out)
+		wr_cgroup_kill(leaf, NULL);
+
+	res->duration_ns = wr_now_ns() - t0;
+	struct wr_cgroup_stats cst = {0}, after = {0};
+	wr_cgroup_stats(leaf, &cst, NULL);
+	wr_cgroup_stats(sb->cg, &after, NULL);
+	res->cpu_ns = cst.cpu_usage_ns;
+	res->memory_peak = cst.memory_peak;
+	if (si.si_code == CLD_EXITED) {
+		res->reason = WR_EXIT_EXITED;
+		res->exit_code = si.si_status;
+	} else {
+		res->signal = si.si_status;
+		res->exit_code = 128 + si.si_status;
+		res->reason = WR_EXIT_SIGNALED;
+		if (si.si_status == SIGKILL && after.oom_kills > before.oom_kills)
+			res->reason = WR_EXIT_OOM;
+	}
+	if (timed_out)
+		res->reason = WR_EXIT_TIMEOUT;
+	else if (atomic_load(&sb->killed) && res->reason == WR_EXIT_SIGNALED)
+		res->reason = WR_EXIT_KILLED;
+	r = 0;
+
+out:
+	if (hpid > 0) {
+		wr_pidfd_send_signal(hpidfd, SIGKILL, NULL, 0);
+		while (waitid(P_PIDFD, (id_t)hpidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+	}
+	if (cpid > 0 && cpidfd >= 0) {
+		wr_pidfd_send_signal(cpidfd, SIGKILL, NULL, 0);
+		while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+	}
+	if (so.fd >= 0)
+		close(so.fd);
+	if (se.fd >= 0)
+		close(se.fd);
+	if (r == 0 && !spec->on_output) {
+		res->out = so.buf ? so.buf : strdup("");
+		res->err = se.buf ? se.buf : strdup("");
+		res->out_len = so.len;
+		res->err_len = se.len;
+	} else {
+		free(so.buf);
+		free(se.buf);
+	}
+	res->out_truncated = so.truncated;
+	res->err_truncated = se.truncated;
+	if (leaf) {
+		if (r < 0)
+			wr_cgroup_kill(leaf, NULL);
+		if (wr_cgroup_nprocs(leaf, NULL) == 0)
+			wr_cgroup_destroy(&leaf, NULL);
+		else
+			leaf_park(sb, leaf);
+	}
+	free_env(envp);
+	if (r < 0)
+		wr_err_wrap(err, "exec in %s", sb->id);
+	return r;
+}

@@ -21,35 +21,36 @@ struct wr_env_kv {
 
 /* What a caller asks for when creating a sandbox. Zero/NULL means default. */
 struct wr_sandbox_spec {
-	const char *image;	/* rootfs directory or EROFS image file */
-	uint64_t memory_bytes;	/* default 512 MiB */
-	uint64_t disk_bytes;	/* writable layer quota, default 1 GiB */
-	uint64_t disk_inodes;	/* default disk_bytes / 4096, capped at 1,000,000 */
-	uint64_t pids;		/* default 512 */
-	double cpus;		/* cpu.max in CPUs, 0 = no max */
-	uint64_t cpu_weight;	/* 1..10000, default 100 */
-	uint64_t shm_bytes;	/* /dev/shm size, default 64 MiB */
-	uint64_t nofile;	/* RLIMIT_NOFILE for commands, default 1024 */
-	const char *hostname;	/* default: the sandbox id */
-	uid_t user;		/* default uid inside for commands (0) */
-	gid_t group;		/* default gid inside (= user) */
-	enum wr_capset capset;	/* WR_CAPSET_NONE unless asked */
-	const char *workdir;	/* default "/" */
+	const char *image;	     /* rootfs directory or EROFS image file */
+	uint64_t memory_bytes;	     /* default 512 MiB */
+	uint64_t disk_bytes;	     /* writable layer quota, default 1 GiB */
+	uint64_t disk_inodes;	     /* default disk_bytes / 4096, capped at 1,000,000 */
+	uint64_t pids;		     /* default 512 */
+	double cpus;		     /* cpu.max in CPUs, 0 = no max */
+	uint64_t cpu_weight;	     /* 1..10000, default 100 */
+	uint64_t shm_bytes;	     /* /dev/shm size, default 64 MiB */
+	uint64_t nofile;	     /* RLIMIT_NOFILE for commands, default 1024 */
+	const char *hostname;	     /* default: the sandbox id */
+	uid_t user;		     /* default uid inside for commands (0) */
+	gid_t group;		     /* default gid inside (= user) */
+	enum wr_capset capset;	     /* WR_CAPSET_NONE unless asked */
+	const char *workdir;	     /* default "/" */
 	const struct wr_env_kv *env; /* default env for commands */
 	size_t n_env;
-	const char *id;		/* fixed id (daemon); NULL = random */
+	const char *id;	      /* fixed id (daemon); NULL = random */
+	bool die_with_parent; /* one-shot front ends: the sandbox dies with us */
 };
 
 /* A command to run in a sandbox. */
 struct wr_exec_spec {
-	const char *const *argv; /* argv[0] is looked up in PATH inside */
+	const char *const *argv;     /* argv[0] is looked up in PATH inside */
 	const struct wr_env_kv *env; /* added to (overriding) the sandbox env */
 	size_t n_env;
-	const char *cwd;	/* default: sandbox workdir */
-	int user;		/* -1: sandbox default */
-	int group;		/* -1: sandbox default */
-	uint64_t timeout_ms;	/* 0 = none; kills the command's whole tree */
-	uint64_t output_cap;	/* per stream; 0 = WR_DEFAULT_OUTPUT_CAP */
+	const char *cwd;     /* default: sandbox workdir */
+	int user;	     /* -1: sandbox default */
+	int group;	     /* -1: sandbox default */
+	uint64_t timeout_ms; /* 0 = none; kills the command's whole tree */
+	uint64_t output_cap; /* per stream; 0 = WR_DEFAULT_OUTPUT_CAP */
 	/* stdio: fds the command gets (-1 = /dev/null for stdin, captured
 	 * through a pipe for stdout/stderr). Borrowed. */
 	int stdin_fd;
@@ -61,25 +62,25 @@ struct wr_exec_spec {
 };
 
 enum wr_exit_reason {
-	WR_EXIT_EXITED,	 /* ran to completion; see exit_code */
-	WR_EXIT_SIGNALED, /* killed by a signal it got (not by warren) */
-	WR_EXIT_TIMEOUT, /* warren killed it at its deadline */
-	WR_EXIT_OOM,	 /* killed by the OOM killer in the sandbox's memory cgroup */
-	WR_EXIT_KILLED,	 /* warren killed it on request (sandbox kill) */
+	WR_EXIT_EXITED,	      /* ran to completion; see exit_code */
+	WR_EXIT_SIGNALED,     /* killed by a signal it got (not by warren) */
+	WR_EXIT_TIMEOUT,      /* warren killed it at its deadline */
+	WR_EXIT_OOM,	      /* killed by the OOM killer in the sandbox's memory cgroup */
+	WR_EXIT_KILLED,	      /* warren killed it on request (sandbox kill) */
 	WR_EXIT_START_FAILED, /* exec failed: see exit_code 126/127 */
 };
 const char *wr_exit_reason_name(enum wr_exit_reason r);
 
 struct wr_exec_result {
 	enum wr_exit_reason reason;
-	int exit_code;	/* 0..255 when exited; 128+signal otherwise (shell style) */
-	int signal;	/* terminating signal, 0 if none */
+	int exit_code;	 /* 0..255 when exited; 128+signal otherwise (shell style) */
+	int signal;	 /* terminating signal, 0 if none */
 	char *out, *err; /* buffered output (NUL-terminated), when not streaming */
 	size_t out_len, err_len;
 	bool out_truncated, err_truncated;
 	uint64_t duration_ns;
-	uint64_t cpu_ns;	/* from the command's cgroup */
-	uint64_t memory_peak;	/* bytes, from the command's cgroup */
+	uint64_t cpu_ns;      /* from the command's cgroup */
+	uint64_t memory_peak; /* bytes, from the command's cgroup */
 };
 void wr_exec_result_free(struct wr_exec_result *r);
 

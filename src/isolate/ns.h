@@ -1,0 +1,26 @@
+/* Namespaces: the set a container sandbox gets, process creation into them
+ * and joining them. */
+#ifndef WARREN_ISOLATE_NS_H
+#define WARREN_ISOLATE_NS_H
+
+#include <sched.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+/* Created together by clone3 for a sandbox's PID 1. The cgroup namespace
+ * is unshared by the child itself once the parent has placed it in its
+ * cgroups, so that its cgroup root is its own leaf. */
+#define WR_NS_SANDBOX                                                                              \
+	(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET)
+
+/* clone3 with CLONE_PIDFD (and CLONE_INTO_CGROUP when cgroup_fd >= 0).
+ * Returns 0 in the child, the child's pid in the parent (*pidfd set). */
+pid_t wr_ns_clone(uint64_t flags, int cgroup_fd, int *pidfd, wr_err *err);
+
+/* Child half: join every sandbox namespace of the process behind pidfd in
+ * one atomic setns (user, mount, pid for children, ipc, uts, net). */
+int wr_ns_join(int pidfd, struct wr_cerr *e);
+
+#endif

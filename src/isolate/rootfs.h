@@ -1,0 +1,43 @@
+/* The sandbox root filesystem.
+ *
+ *   parent half  wr_rootfs_lower_open(): the image as a detached read-only
+ *                mount (an EROFS file mounted file-backed, or a directory
+ *                cloned with open_tree), cached per image by the caller.
+ *                wr_rootfs_lower_for(): a per-sandbox clone of it, idmapped
+ *                to the sandbox's user namespace so the image's root-owned
+ *                files belong to root inside without chowning anything.
+ *   child half   wr_rootfs_setup(): in the sandbox's fresh mount namespace,
+ *                as root of its user namespace: overlay(lower, tmpfs upper
+ *                with a hard size and inode limit), /proc with masked and
+ *                read-only paths, read-only /sys, a minimal /dev with its own
+ *                devpts and a size-limited /dev/shm, then pivot_root.
+ */
+#ifndef WARREN_ISOLATE_ROOTFS_H
+#define WARREN_ISOLATE_ROOTFS_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+/* Parent half: open an image (directory or EROFS file) as a detached,
+ * read-only mount fd. */
+int wr_rootfs_lower_open(const char *image, wr_err *err);
+/* Parent half: a clone of lower idmapped into the user namespace userns_fd. */
+int wr_rootfs_lower_for(int lower_fd, int userns_fd, wr_err *err);
+
+struct wr_rootfs_spec {
+	const char *mountpoint; /* an empty host directory used as the mount target */
+	uint64_t disk_bytes;	/* tmpfs upper size= */
+	uint64_t disk_inodes;	/* tmpfs upper nr_inodes= */
+	uint64_t shm_bytes;	/* /dev/shm size= */
+};
+
+/* Child half. lower_fd: from wr_rootfs_lower_for (received over a socket).
+ * On return the caller's root and cwd are the new root. */
+int wr_rootfs_setup(const struct wr_rootfs_spec *spec, int lower_fd, struct wr_cerr *e);
+
+/* The /proc and /sys paths hidden or made read-only (tests, docs). */
+extern const char *const wr_rootfs_masked_paths[];
+extern const char *const wr_rootfs_readonly_paths[];
+
+#endif

@@ -1,0 +1,57 @@
+/* Shared between container.c (create/destroy) and exec.c (commands). */
+#ifndef WARREN_TIERS_CONTAINER_INTERNAL_H
+#define WARREN_TIERS_CONTAINER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "isolate/cgroup.h"
+#include "isolate/idmap.h"
+#include "isolate/landlock.h"
+#include "isolate/rlimit.h"
+#include "isolate/seccomp.h"
+#include "tiers/container.h"
+
+struct wr_container_globals {
+	char *state_dir;
+	char *run_dir;
+	char *mountpoint; /* <run_dir>/root: the (empty) target dir in every sandbox's mount ns */
+	char *init_path;
+	struct wr_cgroup_root *cgroot;
+	bool ready;
+};
+extern struct wr_container_globals wr_cg_globals;
+
+/* A leaf cgroup of a finished command whose background processes still
+ * run; removed once empty or at destroy. */
+struct wr_leaf {
+	struct wr_cgroup *cg;
+	struct wr_leaf *next;
+};
+
+struct wr_sandbox {
+	char id[65];
+	struct wr_idmap idmap;
+	struct wr_cgroup *cg;	   /* sandbox cgroup: the limits */
+	struct wr_cgroup *init_cg; /* leaf of PID 1 */
+	pid_t init_pid;		   /* host pid of warren-init */
+	int init_pidfd;
+	int root_fd; /* O_PATH of the sandbox root, for file operations */
+
+	/* defaults for commands */
+	uid_t user;
+	gid_t group;
+	uint64_t caps;
+	struct wr_rlimits rlimits;
+	char *workdir;
+	char **env; /* "K=V", NULL-terminated */
+	size_t n_env;
+
+	atomic_uint cmd_seq;
+	atomic_bool killed;
+	pthread_mutex_t leaves_lock;
+	struct wr_leaf *leaves;
+};
+
+#endif
