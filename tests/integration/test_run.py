@@ -1,0 +1,247 @@
+"""`warren run` end to end: isolation facts observed inside, limits hit for
+real, results observed from the host, and errors for bad input."""
+import os
+import re
+import time
+
+import pytest
+
+from conftest import errno_of
+
+
+def status_field(text, key):
+    m = re.search(rf"^{key}:\s*(.*)$", text, re.M)
+    assert m, f"{key} not in {text!r}"
+    return m.group(1).strip()
+
+
+@pytest.mark.parametrize("kind", ["dir", "erofs"])
+def test_both_image_kinds_run(warren, kind):
+    p = warren.run("--", "cat", "/etc/hostname", image=warren.images[kind], check=0)
+    assert p.out.strip() == "warren-test"
+
+
+def test_uid_map_and_user(warren):
+    p = warren.run("--", "cat", "/proc/self/uid_map", check=0)
+    inside, host, count = p.out.split()
+    assert inside == "0" and count == "65536"
+    assert int(host) >= 0x10000000 and (int(host) - 0x10000000) % 65536 == 0
+    p = warren.run("--user", "1000", "--", "id", "-u", check=0)
+    assert p.out.strip() == "1000"
+    p = warren.run("--user", "1000:1001", "--", "id", "-g", check=0)
+    assert p.out.strip() == "1001"
+
+
+def test_uid_ranges_differ_between_live_sandboxes(warren):
+    # two sandboxes alive at the same time get different host ranges
+    import subprocess
+    a = subprocess.Popen([str(warren.build / "warren"), "run", "--image", warren.images["dir"],
+                          "--", "sh", "-c", "cat /proc/self/uid_map; sleep 2"],
+                         env=warren.env, stdout=subprocess.PIPE)
+    time.sleep(0.5)
+    b = warren.run("--", "cat", "/proc/self/uid_map", check=0)
+    out_a, _ = a.communicate(timeout=30)
+    assert a.returncode == 0
+    assert out_a.split()[1] != b.out.split()[1]
+
+
+def test_pid1_is_warren_init(warren):
+    p = warren.run("--", "sh", "-c", "cat /proc/1/comm; echo $$; ls /proc | grep -c '^[0-9]'",
+                   check=0)
+    comm, mypid, nprocs = p.out.split()
+    assert comm == "warren-init"
+    assert int(mypid) != 1
+    # init, the shell, ls and grep: nothing of the host
+    assert int(nprocs) <= 4
+
+
+def test_hostname(warren):
+    p = warren.run("--", "hostname", check=0)
+    assert re.fullmatch(r"[0-9a-f]{16}", p.out.strip())
+    p = warren.run("--hostname", "agent-7", "--", "hostname", check=0)
+    assert p.out.strip() == "agent-7"
+
+
+def test_mounts_and_no_host_files(warren):
+    p = warren.run("--", "cat", "/proc/self/mountinfo", check=0)
+    mounts = {}
+    for line in p.out.splitlines():
+        f = line.split()
+        sep = f.index("-")
+        mounts[f[4]] = (f[sep + 1], f[5])
+    assert mounts["/"][0] == "overlay"
+    assert mounts["/proc"][0] == "proc"
+    assert mounts["/sys"][0] == "sysfs" and "ro" in mounts["/sys"][1].split(",")
+    assert mounts["/dev"][0] == "tmpfs"
+    assert mounts["/dev/pts"][0] == "devpts"
+    assert mounts["/dev/shm"][0] == "tmpfs"
+    # nothing of the host's mount table leaks in
+    assert not any(m.startswith(("/work", "/mnt", "/run/warren", "/home")) for m in mounts)
+    p = warren.run("--", "ls", "/work", "/root/.bashrc", "/var/lib/warren")
+    assert p.returncode != 0 and "No such file" in p.err
+    p = warren.run("--", "ls", "/dev", check=0)
+    assert sorted(p.out.split()) == sorted(
+        ["fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout",
+         "tty", "urandom", "zero"])
+
+
+@pytest.mark.parametrize("path", ["/proc/kcore", "/proc/kpagecgroup", "/proc/kpageflags",
+                                  "/proc/kpagecount", "/proc/keys", "/proc/timer_list",
+                                  "/proc/sysrq-trigger"])
+def test_masked_proc_files_read_empty(warren, path):
+    p = warren.run("--", "sh", "-c", f"wc -c < {path}", check=0)
+    assert p.out.strip() == "0"
+
+
+def test_proc_writes_refused(warren):
+    p = warren.probe("write", "/proc/sysrq-trigger", "1")
+    assert errno_of(p.out) == "EROFS", p.out + p.err
+    p = warren.probe("write", "/proc/sys/kernel/hostname", "8")
+    assert errno_of(p.out) in ("EROFS", "EACCES"), p.out + p.err
+    p = warren.run("--", "ls", "/sys/firmware", check=0)
+    assert p.out.strip() == ""
+
+
+def test_process_status(warren):
+    p = warren.run("--", "cat", "/proc/self/status", check=0)
+    assert status_field(p.out, "CapEff") == "0000000000000000"
+    assert status_field(p.out, "CapPrm") == "0000000000000000"
+    assert status_field(p.out, "CapBnd") == "0000000000000000"
+    assert status_field(p.out, "NoNewPrivs") == "1"
+    assert status_field(p.out, "Seccomp") == "2"
+    p = warren.run("--cap-set", "root", "--", "cat", "/proc/self/status", check=0)
+    assert int(status_field(p.out, "CapEff"), 16) != 0
+    # CAP_SYS_ADMIN (21) is never granted, even with the root set
+    assert not int(status_field(p.out, "CapEff"), 16) & (1 << 21)
+
+
+def test_rlimits(warren):
+    p = warren.run("--", "sh", "-c", "ulimit -n; ulimit -c", check=0)
+    assert p.out.split() == ["1024", "0"]
+
+
+def test_env_and_workdir(warren):
+    p = warren.run("--env", "FOO=bar baz", "--workdir", "/tmp", "--", "sh", "-c",
+                   'echo "$FOO"; pwd', check=0)
+    assert p.out.splitlines() == ["bar baz", "/tmp"]
+
+
+@pytest.mark.parametrize("code", [0, 1, 42, 255])
+def test_exit_codes_propagate(warren, code):
+    warren.run("--", "sh", "-c", f"exit {code}", check=code)
+
+
+@pytest.mark.parametrize("sig,code", [("KILL", 137), ("TERM", 143), ("SEGV", 139)])
+def test_signals_propagate(warren, sig, code):
+    warren.run("--", "sh", "-c", f"kill -{sig} $$", check=code)
+
+
+def test_command_not_found(warren):
+    p = warren.run("--", "/no/such/binary")
+    assert p.returncode == 127
+    assert "/no/such/binary" in p.err
+
+
+def test_stdin_is_passed(warren):
+    p = warren.run("--", "cat", input=b"hello from the host\n", check=0)
+    assert p.out == "hello from the host\n"
+
+
+def test_forkbomb_stops_at_pids_max(warren):
+    t0 = time.time()
+    p = warren.probe("forkbomb", opts=("--pids", "64", "--timeout", "60s"), check=0)
+    assert errno_of(p.out) == "EAGAIN", p.out + p.err
+    n = int(re.search(r"forked=(\d+)", p.out).group(1))
+    assert 50 <= n < 64
+    assert time.time() - t0 < 30
+
+
+def test_memory_bomb_is_oom_killed_and_reported(warren):
+    p = warren.probe("membomb", "256", opts=("--memory", "64M"))
+    assert p.returncode == 137, p.out + p.err
+    assert "out of memory" in p.err
+
+
+def test_disk_fill_hits_quota(warren):
+    p = warren.probe("diskfill", "/tmp", opts=("--disk", "16M"), check=0)
+    assert errno_of(p.out) == "ENOSPC", p.out
+    mib = int(re.search(r"mib=(\d+)", p.out).group(1))
+    assert 13 <= mib <= 16
+
+
+def test_inode_exhaustion_is_bounded(warren):
+    p = warren.probe("inodefill", "/tmp", opts=("--disk", "16M"), timeout=300, check=0)
+    assert errno_of(p.out) == "ENOSPC", p.out
+    n = int(re.search(r"count=(\d+)", p.out).group(1))
+    assert n <= 4096
+
+
+def test_fd_exhaustion_is_emfile(warren):
+    p = warren.probe("fdfill", check=0)
+    assert errno_of(p.out) == "EMFILE", p.out
+    n = int(re.search(r"count=(\d+)", p.out).group(1))
+    assert 1000 <= n <= 1024
+    assert "raise-above-hard errno=EPERM" in p.out
+
+
+def test_output_flood_is_truncated_at_the_cap(warren):
+    t0 = time.time()
+    p = warren.probe("yes", opts=("--output-cap", "1M"))
+    assert len(p.stdout) == 1 << 20
+    assert "truncated" in p.err
+    assert p.returncode == 141  # SIGPIPE once the capped stream is closed
+    assert time.time() - t0 < 30
+
+
+def test_one_long_line_is_truncated(warren):
+    # a 10 GB line without a newline: stopped at the cap, quickly
+    p = warren.probe("yes", str(10 * 1024 ** 3), opts=("--output-cap", "2M"))
+    assert len(p.stdout) == 2 << 20
+    assert "truncated" in p.err
+
+
+def test_timeout_kills_the_whole_tree(warren):
+    t0 = time.time()
+    p = warren.run("--timeout", "1s", "--", "sh", "-c",
+                   "setsid nohup sleep 1000 >/dev/null 2>&1 & sleep 1000")
+    assert p.returncode == 124
+    assert "timed out" in p.err
+    assert time.time() - t0 < 20
+
+
+def test_seccomp_denied_syscalls(warren):
+    p = warren.probe("sys-all", check=0)
+    results = dict(re.findall(r"^(\S+) (?:errno=(\w+)|ok)$", p.out, re.M))
+    assert results, p.out
+    wrong = {k: v for k, v in results.items() if k not in ("clone3", "unknown") and v != "EPERM"}
+    assert not wrong, wrong
+    assert results["clone3"] == "ENOSYS"
+
+
+@pytest.mark.parametrize("name", ["FICLONE", "FICLONERANGE", "FIDEDUPERANGE", "FIBMAP",
+                                  "XFS_IOC_SWAPEXT", "XFS_IOC_EXCHANGE_RANGE", "TIOCSTI",
+                                  "TIOCLINUX"])
+def test_denied_ioctls(warren, name):
+    p = warren.probe("ioctl", name, check=0)
+    assert errno_of(p.out) == "EPERM", p.out + p.err
+
+
+def test_x32_syscall_is_killed(warren):
+    p = warren.probe("sys", "x32-getpid")
+    assert p.returncode == 128 + 31  # SIGSYS
+
+
+def test_cli_errors_name_the_option(warren):
+    for args, opt in [(["--memory", "lots"], "--memory"), (["--pids", "-3"], "--pids"),
+                      (["--timeout", "soon"], "--timeout"), (["--cap-set", "all"], "--cap-set"),
+                      (["--user", "70000"], "--user"), (["--workdir", "tmp"], "--workdir"),
+                      (["--env", "=x"], "--env")]:
+        p = warren.run(*args, "--", "true")
+        assert p.returncode == 125, (args, p.err)
+        lines = p.err.strip().splitlines()
+        assert len(lines) == 1 and opt in lines[0], (args, p.err)
+    p = warren.cli("run", "--", "true")
+    assert p.returncode == 125 and "--image" in p.err
+    p = warren.run("--", "true", image="/nonexistent/image")
+    assert p.returncode == 125 and "/nonexistent/image" in p.err
+    assert len(p.err.strip().splitlines()) == 1

@@ -1,0 +1,362 @@
+/* The container tier through its library API: what the CLI cannot show
+ * (several commands in one live sandbox), the files API on a live sandbox,
+ * and leak checks over many create/destroy cycles. Runs as root. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "tiers/container.h"
+
+static char g_tmp[256];
+static char g_base[64];
+static const char *g_image;
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static int count_subdirs(const char *path)
+{
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.' && de->d_type == DT_DIR)
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* Processes named warren-init anywhere on the host. */
+static int count_inits(void)
+{
+	DIR *d = opendir("/proc");
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char path[300], comm[64] = {0};
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t r = read(fd, comm, sizeof(comm) - 1);
+		close(fd);
+		if (r > 0 && strncmp(comm, "warren-init", 11) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+static int count_lines(const char *path)
+{
+	char *buf = NULL;
+	if (wr_read_file_at(AT_FDCWD, path, &buf, 1 << 22, NULL) < 0)
+		return -1;
+	int n = 0;
+	for (char *p = buf; *p; p++)
+		n += *p == '\n';
+	free(buf);
+	return n;
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_image = getenv("WARREN_TEST_IMAGE");
+	const char *init = getenv("WARREN_INIT");
+	if (g_image == NULL || init == NULL) {
+		fprintf(stderr, "WARREN_TEST_IMAGE and WARREN_INIT must be set\n");
+		return -1;
+	}
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/warren-ct-XXXXXX");
+	if (mkdtemp(g_tmp) == NULL)
+		return -1;
+	snprintf(g_base, sizeof(g_base), "warren-ct-%d", (int)getpid());
+	char state_dir[300], run_dir[300];
+	snprintf(state_dir, sizeof(state_dir), "%s/state", g_tmp);
+	snprintf(run_dir, sizeof(run_dir), "%s/run", g_tmp);
+	struct wr_container_config cfg = {
+	    .state_dir = strdup(state_dir),
+	    .run_dir = strdup(run_dir),
+	    .init_path = init,
+	    .cgroup_base = g_base,
+	};
+	wr_err err = NULL;
+	if (wr_container_init(&cfg, &err) < 0) {
+		fprintf(stderr, "init: %s\n", err->msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s; for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/memory/*/*/; do "
+		 "find $d -depth -type d -name '%s*' -exec sh -c 'find \"$1\" -depth -type d "
+		 "-exec rmdir {} + ' _ {} \\; 2>/dev/null; done; true",
+		 g_tmp, g_base);
+	return system(cmd) == 0 ? 0 : 0;
+}
+
+static struct wr_sandbox *mk(uint64_t memory)
+{
+	struct wr_sandbox_spec spec = {.image = g_image, .memory_bytes = memory};
+	struct wr_sandbox *sb = NULL;
+	wr_err err = NULL;
+	int r = wr_container_create(&spec, &sb, &err);
+	if (r < 0)
+		fprintf(stderr, "create: %s\n", err->msg);
+	assert_int_equal(r, 0);
+	return sb;
+}
+
+static struct wr_exec_result run(struct wr_sandbox *sb, uint64_t timeout_ms, const char *sh)
+{
+	const char *argv[] = {"sh", "-c", sh, NULL};
+	struct wr_exec_spec ex = {
+	    .argv = argv, .user = -1, .group = -1, .stdin_fd = -1, .timeout_ms = timeout_ms};
+	struct wr_exec_result res;
+	wr_err err = NULL;
+	int r = wr_container_exec(sb, &ex, &res, &err);
+	if (r < 0)
+		fprintf(stderr, "exec: %s\n", err->msg);
+	assert_int_equal(r, 0);
+	return res;
+}
+
+static void destroy(struct wr_sandbox **sb)
+{
+	wr_err err = NULL;
+	int r = wr_container_destroy(sb, &err);
+	if (r < 0)
+		fprintf(stderr, "destroy: %s\n", err->msg);
+	assert_int_equal(r, 0);
+}
+
+static void test_exec_basic(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 0, "echo hello; echo oops >&2; exit 3");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_int_equal(res.exit_code, 3);
+	assert_string_equal(res.out, "hello\n");
+	assert_string_equal(res.err, "oops\n");
+	assert_false(res.out_truncated);
+	assert_true(res.duration_ns > 0);
+	wr_exec_result_free(&res);
+	/* a second command sees the first one's files */
+	res = run(sb, 0, "echo data > /tmp/f");
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "cat /tmp/f; cat /proc/self/cgroup");
+	assert_string_equal(res.out, "data\n0::/\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+static void test_timeout_kills_tree_and_sandbox_lives_on(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res =
+	    run(sb, 500,
+		"setsid nohup sh -c 'trap \"\" TERM HUP; echo $$ > /tmp/bg; sleep 1000' "
+		">/dev/null 2>&1 & sleep 1000");
+	assert_int_equal(res.reason, WR_EXIT_TIMEOUT);
+	wr_exec_result_free(&res);
+	res = run(sb, 0,
+		  "kill -0 $(cat /tmp/bg) 2>/dev/null && echo alive || echo gone; "
+		  "ls /proc | grep -c '^[0-9]'");
+	/* only init, this shell, ls and grep are left */
+	assert_int_equal(res.exit_code, 0);
+	assert_non_null(strstr(res.out, "gone\n"));
+	assert_true(atoi(strstr(res.out, "\n") + 1) <= 4);
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+static void test_background_outlives_command_until_destroy(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 5000, "sleep 1000 >/dev/null 2>&1 &");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_true(res.duration_ns < 4000000000ull);
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "pidof sleep >/dev/null && echo running");
+	assert_string_equal(res.out, "running\n");
+	wr_exec_result_free(&res);
+	int before = count_inits();
+	destroy(&sb);
+	assert_int_equal(count_inits(), before - 1);
+}
+
+static void test_oom_is_reported(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(32ull << 20);
+	const char *argv[] = {"wr-probe", "membomb", "128", NULL};
+	struct wr_exec_spec ex = {.argv = argv, .user = -1, .group = -1, .stdin_fd = -1};
+	struct wr_exec_result res;
+	wr_err err = NULL;
+	assert_int_equal(wr_container_exec(sb, &ex, &res, &err), 0);
+	assert_int_equal(res.reason, WR_EXIT_OOM);
+	assert_int_equal(res.signal, 9);
+	assert_true(res.memory_peak > (16ull << 20));
+	wr_exec_result_free(&res);
+	/* the sandbox survives its command's OOM */
+	res = run(sb, 0, "echo ok");
+	assert_string_equal(res.out, "ok\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+static void test_files_api_on_live_sandbox(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_fs fs;
+	wr_err err = NULL;
+	assert_int_equal(wr_container_fs(sb, &fs, &err), 0);
+	assert_int_equal(wr_fs_write(&fs, "/tmp/in.txt", "from host\n", 10, 0644, false, &err), 0);
+	struct wr_exec_result res = run(sb, 0, "cat /tmp/in.txt; stat -c %u /tmp/in.txt");
+	assert_string_equal(res.out, "from host\n0\n");
+	wr_exec_result_free(&res);
+
+	/* A symlink planted inside to a host secret resolves inside the root. */
+	res = run(sb, 0,
+		  "ln -s /etc/shadow /tmp/link; ln -s ../../../../../etc/hostname /tmp/up; "
+		  "echo inside > /tmp/out");
+	wr_exec_result_free(&res);
+	char *data = NULL;
+	size_t len = 0;
+	bool trunc = false;
+	assert_true(wr_fs_read(&fs, "/tmp/link", 1 << 20, &data, &len, &trunc, &err) < 0);
+	assert_int_equal(wr_err_code(err), ENOENT); /* the image has no /etc/shadow */
+	wr_err_free(&err);
+	assert_int_equal(wr_fs_read(&fs, "/tmp/up", 1 << 20, &data, &len, &trunc, &err), 0);
+	assert_string_equal(data, "warren-test\n");
+	free(data);
+	assert_int_equal(
+	    wr_fs_read(&fs, "../../../../etc/hostname", 1 << 20, &data, &len, &trunc, &err), 0);
+	assert_string_equal(data, "warren-test\n");
+	free(data);
+	/* /proc of the sandbox is a different filesystem: out of reach */
+	assert_true(wr_fs_read(&fs, "/proc/1/environ", 1 << 20, &data, &len, &trunc, &err) < 0);
+	assert_int_equal(wr_err_code(err), EXDEV);
+	wr_err_free(&err);
+	destroy(&sb);
+}
+
+static void test_kill_then_exec_is_refused(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	wr_err err = NULL;
+	assert_int_equal(wr_container_kill(sb, &err), 0);
+	const char *argv[] = {"true", NULL};
+	struct wr_exec_spec ex = {.argv = argv, .user = -1, .group = -1, .stdin_fd = -1};
+	struct wr_exec_result res;
+	assert_true(wr_container_exec(sb, &ex, &res, &err) < 0);
+	assert_int_equal(wr_err_code(err), ESRCH);
+	wr_err_free(&err);
+	destroy(&sb);
+}
+
+static void test_bad_spec_names_field(void **state)
+{
+	(void)state;
+	struct wr_sandbox_spec spec = {.image = g_image, .memory_bytes = 1024};
+	struct wr_sandbox *sb = NULL;
+	wr_err err = NULL;
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_string_equal(err->field, "memory");
+	wr_err_free(&err);
+	spec = (struct wr_sandbox_spec){.image = "/nonexistent"};
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_int_equal(wr_err_code(err), ENOENT);
+	assert_non_null(strstr(err->msg, "/nonexistent"));
+	wr_err_free(&err);
+}
+
+static void test_cycles_leave_nothing_behind(void **state)
+{
+	(void)state;
+	int cycles = getenv("WARREN_TEST_CYCLES") ? atoi(getenv("WARREN_TEST_CYCLES")) : 1000;
+	char idmap[300];
+	snprintf(idmap, sizeof(idmap), "%s/state/idmap", g_tmp);
+	int mounts = count_lines("/proc/self/mountinfo");
+	int inits = count_inits();
+	int fds = count_dir("/proc/self/fd");
+	for (int i = 0; i < cycles; i++) {
+		struct wr_sandbox *sb = mk(0);
+		destroy(&sb);
+	}
+	assert_int_equal(count_dir(idmap), 0);
+	assert_int_equal(count_lines("/proc/self/mountinfo"), mounts);
+	assert_int_equal(count_inits(), inits);
+	/* the image cache holds one fd per image; nothing else may grow */
+	assert_true(count_dir("/proc/self/fd") <= fds + 1);
+	char cg[400];
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	char line[512];
+	while (fgets(line, sizeof(line), f)) {
+		char *ctrl = strchr(line, ':') + 1;
+		char *path = strchr(ctrl, ':');
+		*path++ = 0;
+		path[strcspn(path, "\n")] = 0;
+		if (strncmp(ctrl, "name=", 5) == 0 || strcmp(ctrl, "cpuset") == 0 ||
+		    strcmp(ctrl, "devices") == 0)
+			continue;
+		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
+			 g_base);
+		/* the base may exist; no sandbox cgroup may be left in it */
+		assert_int_equal(count_subdirs(cg), 0);
+	}
+	fclose(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_exec_basic),
+	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
+	    cmocka_unit_test(test_background_outlives_command_until_destroy),
+	    cmocka_unit_test(test_oom_is_reported),
+	    cmocka_unit_test(test_files_api_on_live_sandbox),
+	    cmocka_unit_test(test_kill_then_exec_is_refused),
+	    cmocka_unit_test(test_bad_spec_names_field),
+	    cmocka_unit_test(test_cycles_leave_nothing_behind),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
