@@ -24,6 +24,19 @@ int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);
 int wr_container_kill(struct wr_sandbox *sb, wr_err *err);
 int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
 
+/* Daemon restart: rebuild the handle of a sandbox that a previous process
+ * created (its record says id, PID 1's host pid and the spec it was created
+ * with). Verifies the pid is that sandbox's PID 1 (its cgroup is
+ * <base>/<id>/init), then reopens pidfd, root, cgroups and uid range.
+ * ENOENT/ESRCH when the sandbox is gone. The adopted PID 1 is not our child:
+ * destroy waits for it through its pidfd. */
+int wr_container_adopt(const struct wr_sandbox_spec *spec, pid_t init_pid,
+		       struct wr_sandbox **out, wr_err *err);
+/* Kill and remove every sandbox cgroup and uid range whose id keep() does not
+ * recognise (left by a crash mid-create, or by sandboxes whose record is
+ * gone). Returns the number removed. */
+int wr_container_sweep(bool (*keep)(const char *id, void *ctx), void *ctx, wr_err *err);
+
 const char *wr_sandbox_id(const struct wr_sandbox *sb);
 pid_t wr_sandbox_init_pid(const struct wr_sandbox *sb);
 uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb);
