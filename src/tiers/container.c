@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -211,18 +212,18 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 		wr_cerr_sys(&e, "stdio");
 		child_fail(a->sync, &e);
 	}
-	/* Order before exec: capabilities, no_new_privs, Landlock, fds,
-	 * seccomp last (it also governs this setup code once loaded). */
+	/* Order before exec: capabilities, no_new_privs, fds, seccomp last (it
+	 * also governs this setup code once loaded). PID 1 runs no sandbox code,
+	 * and its seccomp profile allows no file, socket or process-creation
+	 * call at all, so it gets no Landlock domain: that would also forbid
+	 * executing warren-init, which lives outside the sandbox root. Every
+	 * command gets Landlock (exec.c). */
 	if (wr_caps_switch_user(0, 0, 0, &e) < 0)
 		child_fail(a->sync, &e);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
 		wr_cerr_sys(&e, "no_new_privs");
 		child_fail(a->sync, &e);
 	}
-	struct wr_landlock_policy ll = {
-	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
-	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, &e) < 0)
-		child_fail(a->sync, &e);
 	/* Every fd above 2 closes at exec; the sync socket's close is how the
 	 * parent learns that exec succeeded. */
 	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
@@ -234,7 +235,10 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	char *const argv[] = {"warren-init", NULL};
 	char *const envp[] = {NULL};
 	syscall(__NR_execveat, a->init_fd, "", argv, envp, AT_EMPTY_PATH);
-	wr_cerr_sys(&e, "exec warren-init");
+	/* Under seccomp now: report with no library call that might need a
+	 * refused syscall. */
+	e.errnum = errno;
+	memcpy(e.msg, "exec warren-init", sizeof("exec warren-init"));
 	child_fail(a->sync, &e);
 }
 
@@ -484,6 +488,13 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	/* EOF: the child exec'd warren-init. A message: it failed. */
 	if ((r = wr_err_recv(sync_p, err)) < 0)
 		goto fail;
+	siginfo_t alive = {0};
+	if (waitid(P_PIDFD, (id_t)sb->init_pidfd, &alive, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+	    alive.si_pid != 0) {
+		r = wr_err_set(err, ECHILD, "sandbox PID 1 died during start (status %d)",
+			       alive.si_status);
+		goto fail;
+	}
 
 	snprintf(path, sizeof(path), "/proc/%d/root", (int)pid);
 	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -514,7 +525,143 @@ fail:
 	return r < 0 ? r : -EIO;
 }
 
+/* ---- adoption after a restart -------------------------------------------- */
+
+/* True when /proc/<pid>/cgroup places pid in .../<id>/init (in any
+ * hierarchy): that is how we know a recorded pid is still our PID 1 and not
+ * a recycled pid. */
+static bool pid_is_init_of(pid_t pid, const char *id)
+{
+	char path[64], suffix[96];
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	snprintf(suffix, sizeof(suffix), "/%s/init", id);
+	_cleanup_free_ char *buf = NULL;
+	if (wr_read_file_at(AT_FDCWD, path, &buf, 65536, NULL) < 0)
+		return false;
+	size_t sl = strlen(suffix);
+	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		size_t l = strlen(line);
+		if (l >= sl && strcmp(line + l - sl, suffix) == 0)
+			return true;
+	}
+	return false;
+}
+
+int wr_container_adopt(const struct wr_sandbox_spec *in, pid_t init_pid, struct wr_sandbox **out,
+		       wr_err *err)
+{
+	struct wr_container_globals *g = &wr_cg_globals;
+	if (!g->ready)
+		return wr_err_set(err, EINVAL, "container tier not initialised");
+	if (in->id == NULL)
+		return wr_err_field(err, "id", "adoption needs the sandbox id");
+	struct wr_sandbox_spec spec;
+	struct wr_sandbox_spec tmp = *in;
+	if (tmp.image == NULL)
+		tmp.image = "adopted"; /* the image is not reopened: the rootfs is live */
+	if (normalize(&tmp, &spec, err) < 0)
+		return wr_err_wrap(err, "adopt %s", in->id);
+	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	pthread_mutex_init(&sb->leaves_lock, NULL);
+	sb->init_pidfd = -1;
+	sb->root_fd = -1;
+	sb->init_pid = init_pid;
+	snprintf(sb->id, sizeof(sb->id), "%s", spec.id);
+	sb->user = spec.user;
+	sb->group = spec.group;
+	sb->caps = wr_capset_mask(spec.capset);
+	wr_rlimits_default(&sb->rlimits);
+	sb->rlimits.nofile = spec.nofile;
+	/* Commands numbered from a fresh range: leaves of the previous
+	 * process's commands may still exist. */
+	atomic_store(&sb->cmd_seq, (unsigned)(wr_now_ns() / 1000000) % 1000000000u);
+	int r;
+	if ((sb->workdir = strdup(spec.workdir)) == NULL) {
+		r = wr_err_set(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((r = copy_env(sb, &spec, err)) < 0)
+		goto fail;
+	sb->init_pidfd = wr_pidfd_open(init_pid, 0);
+	if (sb->init_pidfd < 0) {
+		r = wr_err_sys(err, "PID 1 (%d) is gone", (int)init_pid);
+		goto fail;
+	}
+	/* Invariant: checked after the pidfd is open, so the pid cannot be
+	 * recycled between the check and our use of it. */
+	if (!pid_is_init_of(init_pid, sb->id)) {
+		r = wr_err_set(err, ESRCH, "pid %d is not PID 1 of sandbox %s", (int)init_pid,
+			       sb->id);
+		goto fail;
+	}
+	if ((r = wr_idmap_find(g->state_dir, sb->id, &sb->idmap, err)) < 0)
+		goto fail;
+	if ((r = wr_cgroup_open(g->cgroot, sb->id, &sb->cg, err)) < 0)
+		goto fail;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)init_pid);
+	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (sb->root_fd < 0) {
+		r = wr_err_sys(err, "open sandbox root");
+		goto fail;
+	}
+	sb->adopted = true;
+	*out = sb;
+	return 0;
+fail:
+	wr_err_wrap(err, "adopt %s", in->id);
+	if (sb->cg)
+		wr_cgroup_close(sb->cg);
+	if (sb->init_pidfd >= 0)
+		close(sb->init_pidfd);
+	sandbox_free(sb);
+	return r < 0 ? r : -EIO;
+}
+
+struct sweep_ctx {
+	bool (*keep)(const char *id, void *ctx);
+	void *ctx;
+};
+
+static bool sweep_keep(const char *id, void *ctx)
+{
+	struct sweep_ctx *c = ctx;
+	return c->keep(id, c->ctx);
+}
+
+int wr_container_sweep(bool (*keep)(const char *id, void *ctx), void *ctx, wr_err *err)
+{
+	struct wr_container_globals *g = &wr_cg_globals;
+	if (!g->ready)
+		return wr_err_set(err, EINVAL, "container tier not initialised");
+	struct sweep_ctx c = {keep, ctx};
+	int n = wr_cgroup_sweep(g->cgroot, sweep_keep, &c, err);
+	if (n < 0)
+		return wr_err_wrap(err, "sweep cgroups");
+	int m = wr_idmap_reclaim(g->state_dir, sweep_keep, &c, err);
+	if (m < 0)
+		return wr_err_wrap(err, "sweep uid ranges");
+	return n + m;
+}
+
 /* ---- kill and destroy --------------------------------------------------- */
+
+/* Wait for PID 1 to be gone: reap it when it is our child, else (adopted
+ * after a restart) wait for its pidfd to become readable. */
+static void wait_init(struct wr_sandbox *sb)
+{
+	siginfo_t si;
+	if (!sb->adopted) {
+		while (waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+		return;
+	}
+	struct pollfd pf = {.fd = sb->init_pidfd, .events = POLLIN};
+	while (poll(&pf, 1, 5000) < 0 && errno == EINTR)
+		;
+}
 
 int wr_container_kill(struct wr_sandbox *sb, wr_err *err)
 {
@@ -537,9 +684,7 @@ int wr_container_destroy(struct wr_sandbox **psb, wr_err *err)
 	if (wr_container_kill(sb, &ignored) < 0 && r == 0)
 		r = wr_err_set(err, wr_err_code(ignored), "%s", ignored->msg);
 	wr_err_free(&ignored);
-	siginfo_t si;
-	while (waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
-		;
+	wait_init(sb);
 	close(sb->init_pidfd);
 	if (sb->root_fd >= 0)
 		close(sb->root_fd);
@@ -552,7 +697,8 @@ int wr_container_destroy(struct wr_sandbox **psb, wr_err *err)
 	}
 	sb->leaves = NULL;
 	pthread_mutex_unlock(&sb->leaves_lock);
-	wr_cgroup_close(sb->init_cg);
+	if (sb->init_cg)
+		wr_cgroup_close(sb->init_cg);
 	/* Removes the leaves too (init, cmd-N). */
 	if (wr_cgroup_destroy(&sb->cg, r == 0 ? err : NULL) < 0 && r == 0)
 		r = -1;

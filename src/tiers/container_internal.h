@@ -48,6 +48,7 @@ struct wr_sandbox {
 	char **env; /* "K=V", NULL-terminated */
 	size_t n_env;
 
+	bool adopted; /* PID 1 is not our child (daemon restart) */
 	atomic_uint cmd_seq;
 	atomic_bool killed;
 	pthread_mutex_t leaves_lock;

@@ -325,10 +325,22 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	struct wr_cgroup_stats before = {0};
 	wr_cgroup_stats(sb->cg, &before, NULL);
 
-	char name[32];
-	snprintf(name, sizeof(name), "cmd-%u", atomic_fetch_add(&sb->cmd_seq, 1) + 1);
-	if ((r = wr_cgroup_create_leaf(sb->cg, name, &leaf, err)) < 0)
-		goto out;
+	/* Leaf names are unique per sandbox; after an adoption a leaf of the
+	 * previous process may still hold a name, so skip taken ones. */
+	for (int tries = 0;; tries++) {
+		char name[32];
+		wr_err lerr = NULL;
+		snprintf(name, sizeof(name), "cmd-%u", atomic_fetch_add(&sb->cmd_seq, 1) + 1);
+		r = wr_cgroup_create_leaf(sb->cg, name, &leaf, &lerr);
+		if (r >= 0)
+			break;
+		if (wr_err_code(lerr) != EEXIST || tries > 100) {
+			r = wr_err_set(err, wr_err_code(lerr), "%s", lerr->msg);
+			wr_err_free(&lerr);
+			goto out;
+		}
+		wr_err_free(&lerr);
+	}
 
 	int p[2];
 	if ((r = pipe_nb(p, err)) < 0)
