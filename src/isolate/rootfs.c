@@ -201,6 +201,9 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr
 	_cleanup_close_ int lower = open(s->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (lower < 0)
 		return wr_cerr_sys(e, "open lower");
+	_cleanup_close_ int oldroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (oldroot < 0)
+		return wr_cerr_sys(e, "open /");
 
 	/* The writable layer: a tmpfs with a hard size and inode count, so a
 	 * disk fill gets ENOSPC at the quota and nothing outside fills up. */
@@ -221,8 +224,20 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr
 	_cleanup_close_ int ovl = wr_fsopen("overlay", FSOPEN_CLOEXEC);
 	if (ovl < 0)
 		return wr_cerr_sys(e, "fsopen overlay");
+	/* Overlay records each layer's path as the caller sees it, and shows it
+	 * in the sandbox's /proc/self/mountinfo: look at the lower from a
+	 * chroot into it, so it is recorded as "/" and no host path (such as our
+	 * run directory) is revealed. */
+	if (fchdir(lower) < 0 || chroot(".") < 0)
+		return wr_cerr_sys(e, "enter lower");
+	int lr = wr_fsconfig(ovl, FSCONFIG_SET_FD, "lowerdir+", NULL, lower);
+	int lerr = errno;
+	if (fchdir(oldroot) < 0 || chroot(".") < 0)
+		return wr_cerr_sys(e, "leave lower");
+	errno = lerr;
+	if (lr < 0)
+		return wr_cerr_sys(e, "overlay lower");
 	if (wr_fsconfig(ovl, FSCONFIG_SET_STRING, "source", "warren", 0) < 0 ||
-	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "lowerdir+", NULL, lower) < 0 ||
 	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "upperdir", NULL, upper) < 0 ||
 	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "workdir", NULL, work) < 0 ||
 	    /* trusted.* xattrs need init-namespace privilege */
