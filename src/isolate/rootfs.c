@@ -196,11 +196,11 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr
 	 * the caller's own mount namespace; the lower arrives as a detached tree
 	 * made by the host, so attach it first. The overlay is then stacked on
 	 * the same mountpoint and the lower stays hidden under it. */
-	if (wr_mount_attach(lower_fd, AT_FDCWD, s->mountpoint, e) < 0)
-		return -1;
-	_cleanup_close_ int lower = open(s->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (lower < 0)
-		return wr_cerr_sys(e, "open lower");
+	if (wr_move_mount(lower_fd, "", s->mountpoint_fd, "",
+			  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return wr_cerr_sys(e, "attach image");
+	/* lower_fd now names the attached lower's root */
+	int lower = lower_fd;
 	_cleanup_close_ int oldroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (oldroot < 0)
 		return wr_cerr_sys(e, "open /");
@@ -247,11 +247,12 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr
 	_cleanup_close_ int root = wr_fsmount(ovl, FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV);
 	if (root < 0)
 		return wr_cerr_sys(e, "fsmount overlay");
-	if (wr_mount_attach(root, AT_FDCWD, s->mountpoint, e) < 0)
-		return -1;
-	_cleanup_close_ int rootfd = open(s->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (rootfd < 0)
-		return wr_cerr_sys(e, "open new root");
+	/* Stack the overlay on the lower's root; the fsmount fd then names the
+	 * new root. */
+	if (wr_move_mount(root, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) <
+	    0)
+		return wr_cerr_sys(e, "attach overlay");
+	int rootfd = root;
 
 	if (ensure_dir(rootfd, "proc", 0555, e) < 0 || ensure_dir(rootfd, "sys", 0555, e) < 0 ||
 	    ensure_dir(rootfd, "tmp", 01777, e) < 0)

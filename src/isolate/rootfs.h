@@ -26,14 +26,17 @@ int wr_rootfs_lower_open(const char *image, wr_err *err);
 int wr_rootfs_lower_for(int lower_fd, int userns_fd, wr_err *err);
 
 struct wr_rootfs_spec {
-	const char *mountpoint; /* an empty host directory used as the mount target */
-	uint64_t disk_bytes;	/* tmpfs upper size= */
-	uint64_t disk_inodes;	/* tmpfs upper nr_inodes= */
-	uint64_t shm_bytes;	/* /dev/shm size= */
+	/* O_PATH fd of an empty directory used as the mount target, opened in
+	 * the child's own mount namespace (see container.c for why early). */
+	int mountpoint_fd;
+	uint64_t disk_bytes;  /* tmpfs upper size= */
+	uint64_t disk_inodes; /* tmpfs upper nr_inodes= */
+	uint64_t shm_bytes;   /* /dev/shm size= */
 };
 
-/* Child half. lower_fd: from wr_rootfs_lower_for (received over a socket).
- * On return the caller's root and cwd are the new root. */
+/* Child half. lower_fd: from wr_rootfs_lower_for (received over a socket);
+ * consumed (it becomes the attached lower). On return the caller's root and
+ * cwd are the new root. */
 int wr_rootfs_setup(const struct wr_rootfs_spec *spec, int lower_fd, struct wr_cerr *e);
 
 /* The /proc and /sys paths hidden or made read-only (tests, docs). */

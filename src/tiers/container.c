@@ -159,6 +159,7 @@ struct child_args {
 	int init_fd; /* O_PATH of warren-init */
 	bool die_with_parent;
 	const char *hostname;
+	const char *mountpoint;
 	struct wr_rootfs_spec rootfs;
 	const struct wr_seccomp_prog *seccomp;
 };
@@ -174,6 +175,16 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	struct wr_cerr e = {0};
 	if (a->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
 		wr_cerr_sys(&e, "set parent-death signal");
+		child_fail(a->sync, &e);
+	}
+	/* The mountpoint is opened while our kuid is still the host's root
+	 * (before setresuid below): its parent directories may be private to
+	 * root (a test's mkdtemp), and as the sandbox's uid we could not walk
+	 * them. Our mount namespace is already our own, so the fd is usable. */
+	struct wr_rootfs_spec rs = a->rootfs;
+	rs.mountpoint_fd = open(a->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rs.mountpoint_fd < 0) {
+		wr_cerr_sys(&e, "open %s", a->mountpoint);
 		child_fail(a->sync, &e);
 	}
 	/* "go": the parent has written our id maps and sends the image. */
@@ -201,12 +212,11 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	}
 	if (wr_netns_loopback_up(&e) < 0)
 		child_fail(a->sync, &e);
-	if (wr_rootfs_setup(&a->rootfs, lower, &e) < 0) {
+	if (wr_rootfs_setup(&rs, lower, &e) < 0) {
 		struct wr_cerr w;
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
 	}
-	close(lower);
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
@@ -443,7 +453,8 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	    .init_fd = init_fd,
 	    .die_with_parent = in->die_with_parent,
 	    .hostname = spec.hostname ? spec.hostname : sb->id,
-	    .rootfs = {.mountpoint = g->mountpoint,
+	    .mountpoint = g->mountpoint,
+	    .rootfs = {.mountpoint_fd = -1,
 		       .disk_bytes = spec.disk_bytes,
 		       .disk_inodes = spec.disk_inodes,
 		       .shm_bytes = spec.shm_bytes},
