@@ -1,0 +1,45 @@
+"""warren: Python SDK for the warren sandbox daemon (``warrend``).
+
+Quick start::
+
+    from warren import Sandbox
+
+    with Sandbox.create(image="busybox", timeout=600) as sb:
+        r = sb.commands.run("echo hello; echo oops >&2; exit 3")
+        print(r.exit_code, r.stdout, r.stderr)      # 3 'hello\\n' 'oops\\n'
+        sb.files.write("/tmp/data.bin", b"\\x00\\x01")
+        print(sb.files.read("/tmp/data.bin", format="bytes"))
+
+:class:`AsyncSandbox` offers the same API with coroutines. Errors are typed
+(:class:`WarrenError` and subclasses, one per API error code).
+"""
+__version__ = "0.1.0"
+
+from ._http import (ConnectionConfig, aclose_shared_clients,  # noqa: E402
+                    close_shared_clients)
+from .exceptions import (AuthenticationError, CommandExitError,  # noqa: E402
+                         CommandExitException, ConflictError, InternalError,
+                         InvalidArgumentError, MethodNotAllowedError, NotFoundError,
+                         PayloadTooLargeError, RequestTimeoutError, ResourceExhaustedError,
+                         UnavailableError, UnsupportedMediaTypeError, WarrenConnectionError,
+                         WarrenError)
+from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # noqa: E402
+                     SandboxInfo, UploadResult)
+from .sandbox import CommandHandle, Commands, Files, Sandbox  # noqa: E402
+from .sandbox_async import (AsyncCommandHandle, AsyncCommands, AsyncFiles,  # noqa: E402
+                            AsyncSandbox)
+
+__all__ = [
+    "__version__",
+    "Sandbox", "AsyncSandbox",
+    "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
+    "Files", "AsyncFiles",
+    "SandboxInfo", "CommandResult", "CommandInfo", "EntryInfo", "FileType", "Event",
+    "UploadResult", "ConnectionConfig",
+    "close_shared_clients", "aclose_shared_clients",
+    "WarrenError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
+    "MethodNotAllowedError", "ConflictError", "PayloadTooLargeError",
+    "UnsupportedMediaTypeError", "ResourceExhaustedError", "InternalError",
+    "UnavailableError", "WarrenConnectionError", "RequestTimeoutError",
+    "CommandExitError", "CommandExitException",
+]
