@@ -1,1 +1,994 @@
-/* placeholder: being written */
+/* File operations on a sandbox's filesystem from the host, race-free.
+ *
+ * The sandbox is hostile: it can plant symlinks, swap directories for
+ * symlinks between two of our syscalls and mount things. So no path string
+ * is ever handed to a plain path-walking syscall. Whole caller paths go
+ * through openat2() beneath fs->root_fd with RESOLVE_IN_ROOT (".." and
+ * absolute symlinks stop at the root), RESOLVE_NO_MAGICLINKS (no
+ * /proc/x/fd/y or /proc/self/root jumps) and RESOLVE_NO_XDEV (never enter
+ * another mount). Everything after that works on the directory fd it gave,
+ * with single path components and *at() calls, and a single component is
+ * opened with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS so a swapped-in symlink
+ * fails instead of being followed.
+ */
+#include "tiers/fsops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+
+/* A caller path, resolved from the root. */
+#define WALK_ROOT (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
+/* One component inside a directory we hold: no symlink, no mount. */
+#define WALK_ONE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)
+
+#define CHUNK (64 * 1024)
+/* openat2 returns EAGAIN when a rename or mount raced a ".." step. */
+#define RESOLVE_RETRIES 64
+#define TMP_RETRIES 100
+/* New parent directories made by a write with `parents`. */
+#define PARENT_MODE 0755
+/* Initial read buffer, grown as the file turns out to be larger. */
+#define READ_PREALLOC (1024 * 1024)
+/* Ids outside the sandbox's range are reported as the overflow id. */
+#define OVERFLOW_ID 65534
+
+/* Caller paths appear in messages, cut at SHOWN bytes. */
+#define SHOWN 256
+#define PFMT "%.*s%s"
+#define PARG(p) SHOWN, shown(p), ellipsis(p)
+
+static const char *shown(const char *p)
+{
+	return p ? p : "";
+}
+
+static const char *ellipsis(const char *p)
+{
+	return p && strnlen(p, SHOWN + 1) > SHOWN ? "..." : "";
+}
+
+/* errnum with its strerror text, for the caller to wrap with "op path". */
+static int sys_err(wr_err *err, int errnum)
+{
+	return wr_err_set(err, errnum, "%s", strerror(errnum));
+}
+
+/* ---- resolution ---------------------------------------------------------- */
+
+/* openat2 with the EAGAIN retry. Returns an fd or -errno. */
+static int resolve(int dirfd, const char *path, int flags, mode_t mode, uint64_t how_resolve)
+{
+	struct open_how how = {
+	    .flags = (uint64_t)(unsigned int)(flags | O_CLOEXEC),
+	    .mode = (flags & O_CREAT) ? mode : 0,
+	    .resolve = how_resolve,
+	};
+	for (int i = 0; i < RESOLVE_RETRIES; i++) {
+		int fd = wr_openat2(dirfd, path, &how);
+		if (fd >= 0)
+			return fd;
+		if (errno != EAGAIN)
+			return -errno;
+	}
+	return -EAGAIN;
+}
+
+/* The error for a failed resolve(). */
+static int resolve_err(wr_err *err, int neg)
+{
+	if (neg == -EAGAIN)
+		return wr_err_set(err, EAGAIN, "path kept changing during resolution");
+	return sys_err(err, -neg);
+}
+
+static int open_in_root(const struct wr_fs *fs, const char *path, int flags, wr_err *err)
+{
+	int fd = resolve(fs->root_fd, path, flags, 0, WALK_ROOT);
+	return fd < 0 ? resolve_err(err, fd) : fd;
+}
+
+static int check_fs(const struct wr_fs *fs, wr_err *err)
+{
+	if (fs == NULL || fs->root_fd < 0)
+		return wr_err_set(err, EBADF, "no sandbox root");
+	return 0;
+}
+
+/* Empty -> EINVAL; longer than PATH_MAX - 1 bytes or a component longer
+ * than NAME_MAX -> ENAMETOOLONG. */
+static int check_path(const char *path, wr_err *err)
+{
+	if (path == NULL || path[0] == '\0')
+		return wr_err_set(err, EINVAL, "empty path");
+	size_t len = strnlen(path, PATH_MAX);
+	if (len >= PATH_MAX)
+		return wr_err_set(err, ENAMETOOLONG, "path longer than %d bytes", PATH_MAX - 1);
+	size_t comp = 0;
+	for (size_t i = 0; i <= len; i++) {
+		if (path[i] == '/' || path[i] == '\0') {
+			if (comp > NAME_MAX)
+				return wr_err_set(err, ENAMETOOLONG,
+						  "path component longer than %d bytes", NAME_MAX);
+			comp = 0;
+		} else {
+			comp++;
+		}
+	}
+	return 0;
+}
+
+/* A path cut into the directory that holds its last component and that
+ * component. */
+struct split {
+	char buf[PATH_MAX];
+	const char *parent;
+	const char *base;
+	bool is_root;	     /* "/", ".", "/./": the root itself */
+	bool trailing_slash; /* "a/b/" */
+};
+
+static int split_path(const char *path, struct split *sp, wr_err *err)
+{
+	int r = check_path(path, err);
+	if (r < 0)
+		return r;
+	size_t len = strlen(path);
+	memcpy(sp->buf, path, len + 1);
+	sp->trailing_slash = len > 1 && path[len - 1] == '/';
+	while (len > 1 && sp->buf[len - 1] == '/')
+		sp->buf[--len] = '\0';
+
+	sp->is_root = true;
+	for (const char *c = sp->buf; *c; c++) {
+		if (*c != '/' && *c != '.') {
+			sp->is_root = false;
+			break;
+		}
+		/* ".." is not the root ("a/.." is refused below) */
+		if (c[0] == '.' && c[1] == '.') {
+			sp->is_root = false;
+			break;
+		}
+	}
+	if (sp->is_root) {
+		sp->parent = "/";
+		sp->base = NULL;
+		return 0;
+	}
+
+	char *slash = strrchr(sp->buf, '/');
+	if (slash == NULL) {
+		sp->parent = ".";
+		sp->base = sp->buf;
+	} else if (slash == sp->buf) {
+		sp->parent = "/";
+		sp->base = slash + 1;
+	} else {
+		*slash = '\0';
+		sp->parent = sp->buf;
+		sp->base = slash + 1;
+	}
+	if (sp->base[0] == '\0' || strcmp(sp->base, ".") == 0 || strcmp(sp->base, "..") == 0)
+		return wr_err_set(err, EINVAL, "last path component must be a name, not \"%s\"",
+				  sp->base);
+	return 0;
+}
+
+/* Open a directory we just made, without following anything, and give it
+ * to the sandbox: owner uid/gid, exact mode (mkdirat applied the umask). */
+static int adopt_dir(const struct wr_fs *fs, int pfd, const char *name, mode_t mode, wr_err *err)
+{
+	_cleanup_close_ int fd =
+	    resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	if (fd < 0)
+		return sys_err(err, -fd);
+	if (fchown(fd, fs->uid, fs->gid) < 0 || fchmod(fd, mode & 07777) < 0)
+		return sys_err(err, errno);
+	return steal_fd(&fd);
+}
+
+/* Resolve directory `path`, creating missing components one at a time.
+ * Each prefix is resolved from the root (so "..", symlinks and swaps keep
+ * their in-root meaning); a missing one is made with mkdirat() in the fd of
+ * the prefix before it and opened without following anything. */
+static int mkdir_walk(const struct wr_fs *fs, const char *path, mode_t mode, wr_err *err)
+{
+	int fd = resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
+	if (fd >= 0)
+		return fd;
+	if (fd != -ENOENT)
+		return resolve_err(err, fd);
+
+	_cleanup_close_ int cur = open_in_root(fs, "/", O_PATH | O_DIRECTORY, err);
+	if (cur < 0)
+		return cur;
+	char prefix[PATH_MAX];
+	size_t n = strlen(path), i = 0;
+	while (i < n) {
+		while (i < n && path[i] == '/')
+			i++;
+		if (i >= n)
+			break;
+		size_t start = i;
+		while (i < n && path[i] != '/')
+			i++;
+		memcpy(prefix, path, i);
+		prefix[i] = '\0';
+		const char *comp = prefix + start;
+
+		int next = resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
+		if (next == -ENOENT) {
+			if (mkdirat(cur, comp, 0700) == 0) {
+				next = adopt_dir(fs, cur, comp, mode, err);
+				if (next < 0)
+					return wr_err_wrap(err, "create " PFMT, PARG(prefix));
+			} else if (errno == EEXIST) {
+				/* made concurrently, or a dangling symlink */
+				next = resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0,
+					       WALK_ROOT);
+			} else {
+				return wr_err_sys(err, "create " PFMT, PARG(prefix));
+			}
+		}
+		if (next < 0) {
+			resolve_err(err, next);
+			return wr_err_wrap(err, PFMT, PARG(prefix));
+		}
+		close(cur);
+		cur = next;
+	}
+	return steal_fd(&cur);
+}
+
+static int open_parent(const struct wr_fs *fs, const struct split *sp, bool parents, wr_err *err)
+{
+	if (parents)
+		return mkdir_walk(fs, sp->parent, PARENT_MODE, err);
+	return open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
+}
+
+/* ---- stat ------------------------------------------------------------------ */
+
+static enum wr_fs_type type_of(mode_t m)
+{
+	if (S_ISREG(m))
+		return WR_FS_FILE;
+	if (S_ISDIR(m))
+		return WR_FS_DIR;
+	if (S_ISLNK(m))
+		return WR_FS_SYMLINK;
+	return WR_FS_OTHER;
+}
+
+static const char *type_name(mode_t m)
+{
+	switch (m & S_IFMT) {
+	case S_IFIFO: return "fifo";
+	case S_IFSOCK: return "socket";
+	case S_IFCHR: return "char device";
+	case S_IFBLK: return "block device";
+	case S_IFDIR: return "directory";
+	case S_IFLNK: return "symlink";
+	default: return "unknown type";
+	}
+}
+
+static uid_t sandbox_id(const struct wr_fs *fs, uid_t host)
+{
+	return host >= fs->id_base ? host - fs->id_base : OVERFLOW_ID;
+}
+
+static void fill_stat(const struct wr_fs *fs, const struct stat *st, struct wr_fs_stat *out)
+{
+	out->type = type_of(st->st_mode);
+	out->size = (uint64_t)st->st_size;
+	out->mode = st->st_mode & 07777;
+	out->uid = sandbox_id(fs, st->st_uid);
+	out->gid = (gid_t)sandbox_id(fs, (uid_t)st->st_gid);
+	out->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+	out->symlink_target = NULL;
+}
+
+/* readlinkat into a malloc'd string; NULL with errno on failure. */
+static char *read_link(int dirfd, const char *name)
+{
+	_cleanup_free_ char *buf = malloc(PATH_MAX + 1);
+	if (buf == NULL)
+		return NULL;
+	ssize_t n = readlinkat(dirfd, name, buf, PATH_MAX);
+	if (n < 0)
+		return NULL;
+	buf[n] = '\0';
+	return steal_ptr(&buf);
+}
+
+void wr_fs_stat_free(struct wr_fs_stat *st)
+{
+	if (st == NULL)
+		return;
+	free(st->symlink_target);
+	st->symlink_target = NULL;
+}
+
+int wr_fs_stat(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st, wr_err *err)
+{
+	memset(st, 0, sizeof(*st));
+	int r = check_fs(fs, err);
+	if (r == 0)
+		r = check_path(path, err);
+	if (r < 0)
+		return wr_err_wrap(err, "stat " PFMT, PARG(path));
+
+	/* O_PATH|O_NOFOLLOW: the last component itself, symlink or not. */
+	_cleanup_close_ int fd = open_in_root(fs, path, O_PATH | O_NOFOLLOW, err);
+	if (fd < 0)
+		return wr_err_wrap(err, "stat " PFMT, PARG(path));
+	struct stat sb;
+	if (fstat(fd, &sb) < 0)
+		return wr_err_sys(err, "stat " PFMT, PARG(path));
+	fill_stat(fs, &sb, st);
+	if (S_ISLNK(sb.st_mode)) {
+		st->symlink_target = read_link(fd, "");
+		if (st->symlink_target == NULL)
+			return wr_err_sys(err, "stat " PFMT ": read link", PARG(path));
+	}
+	return 0;
+}
+
+int wr_fs_exists(const struct wr_fs *fs, const char *path, bool *exists, wr_err *err)
+{
+	struct wr_fs_stat st;
+	*exists = false;
+	int r = wr_fs_stat(fs, path, &st, err);
+	if (r == -ENOENT || r == -ENOTDIR) {
+		wr_err_free(err);
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	wr_fs_stat_free(&st);
+	*exists = true;
+	return 0;
+}
+
+/* ---- read ------------------------------------------------------------------ */
+
+/* Open a regular file for reading. The path is resolved to an O_PATH fd
+ * first (which opens nothing: no FIFO blocks, no device driver's open
+ * runs), its type checked, and that very inode reopened through
+ * /proc/thread-self/fd, so what is read is what was checked. */
+static int open_regular(const struct wr_fs *fs, const char *path, struct stat *st, wr_err *err)
+{
+	_cleanup_close_ int pfd = open_in_root(fs, path, O_PATH, err);
+	if (pfd < 0)
+		return pfd;
+	if (fstat(pfd, st) < 0)
+		return sys_err(err, errno);
+	if (S_ISDIR(st->st_mode))
+		return sys_err(err, EISDIR);
+	if (!S_ISREG(st->st_mode))
+		return wr_err_set(err, EINVAL, "not a regular file (%s)", type_name(st->st_mode));
+
+	char proc[64];
+	snprintf(proc, sizeof(proc), "/proc/thread-self/fd/%d", pfd);
+	_cleanup_close_ int fd = open(proc, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return wr_err_sys(err, "reopen through procfs (is /proc mounted?)");
+	struct stat again;
+	if (fstat(fd, &again) < 0)
+		return sys_err(err, errno);
+	if (again.st_dev != st->st_dev || again.st_ino != st->st_ino || !S_ISREG(again.st_mode))
+		return wr_err_set(err, EAGAIN, "file changed while being opened");
+	*st = again;
+	return steal_fd(&fd);
+}
+
+static ssize_t read_some(int fd, void *buf, size_t len)
+{
+	for (;;) {
+		ssize_t n = read(fd, buf, len);
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+				return -1;
+			continue;
+		}
+		return -1;
+	}
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				struct pollfd pf = {.fd = fd, .events = POLLOUT};
+				if (poll(&pf, 1, -1) < 0 && errno != EINTR)
+					return -1;
+				continue;
+			}
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Is there at least one more byte to read? -1 on error. */
+static int more_data(int fd)
+{
+	char c;
+	ssize_t n = read_some(fd, &c, 1);
+	return n < 0 ? -1 : n > 0;
+}
+
+int wr_fs_read(const struct wr_fs *fs, const char *path, uint64_t max, char **data, size_t *len,
+	       bool *truncated, wr_err *err)
+{
+	*data = NULL;
+	*len = 0;
+	*truncated = false;
+	int r = check_fs(fs, err);
+	if (r == 0)
+		r = check_path(path, err);
+	if (r < 0)
+		return wr_err_wrap(err, "read " PFMT, PARG(path));
+	struct stat st;
+	_cleanup_close_ int fd = open_regular(fs, path, &st, err);
+	if (fd < 0)
+		return wr_err_wrap(err, "read " PFMT, PARG(path));
+
+	if (max > SIZE_MAX - 1)
+		max = SIZE_MAX - 1;
+	size_t cap = (uint64_t)st.st_size < max ? (size_t)st.st_size : (size_t)max;
+	if (cap > READ_PREALLOC)
+		cap = READ_PREALLOC;
+	cap += 1;
+	_cleanup_free_ char *buf = malloc(cap);
+	if (buf == NULL)
+		return wr_err_set(err, ENOMEM, "read " PFMT ": out of memory", PARG(path));
+	size_t got = 0;
+	while (got < max) {
+		if (got + 1 >= cap) {
+			size_t ncap = cap > (SIZE_MAX - 1) / 2 ? SIZE_MAX : cap * 2;
+			if (ncap - 1 > max)
+				ncap = (size_t)max + 1;
+			char *nbuf = realloc(buf, ncap);
+			if (nbuf == NULL)
+				return wr_err_set(err, ENOMEM, "read " PFMT ": out of memory",
+						  PARG(path));
+			buf = nbuf;
+			cap = ncap;
+		}
+		size_t want = cap - 1 - got;
+		if (want > CHUNK)
+			want = CHUNK;
+		ssize_t n = read_some(fd, buf + got, want);
+		if (n < 0)
+			return wr_err_sys(err, "read " PFMT, PARG(path));
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got == max) {
+		int more = more_data(fd);
+		if (more < 0)
+			return wr_err_sys(err, "read " PFMT, PARG(path));
+		*truncated = more;
+	}
+	buf[got] = '\0';
+	*data = steal_ptr(&buf);
+	*len = got;
+	return 0;
+}
+
+int wr_fs_read_to_fd(const struct wr_fs *fs, const char *path, int out_fd, uint64_t max,
+		     uint64_t *written, wr_err *err)
+{
+	*written = 0;
+	int r = check_fs(fs, err);
+	if (r == 0)
+		r = check_path(path, err);
+	if (r < 0)
+		return wr_err_wrap(err, "read " PFMT, PARG(path));
+	struct stat st;
+	_cleanup_close_ int fd = open_regular(fs, path, &st, err);
+	if (fd < 0)
+		return wr_err_wrap(err, "read " PFMT, PARG(path));
+	_cleanup_free_ char *buf = malloc(CHUNK);
+	if (buf == NULL)
+		return wr_err_set(err, ENOMEM, "read " PFMT ": out of memory", PARG(path));
+
+	uint64_t done = 0;
+	while (done < max) {
+		size_t want = max - done < CHUNK ? (size_t)(max - done) : CHUNK;
+		ssize_t n = read_some(fd, buf, want);
+		if (n < 0)
+			return wr_err_sys(err, "read " PFMT, PARG(path));
+		if (n == 0)
+			return 0;
+		if (write_full(out_fd, buf, (size_t)n) < 0)
+			return wr_err_sys(err, "read " PFMT ": write output", PARG(path));
+		done += (uint64_t)n;
+		*written = done;
+	}
+	int more = more_data(fd);
+	if (more < 0)
+		return wr_err_sys(err, "read " PFMT, PARG(path));
+	return more;
+}
+
+/* ---- write ----------------------------------------------------------------- */
+
+/* Where the new content comes from: a buffer, or fd (when fd >= 0) with at
+ * most max bytes. */
+struct wsrc {
+	const void *data;
+	size_t len;
+	int fd;
+	uint64_t max;
+};
+
+static int fill_tmp(int tfd, const struct wsrc *src, wr_err *err)
+{
+	if (src->fd < 0) {
+		if (write_full(tfd, src->data, src->len) < 0)
+			return sys_err(err, errno);
+		return 0;
+	}
+	_cleanup_free_ char *buf = malloc(CHUNK);
+	if (buf == NULL)
+		return sys_err(err, ENOMEM);
+	uint64_t total = 0;
+	for (;;) {
+		ssize_t n = read_some(src->fd, buf, CHUNK);
+		if (n < 0)
+			return wr_err_sys(err, "read input");
+		if (n == 0)
+			return 0;
+		if ((uint64_t)n > src->max - total)
+			return wr_err_set(err, EFBIG, "input larger than the %llu byte limit",
+					  (unsigned long long)src->max);
+		total += (uint64_t)n;
+		if (write_full(tfd, buf, (size_t)n) < 0)
+			return sys_err(err, errno);
+	}
+}
+
+/* Create ".<base>.wr-tmp-XXXXXX" in pfd; its name goes to name. */
+static int create_tmp(int pfd, const char *base, char name[NAME_MAX + 1], wr_err *err)
+{
+	static const char set[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	for (int attempt = 0; attempt < TMP_RETRIES; attempt++) {
+		unsigned char rnd[6];
+		char sfx[sizeof(rnd) + 1];
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			return wr_err_sys(err, "getrandom");
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			sfx[i] = set[rnd[i] % (sizeof(set) - 1)];
+		sfx[sizeof(rnd)] = '\0';
+		/* 1 + 200 + 8 + 6 bytes: always within NAME_MAX */
+		snprintf(name, NAME_MAX + 1, ".%.200s.wr-tmp-%s", base, sfx);
+		int fd =
+		    resolve(pfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0600, WALK_ONE);
+		if (fd >= 0)
+			return fd;
+		if (fd != -EEXIST && fd != -ELOOP)
+			return sys_err(err, -fd);
+	}
+	return wr_err_set(err, EEXIST, "could not pick a temporary file name");
+}
+
+static int write_atomic(const struct wr_fs *fs, const char *path, const struct wsrc *src,
+			mode_t mode, bool parents, wr_err *err)
+{
+	int r = check_fs(fs, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
+	if (sp == NULL)
+		return sys_err(err, ENOMEM);
+	r = split_path(path, sp, err);
+	if (r < 0)
+		return r;
+	if (sp->is_root || sp->trailing_slash)
+		return sys_err(err, EISDIR);
+
+	_cleanup_close_ int pfd = open_parent(fs, sp, parents, err);
+	if (pfd < 0)
+		return pfd;
+
+	/* An existing file keeps its permissions (set-id bits dropped, as
+	 * write(2) by a non-owner would); a symlink or other entry at the
+	 * name is replaced, never written through. */
+	mode_t fmode = mode & 07777;
+	struct stat st;
+	if (fstatat(pfd, sp->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (S_ISDIR(st.st_mode))
+			return sys_err(err, EISDIR);
+		if (S_ISREG(st.st_mode))
+			fmode = st.st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
+	} else if (errno != ENOENT) {
+		return sys_err(err, errno);
+	}
+
+	char tmp[NAME_MAX + 1];
+	_cleanup_close_ int tfd = create_tmp(pfd, sp->base, tmp, err);
+	if (tfd < 0)
+		return tfd;
+	if (fchown(tfd, fs->uid, fs->gid) < 0 || fchmod(tfd, fmode) < 0)
+		r = sys_err(err, errno);
+	if (r == 0)
+		r = fill_tmp(tfd, src, err);
+	/* tmpfs and overlay can report a full disk as late as close() */
+	if (r == 0 && close(steal_fd(&tfd)) < 0)
+		r = sys_err(err, errno);
+	if (r == 0 && renameat(pfd, tmp, pfd, sp->base) < 0)
+		r = sys_err(err, errno);
+	if (r < 0)
+		unlinkat(pfd, tmp, 0);
+	return r;
+}
+
+int wr_fs_write(const struct wr_fs *fs, const char *path, const void *data, size_t len, mode_t mode,
+		bool parents, wr_err *err)
+{
+	struct wsrc src = {.data = data, .len = len, .fd = -1};
+	int r = write_atomic(fs, path, &src, mode, parents, err);
+	return r < 0 ? wr_err_wrap(err, "write " PFMT, PARG(path)) : 0;
+}
+
+int wr_fs_write_from_fd(const struct wr_fs *fs, const char *path, int in_fd, uint64_t max,
+			mode_t mode, bool parents, wr_err *err)
+{
+	if (in_fd < 0)
+		return wr_err_set(err, EBADF, "write " PFMT ": no input", PARG(path));
+	struct wsrc src = {.fd = in_fd, .max = max};
+	int r = write_atomic(fs, path, &src, mode, parents, err);
+	return r < 0 ? wr_err_wrap(err, "write " PFMT, PARG(path)) : 0;
+}
+
+/* ---- list ------------------------------------------------------------------ */
+
+struct list_walk {
+	const struct wr_fs *fs;
+	wr_fs_list_cb cb;
+	void *ctx;
+	char *rel; /* path of the current entry relative to the listed dir */
+	unsigned long count;
+};
+
+#define REL_CAP ((size_t)WR_FS_LIST_MAX_DEPTH * (NAME_MAX + 1) + 1)
+
+static int list_sub(struct list_walk *w, int dfd, const char *name, dev_t dev, size_t rellen,
+		    int depth, wr_err *err);
+
+/* dfd: the directory (held, never re-resolved); dev: the filesystem the
+ * walk stays on. Returns 0 to go on, the callback's non-zero value to
+ * stop, or a negative error. */
+static int list_dir(struct list_walk *w, int dfd, dev_t dev, size_t rellen, int depth, wr_err *err)
+{
+	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	if (dup_fd < 0)
+		return sys_err(err, errno);
+	_cleanup_closedir_ DIR *d = fdopendir(dup_fd);
+	if (d == NULL) {
+		int e = errno;
+		close(dup_fd);
+		return sys_err(err, e);
+	}
+	for (;;) {
+		errno = 0;
+		struct dirent *de = readdir(d);
+		if (de == NULL) {
+			if (errno != 0)
+				return sys_err(err, errno);
+			return 0;
+		}
+		const char *name = de->d_name;
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			continue;
+		struct stat st;
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT) /* removed since readdir */
+				continue;
+			return sys_err(err, errno);
+		}
+		if (++w->count > WR_FS_LIST_MAX_ENTRIES)
+			return wr_err_set(err, E2BIG, "more than %d entries",
+					  WR_FS_LIST_MAX_ENTRIES);
+
+		size_t nlen = strlen(name);
+		size_t newlen = rellen + (rellen ? 1 : 0) + nlen;
+		if (newlen >= REL_CAP)
+			return wr_err_set(err, ENAMETOOLONG, "relative path too long");
+		if (rellen)
+			w->rel[rellen] = '/';
+		memcpy(w->rel + newlen - nlen, name, nlen + 1);
+
+		struct wr_fs_stat fst;
+		fill_stat(w->fs, &st, &fst);
+		if (S_ISLNK(st.st_mode)) {
+			fst.symlink_target = read_link(dfd, name);
+			if (fst.symlink_target == NULL) {
+				if (errno != ENOENT && errno != EINVAL)
+					return sys_err(err, errno);
+				/* replaced since the stat: report no target */
+				fst.symlink_target = strdup("");
+				if (fst.symlink_target == NULL)
+					return sys_err(err, ENOMEM);
+			}
+		}
+		int r = w->cb(w->ctx, w->rel, &fst);
+		wr_fs_stat_free(&fst);
+		if (r == 0 && depth > 1 && S_ISDIR(st.st_mode) && st.st_dev == dev)
+			r = list_sub(w, dfd, name, dev, newlen, depth - 1, err);
+		if (r != 0)
+			return r;
+	}
+}
+
+/* Descend into directory entry `name` of dfd, never following a symlink or
+ * entering a mount, even one swapped in since the entry was looked at. */
+static int list_sub(struct list_walk *w, int dfd, const char *name, dev_t dev, size_t rellen,
+		    int depth, wr_err *err)
+{
+	_cleanup_close_ int sub =
+	    resolve(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	if (sub < 0) {
+		/* gone, or swapped for a symlink, file or mount: skip */
+		if (sub == -ENOENT || sub == -ENOTDIR || sub == -ELOOP || sub == -EXDEV)
+			return 0;
+		return wr_err_set(err, -sub, "%s: %s", w->rel, strerror(-sub));
+	}
+	struct stat st;
+	if (fstat(sub, &st) < 0)
+		return sys_err(err, errno);
+	if (st.st_dev != dev)
+		return 0;
+	return list_dir(w, sub, dev, rellen, depth, err);
+}
+
+int wr_fs_list(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb, void *ctx,
+	       wr_err *err)
+{
+	int r = check_fs(fs, err);
+	if (r == 0)
+		r = check_path(path, err);
+	if (r == 0 && (depth < 1 || depth > WR_FS_LIST_MAX_DEPTH))
+		r = wr_err_set(err, EINVAL, "depth %d out of range 1..%d", depth,
+			       WR_FS_LIST_MAX_DEPTH);
+	if (r == 0 && cb == NULL)
+		r = wr_err_set(err, EINVAL, "no callback");
+	if (r < 0)
+		return wr_err_wrap(err, "list " PFMT, PARG(path));
+
+	_cleanup_close_ int dfd = open_in_root(fs, path, O_RDONLY | O_DIRECTORY, err);
+	if (dfd < 0)
+		return wr_err_wrap(err, "list " PFMT, PARG(path));
+	struct stat st;
+	if (fstat(dfd, &st) < 0)
+		return wr_err_sys(err, "list " PFMT, PARG(path));
+	_cleanup_free_ char *rel = malloc(REL_CAP);
+	if (rel == NULL)
+		return wr_err_set(err, ENOMEM, "list " PFMT ": out of memory", PARG(path));
+	rel[0] = '\0';
+	struct list_walk w = {.fs = fs, .cb = cb, .ctx = ctx, .rel = rel};
+	r = list_dir(&w, dfd, st.st_dev, 0, depth, err);
+	if (r < 0 && (err == NULL || *err == NULL))
+		wr_err_set(err, -r, "stopped by callback: %s", strerror(-r));
+	if (r < 0)
+		return wr_err_wrap(err, "list " PFMT, PARG(path));
+	return r;
+}
+
+/* ---- mkdir ----------------------------------------------------------------- */
+
+int wr_fs_mkdir(const struct wr_fs *fs, const char *path, mode_t mode, bool parents, wr_err *err)
+{
+	int r = check_fs(fs, err);
+	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
+	if (r == 0 && sp == NULL)
+		r = sys_err(err, ENOMEM);
+	if (r == 0)
+		r = split_path(path, sp, err);
+	if (r == 0 && sp->is_root && !parents)
+		r = sys_err(err, EEXIST);
+	if (r < 0)
+		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
+	if (sp->is_root)
+		return 0;
+
+	_cleanup_close_ int pfd = open_parent(fs, sp, parents, err);
+	if (pfd < 0)
+		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
+	if (mkdirat(pfd, sp->base, 0700) < 0) {
+		struct stat st;
+		if (errno == EEXIST && parents &&
+		    fstatat(pfd, sp->base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+			return 0;
+		return wr_err_sys(err, "mkdir " PFMT, PARG(path));
+	}
+	_cleanup_close_ int fd = adopt_dir(fs, pfd, sp->base, mode, err);
+	if (fd < 0)
+		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
+	return 0;
+}
+
+/* ---- remove ---------------------------------------------------------------- */
+
+struct rm_walk {
+	char *rel; /* caller path of the entry being removed, for messages */
+};
+
+#define RM_REL_CAP ((size_t)PATH_MAX + (size_t)WR_FS_REMOVE_MAX_DEPTH * (NAME_MAX + 1) + 1)
+#define RM_PASSES 4
+
+static int rm_tree(struct rm_walk *w, int pfd, const char *name, size_t rellen, int level,
+		   wr_err *err);
+
+/* Remove everything in dfd. */
+static int rm_contents(struct rm_walk *w, int dfd, size_t rellen, int level, wr_err *err)
+{
+	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+	if (dup_fd < 0)
+		return sys_err(err, errno);
+	_cleanup_closedir_ DIR *d = fdopendir(dup_fd);
+	if (d == NULL) {
+		int e = errno;
+		close(dup_fd);
+		return sys_err(err, e);
+	}
+	for (;;) {
+		errno = 0;
+		struct dirent *de = readdir(d);
+		if (de == NULL)
+			return errno ? sys_err(err, errno) : 0;
+		const char *name = de->d_name;
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			continue;
+		size_t nlen = strlen(name);
+		if (rellen + 1 + nlen >= RM_REL_CAP)
+			return wr_err_set(err, ENAMETOOLONG, "path too long");
+		w->rel[rellen] = '/';
+		memcpy(w->rel + rellen + 1, name, nlen + 1);
+		/* unlink never follows; a directory answers EISDIR */
+		if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+			continue;
+		if (errno != EISDIR)
+			return wr_err_set(err, errno, "%s: %s", w->rel, strerror(errno));
+		int r = rm_tree(w, dfd, name, rellen + 1 + nlen, level + 1, err);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Remove directory `name` of pfd and everything in it, without following
+ * symlinks or entering another mount. */
+static int rm_tree(struct rm_walk *w, int pfd, const char *name, size_t rellen, int level,
+		   wr_err *err)
+{
+	w->rel[rellen] = '\0';
+	_cleanup_close_ int dfd =
+	    resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd == -ENOTDIR || dfd == -ELOOP) {
+		/* swapped for a file or symlink since: remove that entry */
+		if (unlinkat(pfd, name, 0) == 0 || errno == ENOENT)
+			return 0;
+		return wr_err_set(err, errno, "%s: %s", w->rel, strerror(errno));
+	}
+	if (dfd == -EXDEV)
+		return wr_err_set(err, EXDEV, "%s: is a mount point", w->rel);
+	if (dfd < 0)
+		return wr_err_set(err, -dfd, "%s: %s", w->rel, strerror(-dfd));
+	if (level >= WR_FS_REMOVE_MAX_DEPTH)
+		return wr_err_set(err, ELOOP, "%s: nested more than %d levels deep", w->rel,
+				  WR_FS_REMOVE_MAX_DEPTH);
+
+	/* the sandbox may keep adding entries: a few passes, then give up */
+	for (int pass = 0; pass < RM_PASSES; pass++) {
+		int r = rm_contents(w, dfd, rellen, level, err);
+		w->rel[rellen] = '\0';
+		if (r < 0)
+			return r;
+		if (unlinkat(pfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != ENOTEMPTY)
+			return wr_err_set(err, errno, "%s: %s", w->rel, strerror(errno));
+	}
+	return wr_err_set(err, ENOTEMPTY, "%s: %s", w->rel, strerror(ENOTEMPTY));
+}
+
+int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
+{
+	int r = check_fs(fs, err);
+	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
+	if (r == 0 && sp == NULL)
+		r = sys_err(err, ENOMEM);
+	if (r == 0)
+		r = split_path(path, sp, err);
+	if (r == 0 && sp->is_root)
+		r = wr_err_set(err, EBUSY, "refusing to remove the root");
+	if (r < 0)
+		return wr_err_wrap(err, "remove " PFMT, PARG(path));
+
+	_cleanup_close_ int pfd = open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
+	if (pfd < 0)
+		return wr_err_wrap(err, "remove " PFMT, PARG(path));
+	if (unlinkat(pfd, sp->base, 0) == 0)
+		return 0;
+	if (errno != EISDIR)
+		return wr_err_sys(err, "remove " PFMT, PARG(path));
+	if (!recursive) {
+		if (unlinkat(pfd, sp->base, AT_REMOVEDIR) == 0)
+			return 0;
+		return wr_err_sys(err, "remove " PFMT, PARG(path));
+	}
+
+	_cleanup_free_ char *rel = malloc(RM_REL_CAP);
+	if (rel == NULL)
+		return wr_err_set(err, ENOMEM, "remove " PFMT ": out of memory", PARG(path));
+	/* messages name entries by the caller's path, cut to fit */
+	size_t plen = strnlen(path, SHOWN);
+	memcpy(rel, path, plen);
+	while (plen > 1 && rel[plen - 1] == '/')
+		plen--;
+	rel[plen] = '\0';
+	struct rm_walk w = {.rel = rel};
+	r = rm_tree(&w, pfd, sp->base, plen, 0, err);
+	if (r < 0)
+		return wr_err_wrap(err, "remove " PFMT, PARG(path));
+	return 0;
+}
+
+/* ---- rename ---------------------------------------------------------------- */
+
+int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
+{
+	int r = check_fs(fs, err);
+	_cleanup_free_ struct split *a = malloc(sizeof(*a));
+	_cleanup_free_ struct split *b = malloc(sizeof(*b));
+	if (r == 0 && (a == NULL || b == NULL))
+		r = sys_err(err, ENOMEM);
+	if (r == 0)
+		r = split_path(from, a, err);
+	if (r == 0)
+		r = split_path(to, b, err);
+	if (r == 0 && (a->is_root || b->is_root))
+		r = wr_err_set(err, EBUSY, "refusing to rename the root");
+	if (r < 0)
+		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
+
+	_cleanup_close_ int fpfd = open_in_root(fs, a->parent, O_PATH | O_DIRECTORY, err);
+	if (fpfd < 0)
+		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
+	_cleanup_close_ int tpfd = open_in_root(fs, b->parent, O_PATH | O_DIRECTORY, err);
+	if (tpfd < 0)
+		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
+	if (renameat2(fpfd, a->base, tpfd, b->base, 0) < 0)
+		return wr_err_sys(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
+	return 0;
+}
