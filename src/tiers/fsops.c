@@ -15,6 +15,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <linux/securebits.h>
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -322,7 +325,8 @@ void wr_fs_stat_free(struct wr_fs_stat *st)
 	st->symlink_target = NULL;
 }
 
-int wr_fs_stat(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st, wr_err *err)
+static int fs_stat_unguarded(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st,
+			     wr_err *err)
 {
 	memset(st, 0, sizeof(*st));
 	int r = check_fs(fs, err);
@@ -347,7 +351,7 @@ int wr_fs_stat(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st, 
 	return 0;
 }
 
-int wr_fs_exists(const struct wr_fs *fs, const char *path, bool *exists, wr_err *err)
+static int fs_exists_unguarded(const struct wr_fs *fs, const char *path, bool *exists, wr_err *err)
 {
 	struct wr_fs_stat st;
 	*exists = false;
@@ -443,8 +447,8 @@ static int more_data(int fd)
 	return n < 0 ? -1 : n > 0;
 }
 
-int wr_fs_read(const struct wr_fs *fs, const char *path, uint64_t max, char **data, size_t *len,
-	       bool *truncated, wr_err *err)
+static int fs_read_unguarded(const struct wr_fs *fs, const char *path, uint64_t max, char **data,
+			     size_t *len, bool *truncated, wr_err *err)
 {
 	*data = NULL;
 	*len = 0;
@@ -503,8 +507,8 @@ int wr_fs_read(const struct wr_fs *fs, const char *path, uint64_t max, char **da
 	return 0;
 }
 
-int wr_fs_read_to_fd(const struct wr_fs *fs, const char *path, int out_fd, uint64_t max,
-		     uint64_t *written, wr_err *err)
+static int fs_read_to_fd_unguarded(const struct wr_fs *fs, const char *path, int out_fd,
+				   uint64_t max, uint64_t *written, wr_err *err)
 {
 	*written = 0;
 	int r = check_fs(fs, err);
@@ -651,16 +655,16 @@ static int write_atomic(const struct wr_fs *fs, const char *path, const struct w
 	return r;
 }
 
-int wr_fs_write(const struct wr_fs *fs, const char *path, const void *data, size_t len, mode_t mode,
-		bool parents, wr_err *err)
+static int fs_write_unguarded(const struct wr_fs *fs, const char *path, const void *data,
+			      size_t len, mode_t mode, bool parents, wr_err *err)
 {
 	struct wsrc src = {.data = data, .len = len, .fd = -1};
 	int r = write_atomic(fs, path, &src, mode, parents, err);
 	return r < 0 ? wr_err_wrap(err, "write " PFMT, PARG(path)) : 0;
 }
 
-int wr_fs_write_from_fd(const struct wr_fs *fs, const char *path, int in_fd, uint64_t max,
-			mode_t mode, bool parents, wr_err *err)
+static int fs_write_from_fd_unguarded(const struct wr_fs *fs, const char *path, int in_fd,
+				      uint64_t max, mode_t mode, bool parents, wr_err *err)
 {
 	if (in_fd < 0)
 		return wr_err_set(err, EBADF, "write " PFMT ": no input", PARG(path));
@@ -770,8 +774,8 @@ static int list_sub(struct list_walk *w, int dfd, const char *name, dev_t dev, s
 	return list_dir(w, sub, dev, rellen, depth, err);
 }
 
-int wr_fs_list(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb, void *ctx,
-	       wr_err *err)
+static int fs_list_unguarded(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb,
+			     void *ctx, wr_err *err)
 {
 	int r = check_fs(fs, err);
 	if (r == 0)
@@ -805,7 +809,8 @@ int wr_fs_list(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_c
 
 /* ---- mkdir ----------------------------------------------------------------- */
 
-int wr_fs_mkdir(const struct wr_fs *fs, const char *path, mode_t mode, bool parents, wr_err *err)
+static int fs_mkdir_unguarded(const struct wr_fs *fs, const char *path, mode_t mode, bool parents,
+			      wr_err *err)
 {
 	int r = check_fs(fs, err);
 	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
@@ -922,7 +927,8 @@ static int rm_tree(struct rm_walk *w, int pfd, const char *name, size_t rellen, 
 	return wr_err_set(err, ENOTEMPTY, "%s: %s", w->rel, strerror(ENOTEMPTY));
 }
 
-int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
+static int fs_remove_unguarded(const struct wr_fs *fs, const char *path, bool recursive,
+			       wr_err *err)
 {
 	int r = check_fs(fs, err);
 	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
@@ -966,7 +972,8 @@ int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_er
 
 /* ---- rename ---------------------------------------------------------------- */
 
-int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
+static int fs_rename_unguarded(const struct wr_fs *fs, const char *from, const char *to,
+			       wr_err *err)
 {
 	int r = check_fs(fs, err);
 	_cleanup_free_ struct split *a = malloc(sizeof(*a));
@@ -991,4 +998,97 @@ int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_er
 	if (renameat2(fpfd, a->base, tpfd, b->base, 0) < 0)
 		return wr_err_sys(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
 	return 0;
+}
+
+/* ---- credentials ---------------------------------------------------------
+ *
+ * The sandbox's filesystems belong to its user namespace: an inode owned by
+ * the host's uid 0 cannot exist in them (creating one fails EOVERFLOW). So
+ * every operation runs with the thread's fsuid/fsgid set to the sandbox
+ * user's host ids, and SECBIT_NO_SETUID_FIXUP keeps the thread's
+ * capabilities while it does (the host side acts with full access, as the
+ * owner of the sandbox; what it creates belongs to the sandbox user).
+ * fsuid is per thread, so concurrent operations on other threads and other
+ * sandboxes are unaffected; the previous ids are restored on the way out. */
+struct fs_cred {
+	int uid, gid;
+};
+
+static void fs_cred_enter(const struct wr_fs *fs, struct fs_cred *saved)
+{
+	int bits = prctl(PR_GET_SECUREBITS);
+	if (bits >= 0 && !(bits & SECBIT_NO_SETUID_FIXUP))
+		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
+	saved->gid = setfsgid(fs->gid);
+	saved->uid = setfsuid(fs->uid);
+}
+
+static void fs_cred_leave(const struct fs_cred *saved)
+{
+	setfsuid((uid_t)saved->uid);
+	setfsgid((gid_t)saved->gid);
+}
+
+#define GUARDED(call)                                                                              \
+	do {                                                                                       \
+		struct fs_cred c_;                                                                 \
+		fs_cred_enter(fs, &c_);                                                            \
+		int r_ = call;                                                                     \
+		fs_cred_leave(&c_);                                                                \
+		return r_;                                                                         \
+	} while (0)
+
+int wr_fs_stat(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st, wr_err *err)
+{
+	GUARDED(fs_stat_unguarded(fs, path, st, err));
+}
+
+int wr_fs_exists(const struct wr_fs *fs, const char *path, bool *exists, wr_err *err)
+{
+	GUARDED(fs_exists_unguarded(fs, path, exists, err));
+}
+
+int wr_fs_read(const struct wr_fs *fs, const char *path, uint64_t max, char **data, size_t *len,
+	       bool *truncated, wr_err *err)
+{
+	GUARDED(fs_read_unguarded(fs, path, max, data, len, truncated, err));
+}
+
+int wr_fs_read_to_fd(const struct wr_fs *fs, const char *path, int out_fd, uint64_t max,
+		     uint64_t *written, wr_err *err)
+{
+	GUARDED(fs_read_to_fd_unguarded(fs, path, out_fd, max, written, err));
+}
+
+int wr_fs_write(const struct wr_fs *fs, const char *path, const void *data, size_t len, mode_t mode,
+		bool parents, wr_err *err)
+{
+	GUARDED(fs_write_unguarded(fs, path, data, len, mode, parents, err));
+}
+
+int wr_fs_write_from_fd(const struct wr_fs *fs, const char *path, int in_fd, uint64_t max,
+			mode_t mode, bool parents, wr_err *err)
+{
+	GUARDED(fs_write_from_fd_unguarded(fs, path, in_fd, max, mode, parents, err));
+}
+
+int wr_fs_list(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb, void *ctx,
+	       wr_err *err)
+{
+	GUARDED(fs_list_unguarded(fs, path, depth, cb, ctx, err));
+}
+
+int wr_fs_mkdir(const struct wr_fs *fs, const char *path, mode_t mode, bool parents, wr_err *err)
+{
+	GUARDED(fs_mkdir_unguarded(fs, path, mode, parents, err));
+}
+
+int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
+{
+	GUARDED(fs_remove_unguarded(fs, path, recursive, err));
+}
+
+int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
+{
+	GUARDED(fs_rename_unguarded(fs, from, to, err));
 }
