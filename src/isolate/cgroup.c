@@ -1,1 +1,1166 @@
-/* placeholder: being written */
+/* cgroups, the common front: where this process's cgroups are (mode
+ * detection and own-cgroup discovery), the "warren" base in each hierarchy,
+ * creating and removing directories, dispatch to the v1 and v2 backends,
+ * and the sweep of leftovers. See cgroup.h for the layout. */
+#include "isolate/cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "isolate/cgroup_internal.h"
+
+#define DESTROY_TIMEOUT_MS 2000
+
+static const char *const ctrl_names[WR_CG_NCTRL] = {
+    [WR_CG_CPU] = "cpu",   [WR_CG_CPUACCT] = "cpuacct", [WR_CG_MEMORY] = "memory",
+    [WR_CG_PIDS] = "pids", [WR_CG_FREEZER] = "freezer", [WR_CG_BLKIO] = "blkio",
+};
+
+const char *wr_cg_ctrl_name(enum wr_cg_ctrl c)
+{
+	return (unsigned)c < WR_CG_NCTRL ? ctrl_names[c] : "v2";
+}
+
+/* ---- small file helpers ------------------------------------------------ */
+
+int wr_cg_try_write(int dfd, const char *file, const char *val)
+{
+	int fd = openat(dfd, file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t len = strlen(val);
+	ssize_t n;
+	do
+		n = write(fd, val, len);
+	while (n < 0 && errno == EINTR);
+	int r = n < 0 ? -errno : (size_t)n == len ? 0 : -EIO;
+	close(fd);
+	return r;
+}
+
+int wr_cg_write(int dfd, const char *label, const char *file, const char *val, wr_err *err)
+{
+	int r = wr_cg_try_write(dfd, file, val);
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup %s: write %s=%s: %s", label, file, val,
+				  strerror(-r));
+	return 0;
+}
+
+ssize_t wr_cg_read(int dfd, const char *file, char *buf, size_t size)
+{
+	int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = wr_read_all(fd, buf, size - 1);
+	int r = n < 0 ? -errno : 0;
+	close(fd);
+	if (r < 0)
+		return r;
+	buf[n] = 0;
+	return n;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (strncmp(s, "max", 3) == 0) {
+		*out = UINT64_MAX;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno)
+		return -errno;
+	*out = v;
+	return 0;
+}
+
+int wr_cg_read_u64(int dfd, const char *file, uint64_t *out)
+{
+	char buf[64];
+	ssize_t n = wr_cg_read(dfd, file, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	return parse_u64(buf, out);
+}
+
+int wr_cg_key_u64(const char *buf, const char *key, uint64_t *out)
+{
+	size_t klen = strlen(key);
+	for (const char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
+			return parse_u64(p + klen + 1, out);
+	}
+	return -ENOENT;
+}
+
+int wr_cg_read_key(int dfd, const char *file, const char *key, uint64_t *out)
+{
+	char buf[4096];
+	ssize_t n = wr_cg_read(dfd, file, buf, sizeof(buf));
+	if (n < 0)
+		return (int)n;
+	return wr_cg_key_u64(buf, key, out);
+}
+
+int wr_cg_for_each_pid(int dfd, const char *file, int (*fn)(pid_t pid, void *ctx), void *ctx)
+{
+	_cleanup_close_ int fd = openat(dfd, file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	char buf[4096];
+	size_t have = 0;
+	int count = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		have += (size_t)n;
+		/* hand out every complete line; at EOF the rest is one too */
+		size_t start = 0;
+		for (size_t i = 0; i < have; i++) {
+			if (buf[i] != '\n' && !(n == 0 && i == have - 1))
+				continue;
+			size_t end = buf[i] == '\n' ? i : i + 1;
+			long v = 0;
+			for (size_t j = start; j < end && v >= 0; j++)
+				v = buf[j] >= '0' && buf[j] <= '9' && v < (1L << 40)
+					? v * 10 + (buf[j] - '0')
+					: -1;
+			start = i + 1;
+			if (v <= 0)
+				continue;
+			count++;
+			if (fn) {
+				int r = fn((pid_t)v, ctx);
+				if (r < 0)
+					return r;
+			}
+		}
+		if (n == 0)
+			return count;
+		memmove(buf, buf + start, have - start);
+		have -= start;
+		if (have == sizeof(buf))
+			return -EIO; /* a 4 KiB line: not a pid list */
+	}
+}
+
+static int walk(int dfd, int depth, int (*fn)(int dirfd, void *ctx), void *ctx)
+{
+	int r = fn(dfd, ctx);
+	if (r < 0)
+		return r;
+	if (depth >= WR_CG_MAX_CHILDREN_DEPTH)
+		return 0;
+	int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (lfd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(lfd);
+	if (d == NULL) {
+		r = -errno;
+		close(lfd);
+		return r;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		_cleanup_close_ int sub =
+		    openat(dfd, de->d_name, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (sub < 0) {
+			if (errno == ENOENT) /* removed meanwhile */
+				continue;
+			return -errno;
+		}
+		r = walk(sub, depth + 1, fn, ctx);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int wr_cg_walk(int dfd, int (*fn)(int dirfd, void *ctx), void *ctx)
+{
+	return walk(dfd, 0, fn, ctx);
+}
+
+void wr_cg_sleep_us(unsigned us)
+{
+	struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- layout detection -------------------------------------------------- */
+
+static int ctrl_from_name(const char *s, size_t n)
+{
+	for (int c = 0; c < WR_CG_NCTRL; c++)
+		if (strlen(ctrl_names[c]) == n && memcmp(ctrl_names[c], s, n) == 0)
+			return c;
+	return -1;
+}
+
+void wr_cgroup_layout_free(struct wr_cgroup_layout *lay)
+{
+	for (int c = 0; c < WR_CG_NCTRL; c++) {
+		free(lay->v1_dir[c]);
+		lay->v1_dir[c] = NULL;
+	}
+	free(lay->v2_dir);
+	lay->v2_dir = NULL;
+}
+
+/* Climb `up` levels: "/a/b" -> "/a" -> "/"; EINVAL above "/". */
+static int climb(char *path, unsigned up)
+{
+	for (; up > 0; up--) {
+		if (strcmp(path, "/") == 0)
+			return -EINVAL;
+		char *slash = strrchr(path, '/');
+		if (slash == path)
+			slash[1] = 0;
+		else
+			*slash = 0;
+	}
+	return 0;
+}
+
+struct own_cgroups {
+	char *v1[WR_CG_NCTRL];
+	char *v2;
+};
+
+static void own_free(struct own_cgroups *o)
+{
+	for (int c = 0; c < WR_CG_NCTRL; c++)
+		free(o->v1[c]);
+	free(o->v2);
+}
+
+static int read_own_cgroups(struct own_cgroups *own, unsigned up, wr_err *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	if (wr_read_file_at(AT_FDCWD, "/proc/self/cgroup", &buf, 65536, err) < 0)
+		return wr_err_wrap(err, "cgroup: own cgroup");
+	char *save = NULL;
+	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(line, ':');
+		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (c2 == NULL)
+			continue;
+		const char *ctrls = c1 + 1;
+		size_t ctrls_len = (size_t)(c2 - ctrls);
+		const char *path = c2 + 1;
+		if (path[0] != '/')
+			continue;
+		size_t plen = strlen(path);
+		const char *del = " (deleted)";
+		if (plen > strlen(del) && strcmp(path + plen - strlen(del), del) == 0)
+			return wr_err_set(
+			    err, ENOENT,
+			    "cgroup: own cgroup %s was removed; restart from a live one", path);
+		if (ctrls_len == 0) {
+			if (strncmp(line, "0:", 2) == 0 && own->v2 == NULL &&
+			    (own->v2 = strdup(path)) == NULL)
+				return wr_err_set(err, ENOMEM, "cgroup: out of memory");
+			continue;
+		}
+		for (const char *t = ctrls; t < ctrls + ctrls_len;) {
+			const char *comma = memchr(t, ',', (size_t)(ctrls + ctrls_len - t));
+			size_t tl = comma ? (size_t)(comma - t) : (size_t)(ctrls + ctrls_len - t);
+			int c = ctrl_from_name(t, tl);
+			if (c >= 0 && own->v1[c] == NULL && (own->v1[c] = strdup(path)) == NULL)
+				return wr_err_set(err, ENOMEM, "cgroup: out of memory");
+			t += tl + 1;
+		}
+	}
+	for (int c = 0; c < WR_CG_NCTRL; c++)
+		if (own->v1[c] && climb(own->v1[c], up) < 0)
+			return wr_err_set(err, EINVAL,
+					  "cgroup: base \"../\" climbs above the root of the %s "
+					  "hierarchy",
+					  ctrl_names[c]);
+	if (own->v2 && climb(own->v2, up) < 0)
+		return wr_err_set(err, EINVAL,
+				  "cgroup: base \"../\" climbs above the root of the v2 hierarchy");
+	return 0;
+}
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *w = s;
+	for (char *r = s; *r;) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+		    r[3] >= '0' && r[3] <= '7') {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 4;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	*w = 0;
+}
+
+/* The directory of cgroup `own` through a mount of its hierarchy whose root
+ * is `root` at `mnt`; NULL (errno 0) when the mount does not reach it. */
+static char *dir_through(const char *mnt, const char *root, const char *own)
+{
+	const char *rel;
+	size_t rl = strlen(root);
+	if (strcmp(root, "/") == 0)
+		rel = own;
+	else if (strncmp(own, root, rl) == 0 && (own[rl] == '/' || own[rl] == 0))
+		rel = own + rl;
+	else
+		return NULL;
+	if (strcmp(rel, "/") == 0)
+		rel = "";
+	char *out = NULL;
+	if (asprintf(&out, "%s%s", mnt, rel) < 0)
+		return NULL;
+	return out;
+}
+
+int wr_cgroup_layout_detect(struct wr_cgroup_layout *lay, unsigned up, wr_err *err)
+{
+	memset(lay, 0, sizeof(*lay));
+	struct own_cgroups own = {0};
+	int r = read_own_cgroups(&own, up, err);
+	if (r < 0) {
+		own_free(&own);
+		return r;
+	}
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (f == NULL) {
+		own_free(&own);
+		return wr_err_sys(err, "cgroup: open /proc/self/mountinfo");
+	}
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	while (getline(&line, &cap, f) > 0) {
+		line[strcspn(line, "\n")] = 0;
+		/* id parent maj:min root mountpoint opts [optional...] - fstype src superopts */
+		char *fields[6] = {0};
+		char *save = NULL, *tok = strtok_r(line, " ", &save);
+		int nf = 0;
+		while (tok && nf < 6) {
+			fields[nf++] = tok;
+			tok = strtok_r(NULL, " ", &save);
+		}
+		while (tok && strcmp(tok, "-") != 0)
+			tok = strtok_r(NULL, " ", &save);
+		char *fstype = tok ? strtok_r(NULL, " ", &save) : NULL;
+		char *src = fstype ? strtok_r(NULL, " ", &save) : NULL;
+		char *sopts = src ? strtok_r(NULL, " ", &save) : NULL;
+		if (nf < 5 || sopts == NULL)
+			continue;
+		char *root = fields[3], *mnt = fields[4];
+		unescape(root);
+		unescape(mnt);
+		if (strcmp(fstype, "cgroup2") == 0) {
+			if (own.v2 && lay->v2_dir == NULL)
+				lay->v2_dir = dir_through(mnt, root, own.v2);
+			continue;
+		}
+		if (strcmp(fstype, "cgroup") != 0)
+			continue;
+		char *osave = NULL;
+		for (char *o = strtok_r(sopts, ",", &osave); o; o = strtok_r(NULL, ",", &osave)) {
+			int c = ctrl_from_name(o, strlen(o));
+			if (c >= 0 && own.v1[c] && lay->v1_dir[c] == NULL)
+				lay->v1_dir[c] = dir_through(mnt, root, own.v1[c]);
+		}
+	}
+	own_free(&own);
+	if (lay->v1_dir[WR_CG_MEMORY]) {
+		lay->mode = WR_CG_V1;
+	} else if (lay->v2_dir) {
+		lay->mode = WR_CG_V2;
+		for (int c = 0; c < WR_CG_NCTRL; c++) {
+			free(lay->v1_dir[c]);
+			lay->v1_dir[c] = NULL;
+		}
+	} else {
+		wr_cgroup_layout_free(lay);
+		return wr_err_set(err, ENOENT,
+				  "cgroup: neither a v1 memory hierarchy nor a v2 hierarchy is "
+				  "mounted where this process's cgroup is visible");
+	}
+	lay->require_v2_controllers = true;
+	return 0;
+}
+
+/* ---- root ---------------------------------------------------------------- */
+
+static bool valid_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	return n > 0 && n <= 128 && strchr(s, '/') == NULL && strcmp(s, ".") != 0 &&
+	       strcmp(s, "..") != 0 && strchr(s, '\n') == NULL;
+}
+
+void wr_cgroup_limits_default(struct wr_cgroup_limits *l)
+{
+	l->memory_bytes = WR_CG_UNSET;
+	l->pids = WR_CG_UNSET;
+	l->cpu_weight = WR_CG_UNSET;
+	l->cpu_quota_us = WR_CG_UNSET;
+	l->cpu_period_us = WR_CG_UNSET;
+	l->io_weight = WR_CG_UNSET;
+}
+
+void wr_cgroup_root_close(struct wr_cgroup_root *root)
+{
+	if (root == NULL)
+		return;
+	for (int h = 0; h < root->nhier; h++) {
+		wr_closep(&root->hier[h].base_fd);
+		free(root->hier[h].path);
+	}
+	wr_closep(&root->v2_base_fd);
+	free(root->v2_path);
+	free(root->base);
+	free(root);
+}
+
+static void root_closep(struct wr_cgroup_root **r)
+{
+	wr_cgroup_root_close(*r);
+}
+
+/* mkdir <dir>/<base> (existing is fine) and open it O_PATH. */
+static int open_base(const char *dir, const char *base, const char *label, int *fd, char **path,
+		     wr_err *err)
+{
+	if (asprintf(path, "%s/%s", dir, base) < 0) {
+		*path = NULL;
+		return wr_err_set(err, ENOMEM, "cgroup %s: out of memory", label);
+	}
+	if (mkdir(*path, 0755) < 0 && errno != EEXIST)
+		return wr_err_sys(err, "cgroup %s: mkdir %s", label, *path);
+	*fd = open(*path, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (*fd < 0)
+		return wr_err_sys(err, "cgroup %s: open %s", label, *path);
+	return 0;
+}
+
+static int open_v1(struct wr_cgroup_root *root, const struct wr_cgroup_layout *lay, wr_err *err)
+{
+	bool unified = lay->v2_dir != NULL;
+	/* cpuacct (usage) and freezer (freeze, kill) are only needed when there
+	 * is no unified hierarchy to give cpu.stat, cgroup.freeze and
+	 * cgroup.kill: every hierarchy costs a mkdir and rmdir per cgroup. */
+	unsigned want = 1u << WR_CG_CPU | 1u << WR_CG_MEMORY | 1u << WR_CG_PIDS;
+	if (!unified)
+		want |= 1u << WR_CG_CPUACCT | 1u << WR_CG_FREEZER;
+	unsigned optional = 1u << WR_CG_BLKIO; /* only for sandboxes with io_weight */
+
+	for (int c = 0; c < WR_CG_NCTRL; c++) {
+		if (lay->v1_dir[c] == NULL)
+			continue;
+		int h;
+		for (h = 0; h < root->nhier; h++)
+			if (strcmp(root->hier[h].path, lay->v1_dir[c]) == 0)
+				break;
+		if (h == root->nhier) {
+			root->hier[h].path = strdup(lay->v1_dir[c]); /* own dir for now */
+			if (root->hier[h].path == NULL)
+				return wr_err_set(err, ENOMEM, "cgroup: out of memory");
+			root->hier[h].base_fd = -1;
+			root->nhier++;
+		}
+		root->hier[h].ctrls |= 1u << c;
+		root->ctrl_hier[c] = h;
+	}
+	/* Keep the hierarchies we use; open their base. */
+	int kept = 0;
+	for (int h = 0; h < root->nhier; h++) {
+		struct wr_cg_hier *hi = &root->hier[h];
+		_cleanup_free_ char *own = hi->path;
+		hi->path = NULL;
+		if ((hi->ctrls & (want | optional)) == 0) {
+			for (int c = 0; c < WR_CG_NCTRL; c++)
+				if (root->ctrl_hier[c] == h)
+					root->ctrl_hier[c] = -1;
+			continue;
+		}
+		struct wr_cg_hier nh = {.ctrls = hi->ctrls, .base_fd = -1};
+		size_t len = 0;
+		for (int c = 0; c < WR_CG_NCTRL; c++)
+			if (nh.ctrls & (1u << c))
+				len += (size_t)snprintf(nh.label + len, sizeof(nh.label) - len,
+							"%s%s", len ? "," : "", ctrl_names[c]);
+		for (int c = 0; c < WR_CG_NCTRL; c++)
+			if (root->ctrl_hier[c] == h)
+				root->ctrl_hier[c] = kept;
+		root->hier[kept] = nh;
+		if (h != kept)
+			root->hier[h] = (struct wr_cg_hier){.base_fd = -1};
+		struct wr_cg_hier *k = &root->hier[kept];
+		int r = open_base(own, root->base, k->label, &k->base_fd, &k->path, err);
+		kept++;
+		if (r < 0) {
+			root->nhier = kept;
+			return r;
+		}
+		if (k->ctrls & want)
+			root->default_hiers |= 1u << (kept - 1);
+	}
+	for (int h = kept; h < root->nhier; h++)
+		root->hier[h] = (struct wr_cg_hier){.base_fd = -1};
+	root->nhier = kept;
+	if (root->ctrl_hier[WR_CG_MEMORY] < 0)
+		return wr_err_set(err, EINVAL, "cgroup: v1 layout without a memory hierarchy");
+	if (unified)
+		return open_base(lay->v2_dir, root->base, "v2", &root->v2_base_fd, &root->v2_path,
+				 err);
+	return 0;
+}
+
+static int open_v2(struct wr_cgroup_root *root, const struct wr_cgroup_layout *lay, wr_err *err)
+{
+	if (lay->v2_dir == NULL)
+		return wr_err_set(err, EINVAL, "cgroup: v2 layout without a v2 hierarchy");
+	_cleanup_close_ int own = open(lay->v2_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (own < 0)
+		return wr_err_sys(err, "cgroup v2: open %s", lay->v2_dir);
+	const unsigned want = WR_CG2_MEMORY | WR_CG2_PIDS | WR_CG2_CPU | WR_CG2_IO;
+	const unsigned need = WR_CG2_MEMORY | WR_CG2_PIDS;
+	unsigned en = 0;
+	int r = wr_cg_v2_delegate(own, lay->v2_dir, want, &en, err);
+	if (r < 0)
+		return r;
+	if (lay->require_v2_controllers && (en & need) != need)
+		return wr_err_set(err, EOPNOTSUPP,
+				  "cgroup v2: the memory and pids controllers are not available "
+				  "in %s (cgroup.controllers): its parent must delegate them "
+				  "(systemd: Delegate=yes)",
+				  lay->v2_dir);
+	r = open_base(lay->v2_dir, root->base, "v2", &root->v2_base_fd, &root->v2_path, err);
+	if (r < 0)
+		return r;
+	return wr_cg_v2_delegate(root->v2_base_fd, root->v2_path, en, &root->v2_ctrls, err);
+}
+
+int wr_cgroup_root_open_at(const struct wr_cgroup_layout *lay, const char *base,
+			   struct wr_cgroup_root **out, wr_err *err)
+{
+	if (!valid_name(base))
+		return wr_err_set(err, EINVAL, "cgroup: invalid base name \"%s\"",
+				  base ? base : "");
+	_cleanup_(root_closep) struct wr_cgroup_root *root = calloc(1, sizeof(*root));
+	if (root == NULL)
+		return wr_err_set(err, ENOMEM, "cgroup: out of memory");
+	root->v2_base_fd = -1;
+	for (int i = 0; i < WR_CG_NCTRL; i++) {
+		root->ctrl_hier[i] = -1;
+		root->hier[i].base_fd = -1;
+	}
+	root->mode = lay->mode;
+	if ((root->base = strdup(base)) == NULL)
+		return wr_err_set(err, ENOMEM, "cgroup: out of memory");
+	int r;
+	if (lay->mode == WR_CG_V1)
+		r = open_v1(root, lay, err);
+	else if (lay->mode == WR_CG_V2)
+		r = open_v2(root, lay, err);
+	else
+		r = wr_err_set(err, EINVAL, "cgroup: unknown mode %d", (int)lay->mode);
+	if (r < 0)
+		return r;
+	*out = steal_ptr(&root);
+	return 0;
+}
+
+int wr_cgroup_root_open(const char *base, struct wr_cgroup_root **out, wr_err *err)
+{
+	if (base == NULL)
+		base = "warren";
+	unsigned up = 0;
+	if (strncmp(base, "../", 3) == 0) {
+		up = 1;
+		base += 3;
+	}
+	struct wr_cgroup_layout lay;
+	int r = wr_cgroup_layout_detect(&lay, up, err);
+	if (r < 0)
+		return r;
+	r = wr_cgroup_root_open_at(&lay, base, out, err);
+	wr_cgroup_layout_free(&lay);
+	return r;
+}
+
+enum wr_cgroup_mode wr_cgroup_root_mode(const struct wr_cgroup_root *root)
+{
+	return root->mode;
+}
+
+bool wr_cgroup_root_has_unified(const struct wr_cgroup_root *root)
+{
+	return root->v2_base_fd >= 0;
+}
+
+const char *wr_cgroup_root_path(const struct wr_cgroup_root *root, enum wr_cg_ctrl c)
+{
+	if (c == WR_CG_NCTRL)
+		return root->v2_path;
+	if ((unsigned)c >= WR_CG_NCTRL || root->ctrl_hier[c] < 0)
+		return NULL;
+	return root->hier[root->ctrl_hier[c]].path;
+}
+
+/* ---- cgroup handles ---------------------------------------------------- */
+
+static struct wr_cgroup *cg_alloc(struct wr_cgroup_root *root, const char *parent_rel,
+				  const char *name)
+{
+	struct wr_cgroup *cg = calloc(1, sizeof(*cg));
+	if (cg == NULL)
+		return NULL;
+	cg->root = root;
+	cg->v2_fd = -1;
+	for (int h = 0; h < WR_CG_NCTRL; h++)
+		cg->fd[h] = -1;
+	cg->name = strdup(name);
+	if (parent_rel) {
+		if (asprintf(&cg->rel, "%s/%s", parent_rel, name) < 0)
+			cg->rel = NULL;
+		cg->leaf = true;
+	} else {
+		cg->rel = strdup(name);
+	}
+	if (cg->name == NULL || cg->rel == NULL) {
+		wr_cgroup_close(cg);
+		return NULL;
+	}
+	return cg;
+}
+
+void wr_cgroup_close(struct wr_cgroup *cg)
+{
+	if (cg == NULL)
+		return;
+	for (int h = 0; h < WR_CG_NCTRL; h++)
+		wr_closep(&cg->fd[h]);
+	wr_closep(&cg->v2_fd);
+	for (size_t i = 0; i < cg->nchildren; i++)
+		free(cg->children[i]);
+	free(cg->children);
+	free(cg->name);
+	free(cg->rel);
+	free(cg);
+}
+
+static void cg_closep(struct wr_cgroup **cg)
+{
+	wr_cgroup_close(*cg);
+}
+
+const char *wr_cgroup_name(const struct wr_cgroup *cg)
+{
+	return cg->name;
+}
+
+int wr_cgroup_v2_fd(const struct wr_cgroup *cg)
+{
+	return cg->v2_fd;
+}
+
+int wr_cgroup_ctrl_fd(const struct wr_cgroup *cg, enum wr_cg_ctrl c)
+{
+	if ((unsigned)c >= WR_CG_NCTRL)
+		return -1;
+	int h = cg->root->ctrl_hier[c];
+	return h < 0 ? -1 : cg->fd[h];
+}
+
+/* Create cg's directories as `name` under the parent directories pfd[]
+ * (per hierarchy) and pv2, in the hierarchies `hiers` (+ v2 when pv2 >= 0).
+ * On failure removes what it made. */
+static int make_dirs(struct wr_cgroup *cg, unsigned hiers, const int *pfd, int pv2,
+		     const char *name, wr_err *err)
+{
+	struct wr_cgroup_root *root = cg->root;
+	int r = 0;
+	for (int h = 0; h < root->nhier && r == 0; h++) {
+		if (!(hiers & (1u << h)))
+			continue;
+		const char *label = root->hier[h].label;
+		if (mkdirat(pfd[h], name, 0755) < 0) {
+			r = errno == EEXIST
+				? wr_err_set(err, EEXIST, "cgroup %s: %s/%s already exists", label,
+					     root->hier[h].path, cg->rel)
+				: wr_err_sys(err, "cgroup %s: mkdir %s/%s", label,
+					     root->hier[h].path, cg->rel);
+			break;
+		}
+		cg->hiers |= 1u << h;
+		cg->fd[h] = openat(pfd[h], name, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cg->fd[h] < 0)
+			r = wr_err_sys(err, "cgroup %s: open %s/%s", label, root->hier[h].path,
+				       cg->rel);
+	}
+	if (r == 0 && pv2 >= 0) {
+		if (mkdirat(pv2, name, 0755) < 0) {
+			r = errno == EEXIST
+				? wr_err_set(err, EEXIST, "cgroup v2: %s/%s already exists",
+					     root->v2_path, cg->rel)
+				: wr_err_sys(err, "cgroup v2: mkdir %s/%s", root->v2_path, cg->rel);
+		} else {
+			cg->v2_fd =
+			    openat(pv2, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (cg->v2_fd < 0) {
+				r = wr_err_sys(err, "cgroup v2: open %s/%s", root->v2_path,
+					       cg->rel);
+				unlinkat(pv2, name, AT_REMOVEDIR);
+			}
+		}
+	}
+	if (r < 0) {
+		for (int h = 0; h < root->nhier; h++) {
+			if (!(cg->hiers & (1u << h)))
+				continue;
+			wr_closep(&cg->fd[h]);
+			unlinkat(pfd[h], name, AT_REMOVEDIR);
+		}
+		cg->hiers = 0;
+	}
+	return r;
+}
+
+/* Remove fresh, empty directories made by make_dirs (failed create). */
+static void unmake_dirs(struct wr_cgroup *cg, const int *pfd, int pv2)
+{
+	for (int h = 0; h < cg->root->nhier; h++) {
+		if (!(cg->hiers & (1u << h)))
+			continue;
+		wr_closep(&cg->fd[h]);
+		unlinkat(pfd[h], cg->name, AT_REMOVEDIR);
+	}
+	if (cg->v2_fd >= 0) {
+		wr_closep(&cg->v2_fd);
+		unlinkat(pv2, cg->name, AT_REMOVEDIR);
+	}
+	cg->hiers = 0;
+}
+
+static int check_limits(const struct wr_cgroup_limits *l, wr_err *err)
+{
+	if (l->memory_bytes != WR_CG_UNSET && l->memory_bytes < 4096)
+		return wr_err_field(err, "memory_bytes",
+				    "cgroup: memory limit %llu is below a page",
+				    (unsigned long long)l->memory_bytes);
+	if (l->pids != WR_CG_UNSET && (l->pids < 1 || l->pids > (1ull << 30)))
+		return wr_err_field(err, "pids", "cgroup: pids limit %llu out of 1..2^30",
+				    (unsigned long long)l->pids);
+	if (l->cpu_weight != WR_CG_UNSET && (l->cpu_weight < 1 || l->cpu_weight > 10000))
+		return wr_err_field(err, "cpu_weight", "cgroup: cpu weight %llu out of 1..10000",
+				    (unsigned long long)l->cpu_weight);
+	if (l->io_weight != WR_CG_UNSET && (l->io_weight < 1 || l->io_weight > 10000))
+		return wr_err_field(err, "io_weight", "cgroup: io weight %llu out of 1..10000",
+				    (unsigned long long)l->io_weight);
+	if (l->cpu_period_us != WR_CG_UNSET &&
+	    (l->cpu_period_us < 1000 || l->cpu_period_us > 1000000))
+		return wr_err_field(err, "cpu_period_us",
+				    "cgroup: cpu period %llu us out of 1000..1000000",
+				    (unsigned long long)l->cpu_period_us);
+	if (l->cpu_quota_us != WR_CG_UNSET &&
+	    (l->cpu_quota_us < 1000 || l->cpu_quota_us > (1ull << 40)))
+		return wr_err_field(err, "cpu_quota_us", "cgroup: cpu quota %llu us below 1000",
+				    (unsigned long long)l->cpu_quota_us);
+	return 0;
+}
+
+static int set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, wr_err *err)
+{
+	if (cg->root->mode == WR_CG_V2)
+		return wr_cg_v2_set_limits(cg, lim, err);
+	return wr_cg_v1_set_limits(cg, lim, err);
+}
+
+int wr_cgroup_create(struct wr_cgroup_root *root, const char *name,
+		     const struct wr_cgroup_limits *lim, struct wr_cgroup **out, wr_err *err)
+{
+	if (!valid_name(name))
+		return wr_err_set(err, EINVAL, "cgroup: invalid name \"%s\"", name ? name : "");
+	struct wr_cgroup_limits none;
+	if (lim == NULL) {
+		wr_cgroup_limits_default(&none);
+		lim = &none;
+	}
+	if (check_limits(lim, err) < 0)
+		return wr_err_wrap(err, "create cgroup %s", name);
+	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(root, NULL, name);
+	if (cg == NULL)
+		return wr_err_set(err, ENOMEM, "create cgroup %s: out of memory", name);
+	unsigned hiers = root->default_hiers;
+	int bh = root->ctrl_hier[WR_CG_BLKIO];
+	if (lim->io_weight != WR_CG_UNSET && bh >= 0)
+		hiers |= 1u << bh;
+	int pfd[WR_CG_NCTRL];
+	for (int h = 0; h < WR_CG_NCTRL; h++)
+		pfd[h] = root->hier[h].base_fd;
+	if (make_dirs(cg, hiers, pfd, root->v2_base_fd, name, err) < 0)
+		return wr_err_wrap(err, "create cgroup %s", name);
+	int r = set_limits(cg, lim, err);
+	if (r == 0 && root->mode == WR_CG_V2) {
+		/* Leaves get memory and pids too: per-command peak, OOM and
+		 * pids events. This cgroup then may hold no process itself. */
+		char ctl[32] = "";
+		if (root->v2_ctrls & WR_CG2_MEMORY)
+			strcat(ctl, "+memory ");
+		if (root->v2_ctrls & WR_CG2_PIDS)
+			strcat(ctl, "+pids ");
+		if (ctl[0]) {
+			ctl[strlen(ctl) - 1] = 0;
+			r = wr_cg_write(cg->v2_fd, "v2", "cgroup.subtree_control", ctl, err);
+		}
+	}
+	if (r < 0) {
+		unmake_dirs(cg, pfd, root->v2_base_fd);
+		return wr_err_wrap(err, "create cgroup %s", name);
+	}
+	*out = steal_ptr(&cg);
+	return 0;
+}
+
+int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out,
+			  wr_err *err)
+{
+	if (!valid_name(name))
+		return wr_err_set(err, EINVAL, "cgroup: invalid leaf name \"%s\"",
+				  name ? name : "");
+	char **nc = realloc(parent->children, (parent->nchildren + 1) * sizeof(*nc));
+	if (nc == NULL)
+		return wr_err_set(err, ENOMEM, "create cgroup %s/%s: out of memory", parent->rel,
+				  name);
+	parent->children = nc;
+	_cleanup_free_ char *copy = strdup(name);
+	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(parent->root, parent->rel, name);
+	if (cg == NULL || copy == NULL)
+		return wr_err_set(err, ENOMEM, "create cgroup %s/%s: out of memory", parent->rel,
+				  name);
+	if (make_dirs(cg, parent->hiers, parent->fd, parent->v2_fd, name, err) < 0)
+		return wr_err_wrap(err, "create cgroup %s", cg->rel);
+	parent->children[parent->nchildren++] = steal_ptr(&copy);
+	*out = steal_ptr(&cg);
+	return 0;
+}
+
+/* Open <base>/<name>. strict: the memory (v1) or v2 directory must exist;
+ * otherwise any directory of the name will do (sweep of half-made ones). */
+static int open_cg(struct wr_cgroup_root *root, const char *name, bool strict,
+		   struct wr_cgroup **out, wr_err *err)
+{
+	if (!valid_name(name))
+		return wr_err_set(err, EINVAL, "cgroup: invalid name \"%s\"", name ? name : "");
+	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(root, NULL, name);
+	if (cg == NULL)
+		return wr_err_set(err, ENOMEM, "open cgroup %s: out of memory", name);
+	for (int h = 0; h < root->nhier; h++) {
+		cg->fd[h] = openat(root->hier[h].base_fd, name,
+				   O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cg->fd[h] >= 0) {
+			cg->hiers |= 1u << h;
+			continue;
+		}
+		if (errno != ENOENT || (strict && h == root->ctrl_hier[WR_CG_MEMORY]))
+			return wr_err_sys(err, "open cgroup %s: %s/%s", name, root->hier[h].path,
+					  name);
+	}
+	if (root->v2_base_fd >= 0) {
+		cg->v2_fd =
+		    openat(root->v2_base_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cg->v2_fd < 0 && (errno != ENOENT || (strict && root->mode == WR_CG_V2)))
+			return wr_err_sys(err, "open cgroup %s: %s/%s", name, root->v2_path, name);
+	}
+	if (cg->hiers == 0 && cg->v2_fd < 0)
+		return wr_err_set(err, ENOENT, "open cgroup %s: no such cgroup", name);
+	*out = steal_ptr(&cg);
+	return 0;
+}
+
+int wr_cgroup_open(struct wr_cgroup_root *root, const char *name, struct wr_cgroup **out,
+		   wr_err *err)
+{
+	return open_cg(root, name, true, out, err);
+}
+
+int wr_cgroup_set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, wr_err *err)
+{
+	if (check_limits(lim, err) < 0 || set_limits(cg, lim, err) < 0)
+		return wr_err_wrap(err, "set limits of cgroup %s", cg->rel);
+	return 0;
+}
+
+int wr_cgroup_attach(struct wr_cgroup *cg, pid_t pid, bool skip_v2, wr_err *err)
+{
+	char buf[24];
+	snprintf(buf, sizeof(buf), "%d", (int)pid);
+	if (!skip_v2 && cg->v2_fd >= 0 &&
+	    wr_cg_write(cg->v2_fd, "v2", "cgroup.procs", buf, err) < 0)
+		return wr_err_wrap(err, "attach %d to cgroup %s", (int)pid, cg->rel);
+	for (int h = 0; h < cg->root->nhier; h++) {
+		if (cg->fd[h] < 0)
+			continue;
+		if (wr_cg_write(cg->fd[h], cg->root->hier[h].label, "cgroup.procs", buf, err) < 0)
+			return wr_err_wrap(err, "attach %d to cgroup %s", (int)pid, cg->rel);
+	}
+	return 0;
+}
+
+int wr_cgroup_kill(struct wr_cgroup *cg, wr_err *err)
+{
+	int r = cg->v2_fd >= 0 ? wr_cg_v2_kill(cg, err) : wr_cg_v1_kill(cg, err);
+	return r < 0 ? wr_err_wrap(err, "kill cgroup %s", cg->rel) : 0;
+}
+
+int wr_cgroup_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
+{
+	int r =
+	    cg->v2_fd >= 0 ? wr_cg_v2_freeze(cg, frozen, err) : wr_cg_v1_freeze(cg, frozen, err);
+	return r < 0 ? wr_err_wrap(err, "%s cgroup %s", frozen ? "freeze" : "thaw", cg->rel) : 0;
+}
+
+int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err)
+{
+	int r = cg->v2_fd >= 0 ? wr_cg_v2_nprocs(cg, err) : wr_cg_v1_nprocs(cg, err);
+	return r < 0 ? wr_err_wrap(err, "count processes of cgroup %s", cg->rel) : r;
+}
+
+int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err)
+{
+	memset(st, 0, sizeof(*st));
+	int r =
+	    cg->root->mode == WR_CG_V2 ? wr_cg_v2_stats(cg, st, err) : wr_cg_v1_stats(cg, st, err);
+	return r < 0 ? wr_err_wrap(err, "stats of cgroup %s", cg->rel) : 0;
+}
+
+/* ---- removal --------------------------------------------------------- */
+
+/* rmdir every directory below dfd/name, deepest first, then dfd/name.
+ * 0 when gone, -EBUSY while processes remain, -errno otherwise. */
+static int rm_tree(int dfd, const char *name, int depth)
+{
+	if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+		return 0;
+	if (errno != EBUSY && errno != ENOTEMPTY)
+		return -errno;
+	if (depth >= WR_CG_MAX_CHILDREN_DEPTH)
+		return -EBUSY;
+	int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (sub < 0)
+		return errno == ENOENT ? 0 : -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(sub);
+	if (d == NULL) {
+		int r = -errno;
+		close(sub);
+		return r;
+	}
+	bool had_children = false;
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		had_children = true;
+		int r = rm_tree(dirfd(d), de->d_name, depth + 1);
+		if (r < 0)
+			return r;
+	}
+	if (!had_children)
+		return -EBUSY; /* processes still in it */
+	if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT)
+		return 0;
+	return -errno;
+}
+
+/* Remove cg's directory (known leaves first: the common case needs no
+ * directory scan) in one hierarchy whose base is bfd. */
+static int rm_cg_dir(struct wr_cgroup *cg, int bfd)
+{
+	char path[PATH_MAX];
+	for (size_t i = 0; i < cg->nchildren; i++) {
+		snprintf(path, sizeof(path), "%s/%s", cg->rel, cg->children[i]);
+		if (unlinkat(bfd, path, AT_REMOVEDIR) < 0 && errno != ENOENT && errno != EBUSY)
+			return -errno;
+	}
+	return rm_tree(bfd, cg->rel, 0);
+}
+
+int wr_cgroup_destroy(struct wr_cgroup **pcg, wr_err *err)
+{
+	_cleanup_(cg_closep) struct wr_cgroup *cg = steal_ptr(pcg);
+	if (cg == NULL)
+		return 0;
+	struct wr_cgroup_root *root = cg->root;
+	uint64_t deadline = wr_now_ns() + DESTROY_TIMEOUT_MS * 1000000ull;
+	_cleanup_err_ wr_err kerr = NULL;
+	int kr = wr_cgroup_kill(cg, &kerr);
+	if (kr == 0 && cg->v2_fd >= 0)
+		wr_cg_v2_wait_event(cg->v2_fd, "populated", 0, DESTROY_TIMEOUT_MS);
+	/* The directories go as soon as the last task has exited. */
+	unsigned todo = cg->hiers | (cg->v2_fd >= 0 ? 1u << WR_CG_NCTRL : 0);
+	unsigned delay = 200; /* us */
+	int busy_errno = 0;
+	for (;;) {
+		for (int h = 0; h <= WR_CG_NCTRL; h++) {
+			if (!(todo & (1u << h)))
+				continue;
+			bool v2 = h == WR_CG_NCTRL;
+			int r = rm_cg_dir(cg, v2 ? root->v2_base_fd : root->hier[h].base_fd);
+			if (r == 0) {
+				todo &= ~(1u << h);
+			} else if (r != -EBUSY) {
+				return wr_err_set(
+				    err, -r, "destroy cgroup %s: cgroup %s: rmdir %s/%s: %s",
+				    cg->rel, v2 ? "v2" : root->hier[h].label,
+				    v2 ? root->v2_path : root->hier[h].path, cg->rel, strerror(-r));
+			} else {
+				busy_errno = EBUSY;
+			}
+		}
+		if (todo == 0)
+			break;
+		if (wr_now_ns() > deadline) {
+			if (kr < 0 && err) {
+				/* the kill failing is the better explanation */
+				wr_err_free(err);
+				*err = steal_ptr(&kerr);
+				return wr_err_wrap(err, "destroy cgroup %s", cg->rel);
+			}
+			return wr_err_set(err, busy_errno,
+					  "destroy cgroup %s: processes remain after %d ms",
+					  cg->rel, DESTROY_TIMEOUT_MS);
+		}
+		/* Something survived the kill (v1 tasks outside the unified
+		 * cgroup, or a kill that failed): signal what is listed. */
+		if (root->mode == WR_CG_V1)
+			wr_cg_v1_kill_listed(cg);
+		else if (cg->v2_fd >= 0)
+			wr_cg_try_write(cg->v2_fd, "cgroup.kill", "1");
+		wr_cg_sleep_us(delay);
+		if (delay < 16000)
+			delay *= 2;
+	}
+	return 0;
+}
+
+/* ---- sweep --------------------------------------------------------- */
+
+struct names {
+	char **v;
+	size_t n;
+};
+
+static void names_free(struct names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i]);
+	free(ns->v);
+}
+
+static int names_add_dir(struct names *ns, int bfd)
+{
+	int fd = openat(bfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
+		    strcmp(de->d_name, "..") == 0)
+			continue;
+		size_t i;
+		for (i = 0; i < ns->n; i++)
+			if (strcmp(ns->v[i], de->d_name) == 0)
+				break;
+		if (i < ns->n)
+			continue;
+		char **nv = realloc(ns->v, (ns->n + 1) * sizeof(*nv));
+		if (nv == NULL)
+			return -ENOMEM;
+		ns->v = nv;
+		if ((ns->v[ns->n] = strdup(de->d_name)) == NULL)
+			return -ENOMEM;
+		ns->n++;
+	}
+	return 0;
+}
+
+int wr_cgroup_sweep(struct wr_cgroup_root *root, bool (*keep)(const char *name, void *ctx),
+		    void *ctx, wr_err *err)
+{
+	_cleanup_(names_free) struct names ns = {0};
+	for (int h = 0; h <= root->nhier; h++) {
+		int bfd = h < root->nhier ? root->hier[h].base_fd : root->v2_base_fd;
+		if (bfd < 0)
+			continue;
+		int r = names_add_dir(&ns, bfd);
+		if (r < 0)
+			return wr_err_set(err, -r, "sweep cgroups: list %s: %s",
+					  h < root->nhier ? root->hier[h].path : root->v2_path,
+					  strerror(-r));
+	}
+	int ret = 0;
+	for (size_t i = 0; i < ns.n; i++) {
+		if (keep && keep(ns.v[i], ctx))
+			continue;
+		struct wr_cgroup *cg = NULL;
+		_cleanup_err_ wr_err e = NULL;
+		int r = open_cg(root, ns.v[i], false, &cg, &e);
+		if (r == 0)
+			r = wr_cgroup_destroy(&cg, &e);
+		if (r < 0 && r != -ENOENT && ret == 0) {
+			ret = r;
+			if (err)
+				*err = steal_ptr(&e);
+		}
+	}
+	if (ret < 0 && err)
+		return wr_err_wrap(err, "sweep cgroups");
+	return ret;
+}
+
+int wr_cgroup_root_remove(struct wr_cgroup_root **proot, wr_err *err)
+{
+	_cleanup_(root_closep) struct wr_cgroup_root *root = steal_ptr(proot);
+	if (root == NULL)
+		return 0;
+	int r = wr_cgroup_sweep(root, NULL, NULL, err);
+	if (r < 0)
+		return r;
+	for (int h = 0; h <= root->nhier; h++) {
+		const char *p = h < root->nhier ? root->hier[h].path : root->v2_path;
+		if (p && rmdir(p) < 0 && errno != ENOENT)
+			return wr_err_sys(err, "remove cgroup base %s", p);
+	}
+	return 0;
+}

@@ -14,6 +14,29 @@
  *     <own cgroup>/warren/<name>/<leaf>     init, cmd-N: processes live here
  * (v2 forbids processes in a cgroup whose children have controllers, so
  * processes only ever live in leaves.)
+ *
+ * Hierarchies used. v1 with a unified hierarchy: memory, pids, cpu (with
+ * cpuacct when co-mounted) and unified; kill, freeze, process counts and cpu
+ * time come from unified, so no freezer or cpuacct directories are made
+ * (each hierarchy costs a mkdir and an rmdir per cgroup). v1 without
+ * unified: memory, pids, cpu, cpuacct, freezer. blkio only for sandboxes
+ * created with an io_weight. cpuset and devices are never used.
+ *
+ * Pure v2 and delegation. Limits on <own>/warren/<name> need the memory and
+ * pids controllers (cpu and io where available) enabled in the
+ * cgroup.subtree_control of <own> and of <own>/warren; wr_cgroup_root_open
+ * enables them. cgroup v2 lets a cgroup other than the root do that only
+ * while it holds no processes, and <own> holds this one. warren never moves
+ * its caller: the open fails with EBUSY and says how to fix it, which is to
+ * run warrend in a delegated cgroup of its own with the daemon itself in a
+ * leaf of it (systemd: Delegate=yes and DelegateSubgroup=daemon) and to
+ * pass the base "../warren": "../" puts the base beside the daemon's leaf,
+ * beneath the delegated cgroup, which holds no process. ("../" works on
+ * every hierarchy; EINVAL where this process is in the root cgroup.)
+ *
+ * Thread-safety: a root is immutable after wr_cgroup_root_open and may be
+ * shared by any number of threads; a wr_cgroup handle is used by one thread
+ * at a time. Every handle must be closed or destroyed before its root.
  */
 #ifndef WARREN_ISOLATE_CGROUP_H
 #define WARREN_ISOLATE_CGROUP_H
@@ -26,16 +49,24 @@
 
 #define WR_CG_UNSET UINT64_MAX
 
+/* UNSET: no limit at create; left unchanged by wr_cgroup_set_limits. */
 struct wr_cgroup_limits {
 	uint64_t memory_bytes; /* hard limit, swap included (no swap escape) */
 	uint64_t pids;	       /* pids.max */
 	uint64_t cpu_weight;   /* 1..10000, v2 semantics (v1: shares = weight*1024/100) */
-	uint64_t cpu_quota_us; /* with cpu_period_us: cpu.max; UNSET = no max */
+	/* cpu.max "quota period". quota >= 1000; period 1000..1000000, default
+	 * 100000. quota UNSET with a period set: "max period" (no max). */
+	uint64_t cpu_quota_us;
 	uint64_t cpu_period_us;
-	uint64_t io_weight; /* 1..10000 where io/blkio is available */
+	/* 1..10000 where io/blkio is available (v1: blkio weight 10..1000).
+	 * Best effort: silently skipped where the kernel or the IO scheduler
+	 * has no weights; never fails a create. */
+	uint64_t io_weight;
 };
 void wr_cgroup_limits_default(struct wr_cgroup_limits *l); /* all UNSET */
 
+/* Of a cgroup and its descendants. A value whose controller the cgroup does
+ * not have (memory on a v2 hierarchy without it delegated) reads 0. */
 struct wr_cgroup_stats {
 	uint64_t cpu_usage_ns;
 	uint64_t memory_current;
@@ -52,14 +83,22 @@ struct wr_cgroup;      /* one created (or adopted) cgroup */
 
 /* Detect the mode and create <own cgroup>/warren in each hierarchy.
  * `base` overrides the directory name ("warren" by default; tests use their
- * own so they never touch a running daemon's). Thread-safe after return. */
+ * own so they never touch a running daemon's); "../name" places it beside
+ * the own cgroup instead (see delegation above). Thread-safe after return. */
 int wr_cgroup_root_open(const char *base, struct wr_cgroup_root **out, wr_err *err);
 void wr_cgroup_root_close(struct wr_cgroup_root *root);
+/* Kill and remove every cgroup under the base, remove the base directory in
+ * every hierarchy, and close the root (*root is NULL afterwards, also on
+ * failure). For test teardown and uninstall; a daemon restart sweeps. */
+int wr_cgroup_root_remove(struct wr_cgroup_root **root, wr_err *err);
 enum wr_cgroup_mode wr_cgroup_root_mode(const struct wr_cgroup_root *root);
 /* True when a v2 hierarchy is available for CLONE_INTO_CGROUP / BPF. */
 bool wr_cgroup_root_has_unified(const struct wr_cgroup_root *root);
 
-/* Create <base>/<name> with limits. Fails with EEXIST if present. */
+/* Create <base>/<name> with limits (NULL: none). Fails with EEXIST if
+ * present, and leaves nothing behind on any failure. On v2 it also enables
+ * memory and pids for its leaves (per-command peak and OOM counts), so the
+ * cgroup itself can hold no process: attach to a leaf. */
 int wr_cgroup_create(struct wr_cgroup_root *root, const char *name,
 		     const struct wr_cgroup_limits *lim, struct wr_cgroup **out, wr_err *err);
 /* Create a leaf <parent>/<name> without limits of its own. */
@@ -68,19 +107,25 @@ int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_
 /* Open an existing <base>/<name> (daemon restart adoption). ENOENT if gone. */
 int wr_cgroup_open(struct wr_cgroup_root *root, const char *name, struct wr_cgroup **out,
 		   wr_err *err);
-/* Change limits of a live cgroup. */
+/* Change limits of a live cgroup; UNSET fields are left as they are.
+ * Memory lowered below what cannot be reclaimed: v1 refuses (EBUSY), v2
+ * sets it and OOM-kills in the cgroup. */
 int wr_cgroup_set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, wr_err *err);
 
 /* fd of the cgroup's v2 directory (O_DIRECTORY), for clone3
  * CLONE_INTO_CGROUP; -1 when there is no v2 hierarchy. Owned by cg. */
 int wr_cgroup_v2_fd(const struct wr_cgroup *cg);
 /* Move pid into this cgroup in every hierarchy (skip_v2: the caller already
- * placed it with CLONE_INTO_CGROUP). pid 0 means the caller. */
+ * placed it with CLONE_INTO_CGROUP). pid 0 means the caller. v2 first, so a
+ * refusal there (EBUSY: not a leaf) leaves the v1 hierarchies untouched. */
 int wr_cgroup_attach(struct wr_cgroup *cg, pid_t pid, bool skip_v2, wr_err *err);
 
 /* Kill every process in the cgroup and its descendants at once:
- * v2 cgroup.kill; v1 without unified: freeze, SIGKILL every task, thaw. */
+ * v2 cgroup.kill; v1 without unified: freeze, SIGKILL every task, thaw,
+ * repeated (bounded, ~2 s) until nothing is listed, so a fork bomb cannot
+ * outrun it. Returns before the processes have finished exiting on v2. */
 int wr_cgroup_kill(struct wr_cgroup *cg, wr_err *err);
+/* Freeze or thaw the subtree and wait (bounded, 5 s) until it is. */
 int wr_cgroup_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err);
 /* Number of processes in it and its descendants (0 = empty). */
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err);
@@ -94,8 +139,9 @@ void wr_cgroup_close(struct wr_cgroup *cg);
 
 const char *wr_cgroup_name(const struct wr_cgroup *cg);
 
-/* Remove leftovers: every <base>/<name> for which keep(name, ctx) returns
- * false is killed and removed (daemon restart, test teardown). */
+/* Remove leftovers: every <base>/<name> (in any hierarchy, also half-made
+ * ones) for which keep(name, ctx) returns false (keep NULL: all) is killed
+ * and removed (daemon restart, test teardown). The base itself stays. */
 int wr_cgroup_sweep(struct wr_cgroup_root *root, bool (*keep)(const char *name, void *ctx),
 		    void *ctx, wr_err *err);
 
