@@ -15,14 +15,22 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 	const char *help;
 } verbs[] = {
-    {"run", cmd_run, "create a sandbox, run a command in it, destroy it"},
+    {"run", cmd_run, "create a sandbox, run a command in it, destroy it (no daemon)"},
+    {"create", cmd_create, "create a sandbox in the daemon; prints its id"},
+    {"exec", cmd_exec, "run a command in a sandbox, streaming its output"},
+    {"cp", cmd_cp, "copy files or directories to or from a sandbox"},
+    {"ls", cmd_ls, "list sandboxes, or files with SANDBOX:PATH"},
+    {"inspect", cmd_inspect, "show a sandbox"},
+    {"set-timeout", cmd_set_timeout, "make a sandbox expire DUR from now"},
+    {"events", cmd_events, "show a sandbox's event log"},
+    {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: warren <command> [options]\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
-		fprintf(f, "  %-8s %s\n", verbs[i].name, verbs[i].help);
+		fprintf(f, "  %-12s %s\n", verbs[i].name, verbs[i].help);
 	fprintf(f, "\nRun 'warren <command> --help' for a command's options.\n");
 }
 

@@ -1,0 +1,351 @@
+/* libwarren: a blocking C client for the warren daemon (API v1, docs/API.md).
+ *
+ * Conventions
+ *   - Every fallible call returns an int: >= 0 on success, negative (-errno
+ *     like) on failure. On failure, when `err` is not NULL, *err receives a
+ *     warren_error the caller frees with warren_error_free(). *err must be
+ *     NULL on entry.
+ *   - Handles are opaque. Structures the library returns (info, results,
+ *     entries) are owned by the caller and freed with their _free function;
+ *     later versions only append fields to them.
+ *   - Option structures are caller-allocated: start them from their _INIT
+ *     macro (or zero them) so fields added later keep their defaults.
+ *   - A warren_client may be shared by threads; each call uses its own
+ *     connection from a shared pool. Sandbox and command handles refer to
+ *     their client, which must outlive them.
+ */
+#ifndef WARREN_WARREN_H
+#define WARREN_WARREN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WARREN_API __attribute__((visibility("default")))
+
+#define WARREN_DEFAULT_SOCKET "/run/warren/warren.sock"
+
+typedef struct warren_client warren_client;
+typedef struct warren_sandbox warren_sandbox;
+typedef struct warren_command warren_command;
+typedef struct warren_error warren_error;
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* The API error code ("not_found", "invalid_argument", ...: see API.md) or,
+ * for failures that never reached an API answer, one of:
+ *   "transport"  the daemon could not be reached or the connection broke
+ *   "protocol"   the daemon's answer was not what API v1 specifies
+ *   "io"         reading or writing a local file descriptor failed
+ *   "cancelled"  a callback asked to stop
+ *   "invalid_argument" is also used for arguments rejected before sending. */
+WARREN_API const char *warren_error_code(const warren_error *err);
+/* HTTP status of the answer, or 0 when there was none. */
+WARREN_API int warren_error_http_status(const warren_error *err);
+/* An errno value describing the failure (ENOENT for not_found, ...). */
+WARREN_API int warren_error_errno(const warren_error *err);
+/* The message, outermost context first: "kill sandbox 5f0c: not found". */
+WARREN_API const char *warren_error_message(const warren_error *err);
+/* The request field at fault (API's "field"), or NULL. */
+WARREN_API const char *warren_error_field(const warren_error *err);
+WARREN_API void warren_error_free(warren_error *err);
+
+/* Free a buffer the library returned (warren_file_read). */
+WARREN_API void warren_free(void *p);
+
+WARREN_API const char *warren_version(void);
+
+/* ---- client ---------------------------------------------------------- */
+
+#define WARREN_CLIENT_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	/* Unix socket of the daemon; used when url is NULL. Default
+	 * WARREN_DEFAULT_SOCKET. */
+	const char *socket_path;
+	/* "http://host:port" of a TCP listener. Takes precedence over
+	 * socket_path. */
+	const char *url;
+	/* Bearer token: required on TCP, optional on the socket. */
+	const char *token;
+	/* Connect timeout in milliseconds (0: 10 s). */
+	long connect_timeout_ms;
+	/* Whole-request timeout for calls that are not commands, file or tar
+	 * transfers, in milliseconds (0: none). */
+	long request_timeout_ms;
+} warren_client_opts;
+#define WARREN_CLIENT_OPTS_INIT                                                                    \
+	{                                                                                          \
+		WARREN_CLIENT_OPTS_VERSION                                                         \
+	}
+
+WARREN_API int warren_client_new(const warren_client_opts *opts, warren_client **out,
+				 warren_error **err);
+WARREN_API void warren_client_free(warren_client *client);
+
+typedef struct {
+	char *status;  /* "ok" */
+	char *version; /* the daemon's version */
+	int64_t sandboxes;
+	char *json; /* the answer as received */
+} warren_health;
+WARREN_API int warren_health_get(warren_client *client, warren_health **out, warren_error **err);
+WARREN_API void warren_health_free(warren_health *h);
+
+/* ---- sandboxes ------------------------------------------------------- */
+
+typedef struct {
+	const char *key;
+	const char *value;
+} warren_kv;
+
+#define WARREN_SANDBOX_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *image; /* required: a configured image name or a node path */
+	const char *tier;  /* NULL: the daemon's default ("container") */
+	double cpu;	   /* 0: no cap */
+	int64_t memory_mb; /* 0: default */
+	int64_t disk_mb;
+	int64_t pids;
+	const warren_kv *env;
+	size_t n_env;
+	const char *workdir;
+	int64_t user; /* -1 or 0 with user_set false: the daemon's default */
+	bool user_set;
+	const warren_kv *labels;
+	size_t n_labels;
+	int64_t timeout;      /* seconds of lifetime, 0: default */
+	int64_t idle_timeout; /* seconds, 0: off */
+	const char *on_timeout;
+} warren_sandbox_opts;
+#define WARREN_SANDBOX_OPTS_INIT                                                                   \
+	{                                                                                          \
+		WARREN_SANDBOX_OPTS_VERSION                                                        \
+	}
+
+typedef struct {
+	char *id;
+	char *tier;
+	char *image;
+	char *state; /* running, killed, timed_out, failed, creating */
+	char *created_at;
+	char *expires_at; /* may be NULL */
+	double cpu;
+	int64_t memory_mb, disk_mb, pids, user;
+	char *workdir;
+	warren_kv *labels; /* strings owned by the info */
+	size_t n_labels;
+	int64_t idle_timeout;
+	char *on_timeout;
+	char *json; /* the sandbox object as received */
+} warren_sandbox_info;
+WARREN_API void warren_sandbox_info_free(warren_sandbox_info *info);
+
+WARREN_API int warren_sandbox_create(warren_client *client, const warren_sandbox_opts *opts,
+				     warren_sandbox **out, warren_error **err);
+/* A handle on an existing sandbox; checks that it exists (GET). */
+WARREN_API int warren_sandbox_connect(warren_client *client, const char *id, warren_sandbox **out,
+				      warren_error **err);
+/* Frees the handle only: the sandbox keeps running. */
+WARREN_API void warren_sandbox_free(warren_sandbox *sb);
+WARREN_API const char *warren_sandbox_id(const warren_sandbox *sb);
+/* The sandbox as create or connect saw it (owned by the handle). */
+WARREN_API const warren_sandbox_info *warren_sandbox_last_info(const warren_sandbox *sb);
+/* Fresh state from the daemon. */
+WARREN_API int warren_sandbox_get_info(warren_sandbox *sb, warren_sandbox_info **out,
+				       warren_error **err);
+WARREN_API int warren_sandbox_kill(warren_sandbox *sb, warren_error **err);
+/* Expire `seconds` from now; *out (if not NULL) receives the new state. */
+WARREN_API int warren_sandbox_set_timeout(warren_sandbox *sb, int64_t seconds,
+					  warren_sandbox_info **out, warren_error **err);
+
+#define WARREN_LIST_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *state;	 /* NULL: any */
+	const warren_kv *labels; /* all must match */
+	size_t n_labels;
+	int page_size; /* 0: the daemon's default */
+} warren_list_opts;
+#define WARREN_LIST_OPTS_INIT                                                                      \
+	{                                                                                          \
+		WARREN_LIST_OPTS_VERSION                                                           \
+	}
+
+/* Called once per sandbox, across every page, in creation order. The info
+ * is borrowed for the call. A nonzero return stops the listing; the list
+ * call then returns that value (if positive) without an error. */
+typedef int (*warren_sandbox_cb)(void *ctx, const warren_sandbox_info *info);
+WARREN_API int warren_sandbox_list(warren_client *client, const warren_list_opts *opts,
+				   warren_sandbox_cb cb, void *ctx, warren_error **err);
+
+/* ---- commands -------------------------------------------------------- */
+
+enum { WARREN_STDOUT = 1, WARREN_STDERR = 2 };
+
+/* Streamed output. A nonzero return cancels the call ("cancelled"). */
+typedef int (*warren_output_cb)(void *ctx, int stream, const char *data, size_t len);
+
+#define WARREN_EXEC_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *const *argv; /* NULL-terminated argv, or NULL and: */
+	const char *shell;	 /* a string run with sh -c */
+	const warren_kv *env;
+	size_t n_env;
+	const char *cwd;
+	int64_t user;
+	bool user_set;
+	const void *stdin_data; /* given whole on the command's stdin */
+	size_t stdin_len;
+	double timeout;		    /* seconds, 0: none */
+	int64_t output_cap;	    /* bytes per stream, 0: default */
+	bool binary;		    /* exact bytes (base64 on the wire) instead of UTF-8 text */
+	warren_output_cb on_output; /* set: stream the output as it happens */
+	void *ctx;
+} warren_exec_opts;
+#define WARREN_EXEC_OPTS_INIT                                                                      \
+	{                                                                                          \
+		WARREN_EXEC_OPTS_VERSION                                                           \
+	}
+
+typedef struct {
+	int exit_code;
+	int signal;
+	char *reason;	   /* exited, signaled, timeout, oom, killed, start_failed */
+	char *stdout_data; /* NUL-terminated; NULL when streamed */
+	size_t stdout_len;
+	char *stderr_data;
+	size_t stderr_len;
+	bool stdout_truncated, stderr_truncated;
+	double duration_ms, cpu_ms;
+	int64_t memory_peak_bytes;
+	char *json; /* the result (or exit line) as received */
+} warren_exec_result;
+WARREN_API void warren_exec_result_free(warren_exec_result *res);
+
+/* Run a command to completion. With opts->on_output the output is
+ * streamed to it and not kept in the result. */
+WARREN_API int warren_sandbox_exec(warren_sandbox *sb, const warren_exec_opts *opts,
+				   warren_exec_result **out, warren_error **err);
+
+/* Background commands. on_output in opts is ignored. */
+WARREN_API int warren_command_start(warren_sandbox *sb, const warren_exec_opts *opts,
+				    warren_command **out, warren_error **err);
+/* A handle on an existing command by id (no request). */
+WARREN_API int warren_command_open(warren_sandbox *sb, const char *id, warren_command **out,
+				   warren_error **err);
+WARREN_API const char *warren_command_id(const warren_command *cmd);
+WARREN_API void warren_command_free(warren_command *cmd);
+/* Wait up to `timeout` seconds (<= 0: until it ends). Returns 1 with *out
+ * when the command ended, 0 (and *out NULL) when it is still running. */
+WARREN_API int warren_command_wait(warren_command *cmd, double timeout, warren_exec_result **out,
+				   warren_error **err);
+/* Attach to its output from the start; returns when it ends. */
+WARREN_API int warren_command_stream(warren_command *cmd, warren_output_cb cb, void *ctx,
+				     warren_exec_result **out, warren_error **err);
+WARREN_API int warren_command_send_stdin(warren_command *cmd, const void *data, size_t len,
+					 bool eof, warren_error **err);
+WARREN_API int warren_command_kill(warren_command *cmd, warren_error **err);
+
+/* ---- files ----------------------------------------------------------- */
+
+typedef enum {
+	WARREN_FILE_OTHER = 0,
+	WARREN_FILE_REGULAR,
+	WARREN_FILE_DIR,
+	WARREN_FILE_SYMLINK,
+} warren_file_type;
+
+typedef struct {
+	char *path;
+	char *name;
+	warren_file_type type;
+	int64_t size;
+	unsigned int mode; /* permission bits */
+	int64_t uid, gid;
+	char *mtime;  /* as the daemon reports it */
+	char *target; /* symlinks; else NULL */
+	char *json;   /* the entry as received */
+} warren_file_entry;
+WARREN_API void warren_file_entry_free(warren_file_entry *e);
+
+typedef struct {
+	size_t count;
+	warren_file_entry *entries;
+} warren_file_list;
+WARREN_API void warren_file_list_free(warren_file_list *l);
+
+#define WARREN_WRITE_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	unsigned int mode; /* 0: the daemon's default */
+	bool parents;	   /* create missing parent directories */
+} warren_write_opts;
+#define WARREN_WRITE_OPTS_INIT                                                                     \
+	{                                                                                          \
+		WARREN_WRITE_OPTS_VERSION                                                          \
+	}
+
+/* Whole file into a malloc'd buffer (NUL-terminated; free with warren_free). */
+WARREN_API int warren_file_read(warren_sandbox *sb, const char *path, void **data, size_t *len,
+				warren_error **err);
+/* Stream the file into fd. */
+WARREN_API int warren_file_read_fd(warren_sandbox *sb, const char *path, int fd,
+				   warren_error **err);
+WARREN_API int warren_file_write(warren_sandbox *sb, const char *path, const void *data, size_t len,
+				 const warren_write_opts *opts, warren_error **err);
+/* Stream fd (to EOF) into the file. */
+WARREN_API int warren_file_write_fd(warren_sandbox *sb, const char *path, int fd,
+				    const warren_write_opts *opts, warren_error **err);
+WARREN_API int warren_file_stat(warren_sandbox *sb, const char *path, warren_file_entry **out,
+				warren_error **err);
+/* 1 if it exists, 0 if not. */
+WARREN_API int warren_file_exists(warren_sandbox *sb, const char *path, warren_error **err);
+/* depth 1..16 (0: 1). */
+WARREN_API int warren_file_list_dir(warren_sandbox *sb, const char *path, int depth,
+				    warren_file_list **out, warren_error **err);
+/* mode 0: the daemon's default. *out may be NULL. */
+WARREN_API int warren_file_mkdir(warren_sandbox *sb, const char *path, bool parents,
+				 unsigned int mode, warren_file_entry **out, warren_error **err);
+WARREN_API int warren_file_rename(warren_sandbox *sb, const char *from, const char *to,
+				  warren_file_entry **out, warren_error **err);
+WARREN_API int warren_file_remove(warren_sandbox *sb, const char *path, bool recursive,
+				  warren_error **err);
+/* Upload a tar stream read from fd, unpacked under dest. */
+WARREN_API int warren_tar_upload(warren_sandbox *sb, const char *dest, int fd, int64_t *files,
+				 int64_t *bytes, warren_error **err);
+/* Download the tree at path as a tar stream written to fd. */
+WARREN_API int warren_tar_download(warren_sandbox *sb, const char *path, int fd,
+				   warren_error **err);
+
+/* ---- events ---------------------------------------------------------- */
+
+typedef struct {
+	int64_t seq;
+	char *time;
+	char *type;
+	char *detail_json; /* the "detail" object, serialized */
+	char *json;	   /* the event as received */
+} warren_event;
+
+typedef struct {
+	size_t count;
+	warren_event *events;
+} warren_event_list;
+WARREN_API void warren_event_list_free(warren_event_list *l);
+
+/* Events with seq > since, at most limit (0: the daemon's default). */
+WARREN_API int warren_sandbox_events(warren_sandbox *sb, int64_t since, int limit,
+				     warren_event_list **out, warren_error **err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,166 @@
+/* warren create: start a sandbox in the daemon and print its id. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/cleanup.h"
+#include "common/util.h"
+
+static void create_usage(FILE *f)
+{
+	fprintf(f, "usage: warren create --image IMAGE [options]\n\n"
+		   "  --image NAME|PATH  image the daemon knows, or a rootfs path on the node\n"
+		   "  --tier NAME        isolation tier (default: the daemon's)\n"
+		   "  --cpu N            CPUs (fractions allowed; default: no cap)\n"
+		   "  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
+		   "  --disk SIZE        writable layer quota (e.g. 1G)\n"
+		   "  --pids N           process limit\n"
+		   "  --env K=V          environment of every command (repeatable)\n"
+		   "  --workdir DIR      working directory of commands\n"
+		   "  --user UID         user commands run as\n"
+		   "  --label K=V        label (repeatable)\n"
+		   "  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
+		   "  --idle-timeout DUR kill after DUR without API activity\n" CLI_CONN_HELP
+		   "\nPrints the new sandbox's id (with --json: the sandbox object).\n");
+}
+
+enum {
+	OPT_IMAGE = 1000,
+	OPT_TIER,
+	OPT_CPU,
+	OPT_MEMORY,
+	OPT_DISK,
+	OPT_PIDS,
+	OPT_ENV,
+	OPT_WORKDIR,
+	OPT_USER,
+	OPT_LABEL,
+	OPT_TIMEOUT,
+	OPT_IDLE,
+};
+
+static int parse_mb(const char *opt, const char *arg, int64_t *out)
+{
+	uint64_t v;
+	if (wr_parse_size(arg, &v) < 0 || v < (1u << 20))
+		return cli_usage_error(opt, "'%s' is not a size of at least 1M (e.g. 512M, 2G)",
+				       arg);
+	*out = (int64_t)((v + (1u << 20) - 1) >> 20);
+	return 0;
+}
+
+int cmd_create(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"image", required_argument, NULL, OPT_IMAGE},
+	    {"tier", required_argument, NULL, OPT_TIER},
+	    {"cpu", required_argument, NULL, OPT_CPU},
+	    {"memory", required_argument, NULL, OPT_MEMORY},
+	    {"disk", required_argument, NULL, OPT_DISK},
+	    {"pids", required_argument, NULL, OPT_PIDS},
+	    {"env", required_argument, NULL, OPT_ENV},
+	    {"workdir", required_argument, NULL, OPT_WORKDIR},
+	    {"user", required_argument, NULL, OPT_USER},
+	    {"label", required_argument, NULL, OPT_LABEL},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+	    {"idle-timeout", required_argument, NULL, OPT_IDLE},
+	    CLI_CONN_OPTIONS,
+	    {0},
+	};
+	struct cli_conn cc = {0};
+	warren_sandbox_opts so = WARREN_SANDBOX_OPTS_INIT;
+	_cleanup_free_ warren_kv *env = calloc((size_t)argc, sizeof(*env));
+	_cleanup_free_ warren_kv *labels = calloc((size_t)argc, sizeof(*labels));
+	uint64_t v;
+	int c;
+	if (env == NULL || labels == NULL)
+		return cli_usage_error(NULL, "out of memory");
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (cli_conn_opt(&cc, c, optarg))
+			continue;
+		switch (c) {
+		case OPT_IMAGE: so.image = optarg; break;
+		case OPT_TIER: so.tier = optarg; break;
+		case OPT_CPU: {
+			char *end;
+			errno = 0;
+			double d = strtod(optarg, &end);
+			if (errno || *end || end == optarg || d <= 0 || d > 64)
+				return cli_usage_error(
+				    "--cpu", "'%s' is not a CPU count above 0 and up to 64",
+				    optarg);
+			so.cpu = d;
+			break;
+		}
+		case OPT_MEMORY:
+			if (parse_mb("--memory", optarg, &so.memory_mb))
+				return WR_EXIT_WARREN;
+			break;
+		case OPT_DISK:
+			if (parse_mb("--disk", optarg, &so.disk_mb))
+				return WR_EXIT_WARREN;
+			break;
+		case OPT_PIDS:
+			if (wr_parse_u64(optarg, 1u << 22, &v) < 0 || v == 0)
+				return cli_usage_error("--pids", "'%s' is not a positive count",
+						       optarg);
+			so.pids = (int64_t)v;
+			break;
+		case OPT_ENV:
+			if (cli_parse_kv("--env", optarg, &env[so.n_env]))
+				return WR_EXIT_WARREN;
+			so.n_env++;
+			break;
+		case OPT_WORKDIR: so.workdir = optarg; break;
+		case OPT_USER:
+			if (wr_parse_u64(optarg, 65535, &v) < 0)
+				return cli_usage_error(
+				    "--user", "'%s' is not a uid between 0 and 65535", optarg);
+			so.user = (int64_t)v;
+			so.user_set = true;
+			break;
+		case OPT_LABEL:
+			if (cli_parse_kv("--label", optarg, &labels[so.n_labels]))
+				return WR_EXIT_WARREN;
+			so.n_labels++;
+			break;
+		case OPT_TIMEOUT:
+			if (cli_parse_seconds("--timeout", optarg, &so.timeout))
+				return WR_EXIT_WARREN;
+			break;
+		case OPT_IDLE:
+			if (cli_parse_seconds("--idle-timeout", optarg, &so.idle_timeout))
+				return WR_EXIT_WARREN;
+			break;
+		case 'h': create_usage(stdout); return 0;
+		default: return cli_bad_option(c, argv);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(argv[optind], "unexpected argument (the image is --image)");
+	if (so.image == NULL)
+		return cli_usage_error("--image", "is required (an image name or a rootfs path)");
+	so.env = env;
+	so.labels = labels;
+
+	warren_client *cl = NULL;
+	warren_sandbox *sb = NULL;
+	warren_error *err = NULL;
+	int r = cli_connect(&cc, &cl);
+	if (r)
+		return r;
+	if (warren_sandbox_create(cl, &so, &sb, &err) < 0) {
+		warren_client_free(cl);
+		return cli_fail(err);
+	}
+	if (cc.json)
+		cli_print_json(warren_sandbox_last_info(sb)->json);
+	else
+		printf("%s\n", warren_sandbox_id(sb));
+	warren_sandbox_free(sb);
+	warren_client_free(cl);
+	return r;
+}

@@ -1,0 +1,76 @@
+/* warren inspect: show one sandbox. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void inspect_usage(FILE *f)
+{
+	fprintf(f, "usage: warren inspect [options] SANDBOX\n\n" CLI_CONN_HELP);
+}
+
+static void print_info(const warren_sandbox_info *in)
+{
+	printf("id:           %s\n", in->id);
+	printf("state:        %s\n", in->state);
+	printf("tier:         %s\n", in->tier ? in->tier : "-");
+	printf("image:        %s\n", in->image ? in->image : "-");
+	printf("created:      %s\n", in->created_at ? in->created_at : "-");
+	printf("expires:      %s\n", in->expires_at ? in->expires_at : "-");
+	if (in->cpu > 0)
+		printf("cpu:          %g\n", in->cpu);
+	else
+		printf("cpu:          no cap\n");
+	printf("memory:       %lld MiB\n", (long long)in->memory_mb);
+	printf("disk:         %lld MiB\n", (long long)in->disk_mb);
+	printf("pids:         %lld\n", (long long)in->pids);
+	printf("user:         %lld\n", (long long)in->user);
+	printf("workdir:      %s\n", in->workdir ? in->workdir : "-");
+	if (in->idle_timeout)
+		printf("idle timeout: %llds\n", (long long)in->idle_timeout);
+	else
+		printf("idle timeout: off\n");
+	printf("on timeout:   %s\n", in->on_timeout ? in->on_timeout : "-");
+	printf("labels:      ");
+	for (size_t i = 0; i < in->n_labels; i++)
+		printf(" %s=%s", in->labels[i].key, in->labels[i].value);
+	printf("%s\n", in->n_labels ? "" : " -");
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+	static const struct option opts[] = {CLI_CONN_OPTIONS, {0}};
+	struct cli_conn cc = {0};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (cli_conn_opt(&cc, c, optarg))
+			continue;
+		if (c == 'h') {
+			inspect_usage(stdout);
+			return 0;
+		}
+		return cli_bad_option(c, argv);
+	}
+	if (optind >= argc)
+		return cli_usage_error(NULL, "no sandbox given (warren inspect SANDBOX)");
+	if (optind + 1 < argc)
+		return cli_usage_error(argv[optind + 1], "unexpected argument");
+
+	warren_client *cl = NULL;
+	warren_sandbox *sb = NULL;
+	warren_error *err = NULL;
+	int r = cli_connect(&cc, &cl);
+	if (r)
+		return r;
+	if (warren_sandbox_connect(cl, argv[optind], &sb, &err) < 0) {
+		r = cli_fail(err);
+	} else if (cc.json) {
+		cli_print_json(warren_sandbox_last_info(sb)->json);
+	} else {
+		print_info(warren_sandbox_last_info(sb));
+	}
+	warren_sandbox_free(sb);
+	warren_client_free(cl);
+	return r;
+}
