@@ -14,7 +14,7 @@
 #include "isolate/mount.h"
 
 /* crun's masked paths, plus the page-frame files whose reads crashed
- * kernels in DSec's fleet. Files are covered by an empty read-only file,
+ * kernels in DSec's fleet. Files are covered by an empty read-only regular file,
  * directories by an empty read-only tmpfs. */
 const char *const wr_rootfs_masked_paths[] = {
     "proc/acpi",	"proc/asound",	      "proc/interrupts",  "proc/kcore",
@@ -144,9 +144,28 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, struct wr_cerr *e)
 	return wr_mount_setattr(devmnt, MOUNT_ATTR_RDONLY, 0, -1, false, e);
 }
 
+/* A read-only tmpfs holding one empty, read-only regular file: what masked
+ * files are covered with. Reads give nothing; writes fail with EROFS (a
+ * /dev/null bind would accept and discard them). */
+static int empty_file_source(struct wr_cerr *e)
+{
+	static const char *const opts[] = {"size=4k", "nr_inodes=4", "mode=0555", NULL};
+	_cleanup_close_ int m = wr_mount_new(
+	    "tmpfs", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
+	if (m < 0)
+		return m;
+	int f = openat(m, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+	if (f < 0)
+		return wr_cerr_sys(e, "mask: create empty file");
+	close(f);
+	if (wr_mount_setattr(m, MOUNT_ATTR_RDONLY, 0, -1, false, e) < 0)
+		return -1;
+	return steal_fd(&m);
+}
+
 static int mask_paths(int rootfd, struct wr_cerr *e)
 {
-	_cleanup_close_ int null = -1;
+	_cleanup_close_ int empty = -1;
 	for (size_t i = 0; wr_rootfs_masked_paths[i]; i++) {
 		const char *p = wr_rootfs_masked_paths[i];
 		struct stat st;
@@ -163,15 +182,10 @@ static int mask_paths(int rootfd, struct wr_cerr *e)
 				return -1;
 			continue;
 		}
-		/* A read-only bind of our /dev/null: reads give nothing,
-		 * writes fail with EROFS. */
-		if (null < 0 && (null = wr_mount_clone(rootfd, "dev/null", false, e)) < 0)
+		if (empty < 0 && (empty = empty_file_source(e)) < 0)
 			return -1;
-		_cleanup_close_ int m = wr_mount_clone(null, "", false, e);
+		_cleanup_close_ int m = wr_mount_clone(empty, "empty", false, e);
 		if (m < 0)
-			return -1;
-		if (wr_mount_setattr(m, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-				     0, -1, false, e) < 0)
 			return -1;
 		if (wr_mount_attach(m, rootfd, p, e) < 0)
 			return -1;

@@ -188,7 +188,7 @@ def test_fd_exhaustion_is_emfile(warren):
     assert errno_of(p.out) == "EMFILE", p.out
     n = int(re.search(r"opened=(\d+)", p.out).group(1))
     assert 1000 <= n <= 1024
-    assert "raise_hard=EPERM" in p.out
+    assert "raise_hard=errno=EPERM" in p.out
 
 
 def test_output_flood_is_truncated_at_the_cap(warren):
@@ -196,7 +196,8 @@ def test_output_flood_is_truncated_at_the_cap(warren):
     p = warren.probe("yes", opts=("--output-cap", "1M"))
     assert len(p.stdout) == 1 << 20
     assert "truncated" in p.err
-    assert p.returncode == 141  # SIGPIPE once the capped stream is closed
+    # the capped stream is closed: the writer gets EPIPE (or dies of SIGPIPE)
+    assert p.returncode in (0, 141) and "errno=EPIPE" in p.err
     assert time.time() - t0 < 30
 
 

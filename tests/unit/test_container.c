@@ -124,9 +124,10 @@ static int group_setup(void **state)
 	char state_dir[300], run_dir[300];
 	snprintf(state_dir, sizeof(state_dir), "%s/state", g_tmp);
 	snprintf(run_dir, sizeof(run_dir), "%s/run", g_tmp);
+	/* the tier copies what it keeps */
 	struct wr_container_config cfg = {
-	    .state_dir = strdup(state_dir),
-	    .run_dir = strdup(run_dir),
+	    .state_dir = state_dir,
+	    .run_dir = run_dir,
 	    .init_path = init,
 	    .cgroup_base = g_base,
 	};
@@ -138,16 +139,41 @@ static int group_setup(void **state)
 	return 0;
 }
 
+static bool keep_none(const char *id, void *ctx)
+{
+	(void)id;
+	(void)ctx;
+	return false;
+}
+
+/* Remove every sandbox a failed test left, then our base in every
+ * hierarchy, then the temp dir. */
 static int group_teardown(void **state)
 {
 	(void)state;
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s; for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/memory/*/*/; do "
-		 "find $d -depth -type d -name '%s*' -exec sh -c 'find \"$1\" -depth -type d "
-		 "-exec rmdir {} + ' _ {} \\; 2>/dev/null; done; true",
-		 g_tmp, g_base);
-	return system(cmd) == 0 ? 0 : 0;
+	wr_err err = NULL;
+	if (wr_container_sweep(keep_none, NULL, &err) < 0) {
+		fprintf(stderr, "sweep: %s\n", err->msg);
+		wr_err_free(&err);
+	}
+	char cg[600], line[512];
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *ctrl = strchr(line, ':') + 1;
+		char *path = strchr(ctrl, ':');
+		*path++ = 0;
+		path[strcspn(path, "\n")] = 0;
+		if (strncmp(ctrl, "name=", 5) == 0)
+			continue;
+		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
+			 g_base);
+		rmdir(cg);
+	}
+	if (f)
+		fclose(f);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", g_tmp);
+	return system(cmd) == 0 ? 0 : -1;
 }
 
 static struct wr_sandbox *mk(uint64_t memory)
