@@ -1,0 +1,52 @@
+/* Route handlers and what they share. Each handler validates its input
+ * strictly (unknown fields and parameters are 400 naming them), resolves
+ * the sandbox for the caller's tenant, and answers exactly once. */
+#ifndef WARREN_DAEMON_API_H
+#define WARREN_DAEMON_API_H
+
+#include "daemon/http.h"
+#include "daemon/manager.h"
+
+/* The route table (routes.c) and the metrics labels of its patterns. */
+extern const struct wrd_route wrd_routes[];
+extern const size_t wrd_n_routes;
+extern const char *const wrd_route_labels[];
+extern const size_t wrd_n_route_labels;
+
+/* {id} of the request: the caller's live sandbox, referenced, and with
+ * `begin` also marked busy (a tier operation may run). NULL with the reply
+ * set: 404 (unknown, another tenant's) or 409 (not running). Release with
+ * wrd_api_done(sb, begin). */
+struct wrd_sbx *wrd_api_sandbox(struct wrd_req *r, bool begin);
+void wrd_api_done(struct wrd_sbx *sb, bool begun);
+/* 404 or 409 for an id that is not live, from the database. */
+void wrd_api_not_live(struct wrd_req *r);
+
+/* Reject keys of obj not in allowed (NULL-terminated): 400 naming it. */
+int wrd_api_known_keys(struct wrd_req *r, json_t *obj, const char *const *allowed);
+/* An environment map: keys non-empty without '=' or NUL. */
+int wrd_api_env(struct wrd_req *r, json_t *env, const char *field);
+
+/* sandboxes */
+void wrd_api_sb_create(struct wrd_req *r);
+void wrd_api_sb_list(struct wrd_req *r);
+void wrd_api_sb_get(struct wrd_req *r);
+void wrd_api_sb_kill(struct wrd_req *r);
+void wrd_api_sb_timeout(struct wrd_req *r);
+void wrd_api_sb_events(struct wrd_req *r);
+void wrd_api_health(struct wrd_req *r);
+void wrd_api_metrics(struct wrd_req *r);
+
+/* files */
+void wrd_api_fs_read(struct wrd_req *r);
+void wrd_api_fs_write(struct wrd_req *r);
+void wrd_api_fs_stat(struct wrd_req *r);
+void wrd_api_fs_exists(struct wrd_req *r);
+void wrd_api_fs_list(struct wrd_req *r);
+void wrd_api_fs_mkdir(struct wrd_req *r);
+void wrd_api_fs_rename(struct wrd_req *r);
+void wrd_api_fs_remove(struct wrd_req *r);
+void wrd_api_tar_put(struct wrd_req *r);
+void wrd_api_tar_get(struct wrd_req *r);
+
+#endif

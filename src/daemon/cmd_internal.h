@@ -1,0 +1,74 @@
+/* Private to the commands module (commands.c runs commands, cmd_handles.c
+ * serves the handles of running and finished ones). */
+#ifndef WARREN_DAEMON_CMD_INTERNAL_H
+#define WARREN_DAEMON_CMD_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "daemon/manager.h"
+#include "tiers/tier.h"
+
+struct chunk {
+	int stream;
+	size_t off, len;
+};
+
+struct wrd_cmd {
+	char id[16];
+	struct wrd_cmd *next; /* sb->cmds, oldest first */
+	atomic_int refs;
+	struct wrd_sbx *sb; /* referenced while the command runs */
+	json_t *cmd;	    /* as given */
+	bool background, base64;
+	pthread_mutex_t lock;
+	pthread_cond_t cv; /* output appended, or done */
+	bool done;
+	struct wr_exec_result res; /* out/err unused: output is in the log */
+	char *error;		   /* the tier failed to run it */
+	/* output log */
+	struct chunk *chunks;
+	size_t nchunks, chunks_cap;
+	char *data;
+	size_t data_len, data_cap;
+	int stdin_w;
+	pid_t tid; /* thread running the tier's exec */
+	bool kill_requested;
+	/* the exec request */
+	char **argv;
+	struct wr_env_kv *env;
+	size_t n_env;
+	char *cwd;
+	int user;
+	uint64_t timeout_ms, output_cap;
+	int stdin_r;
+	bool stream;
+	struct wrd_req *req; /* foreground: the request being answered */
+};
+
+struct ndjson {
+	int fd;
+	bool base64;
+	bool broken;
+	char carry[3][4];
+	size_t carry_len[3];
+};
+
+void wrd_cmd_put(struct wrd_cmd *c);
+/* The API form; caller holds c->lock. full: with the result and output. */
+json_t *wrd_cmd_json(struct wrd_cmd *c, bool full);
+/* Output of one stream (1, 2) from the log; caller holds c->lock. */
+json_t *wrd_cmd_output(struct wrd_cmd *c, int stream);
+void wrd_result_fields(json_t *o, const struct wr_exec_result *res);
+/* NDJSON lines: output chunks (a split UTF-8 character is carried to the
+ * next chunk) and the final exit (or error) line. */
+void wrd_nd_data(struct ndjson *o, int stream, const char *buf, size_t len, bool final);
+void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char *error);
+/* In-sandbox pid of a running command (0 if unknown); kill its tree.
+ * Caller holds c->lock and the command is not done. */
+pid_t wrd_cmd_ns_pid(struct wrd_cmd *c);
+int wrd_cmd_kill_tree(struct wrd_cmd *c);
+
+#endif

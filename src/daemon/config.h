@@ -1,0 +1,61 @@
+/* warrend configuration: a JSON file (all keys optional, unknown keys are an
+ * error), then environment overrides used by tests and packaging. */
+#ifndef WARREN_DAEMON_CONFIG_H
+#define WARREN_DAEMON_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct wrd_token {
+	char *tenant;
+	uint8_t sha256[32];
+};
+
+struct wrd_image {
+	char *name;
+	char *path;
+};
+
+/* Defaults applied to a create request that leaves a field out. */
+struct wrd_limits {
+	double cpu;	      /* 0 = no cap */
+	int64_t memory_mb;    /* 512 */
+	int64_t disk_mb;      /* 1024 */
+	int64_t pids;	      /* 512 */
+	int64_t timeout;      /* seconds, 300 */
+	int64_t idle_timeout; /* seconds, 0 = off */
+};
+
+struct wrd_config {
+	char *socket_path;  /* /run/warren/warren.sock */
+	char *socket_group; /* "warren": chgrp'd to it when the group exists */
+	char *state_dir;    /* /var/lib/warren */
+	char *run_dir;	    /* /run/warren */
+	char *listen;	    /* "host:port" for TCP, NULL = none */
+	char *unix_tenant;  /* "default" */
+	char *init_path;    /* warren-init */
+	char *cgroup_base;  /* "warren" */
+	struct wrd_token *tokens;
+	size_t n_tokens;
+	struct wrd_image *images;
+	size_t n_images;
+	struct wrd_limits defaults;
+	unsigned workers;	   /* worker threads for short kernel work */
+	unsigned max_sandboxes;	   /* live sandboxes per node */
+	unsigned max_commands;	   /* commands running at once per node */
+	unsigned max_connections;  /* per listener */
+	unsigned shutdown_timeout; /* seconds to finish in-flight requests */
+	int log_level;		   /* enum wr_log_level */
+};
+
+/* Load `path` (NULL: defaults only), then apply WARREN_STATE_DIR,
+ * WARREN_RUN_DIR, WARREN_CGROUP_BASE, WARREN_INIT. argv0 locates warren-init
+ * next to the binary. Errors name the config key in err->field. */
+int wrd_config_load(const char *path, struct wrd_config *cfg, wr_err *err);
+void wrd_config_free(struct wrd_config *cfg);
+/* Path of a configured image name, or NULL. */
+const char *wrd_config_image(const struct wrd_config *cfg, const char *name);
+
+#endif

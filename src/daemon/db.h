@@ -1,0 +1,82 @@
+/* Durable state: SQLite in WAL mode, synchronous=FULL.
+ *
+ *   sandboxes  one row per sandbox ever created (records stay after kill);
+ *              written synchronously before the API answers
+ *   events     lifecycle events per sandbox, (sandbox_id, seq) dense from 1;
+ *              queued in memory and committed in batches by a flusher
+ *              thread (a crash may lose the last few ms of events, never a
+ *              sandbox record); readers flush first so they see their own
+ *
+ * One writer connection behind a mutex; readers take a connection from a
+ * small pool (WAL readers never wait for the writer). */
+#ifndef WARREN_DAEMON_DB_H
+#define WARREN_DAEMON_DB_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+enum wrd_state { WRD_CREATING, WRD_RUNNING, WRD_KILLED, WRD_TIMED_OUT, WRD_FAILED, WRD_NSTATES };
+const char *wrd_state_name(enum wrd_state s);
+int wrd_state_parse(const char *s); /* -1 if unknown */
+
+/* What the record holds: enough to answer the API and to rebuild the
+ * create spec for adoption after a restart. */
+struct wrd_record {
+	char id[17];
+	char *tenant;
+	char *tier;
+	char *image;	  /* as the client named it */
+	char *image_path; /* what it resolved to at create time */
+	enum wrd_state state;
+	int64_t created_ms, expires_ms;
+	pid_t init_pid;
+	/* cpu, memory_mb, disk_mb, pids, user, workdir, env, labels, timeout,
+	 * idle_timeout, on_timeout: every field normalised (defaults filled) */
+	json_t *spec;
+};
+void wrd_record_clear(struct wrd_record *r);
+/* The API's sandbox object. */
+json_t *wrd_record_json(const struct wrd_record *r);
+
+int wrd_db_open(const char *path, wr_err *err);
+void wrd_db_close(void);
+
+int wrd_db_insert(const struct wrd_record *r, wr_err *err);
+int wrd_db_set_running(const char *id, pid_t init_pid, wr_err *err);
+int wrd_db_set_state(const char *id, enum wrd_state st, wr_err *err);
+int wrd_db_set_expires(const char *id, int64_t expires_ms, wr_err *err);
+int wrd_db_delete(const char *id, wr_err *err);
+/* ENOENT when there is no such record. */
+int wrd_db_get(const char *id, struct wrd_record *out, wr_err *err);
+
+struct wrd_list_query {
+	const char *tenant;
+	int state; /* -1 = any */
+	const char *const *label_keys;
+	const char *const *label_values;
+	size_t n_labels;
+	int64_t after_ms; /* page token: strictly after (after_ms, after_id) */
+	const char *after_id;
+	int limit;
+};
+/* Appends sandbox objects to `out`; *more says another page exists. */
+int wrd_db_list(const struct wrd_list_query *q, json_t *out, bool *more, int64_t *last_ms,
+		char last_id[17], wr_err *err);
+/* Records in state creating or running (daemon start). */
+int wrd_db_each_active(int (*cb)(struct wrd_record *r, void *ctx), void *ctx, wr_err *err);
+/* (tier, state, count) rows, for /metrics. */
+int wrd_db_count_states(void (*cb)(const char *tier, const char *state, int64_t n, void *ctx),
+			void *ctx, wr_err *err);
+
+/* Events. seq comes from the caller (per sandbox, dense). detail is
+ * stolen (may be NULL). */
+void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t *detail);
+int wrd_db_flush_events(wr_err *err);
+int wrd_db_events(const char *sandbox_id, int64_t since, int limit, json_t *out, wr_err *err);
+int64_t wrd_db_last_event_seq(const char *sandbox_id);
+
+#endif

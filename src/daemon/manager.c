@@ -1,0 +1,373 @@
+#include "daemon/manager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/commands.h"
+#include "daemon/jsonutil.h"
+#include "daemon/metrics.h"
+#include "tiers/container.h"
+
+const struct wrd_config *wrd_mgr_cfg;
+
+/* ---- the table ---------------------------------------------------------- */
+
+#define NBUCKETS 4096
+static struct wrd_sbx *g_buckets[NBUCKETS];
+static size_t g_count;
+static pthread_rwlock_t g_tlock = PTHREAD_RWLOCK_INITIALIZER;
+
+static unsigned bucket(const char *id)
+{
+	unsigned h = 2166136261u;
+	for (; *id; id++)
+		h = (h ^ (unsigned char)*id) * 16777619u;
+	return h % NBUCKETS;
+}
+
+static struct wrd_sbx *find_locked(const char *id)
+{
+	for (struct wrd_sbx *s = g_buckets[bucket(id)]; s; s = s->hnext)
+		if (strcmp(s->rec.id, id) == 0)
+			return s;
+	return NULL;
+}
+
+void wrd_table_insert(struct wrd_sbx *sb)
+{
+	atomic_fetch_add(&sb->refs, 1); /* the table's */
+	pthread_rwlock_wrlock(&g_tlock);
+	unsigned b = bucket(sb->rec.id);
+	sb->hnext = g_buckets[b];
+	g_buckets[b] = sb;
+	g_count++;
+	pthread_rwlock_unlock(&g_tlock);
+}
+
+static void table_remove(struct wrd_sbx *sb)
+{
+	bool found = false;
+	pthread_rwlock_wrlock(&g_tlock);
+	for (struct wrd_sbx **pp = &g_buckets[bucket(sb->rec.id)]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == sb) {
+			*pp = sb->hnext;
+			g_count--;
+			found = true;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&g_tlock);
+	if (found)
+		wrd_mgr_put(sb);
+}
+
+bool wrd_table_has(const char *id)
+{
+	pthread_rwlock_rdlock(&g_tlock);
+	bool r = find_locked(id) != NULL;
+	pthread_rwlock_unlock(&g_tlock);
+	return r;
+}
+
+struct wrd_sbx **wrd_table_snapshot(size_t *n)
+{
+	pthread_rwlock_rdlock(&g_tlock);
+	struct wrd_sbx **v = calloc(g_count ? g_count : 1, sizeof(*v));
+	size_t k = 0;
+	for (size_t b = 0; v && b < NBUCKETS; b++)
+		for (struct wrd_sbx *s = g_buckets[b]; s; s = s->hnext) {
+			atomic_fetch_add(&s->refs, 1);
+			v[k++] = s;
+		}
+	pthread_rwlock_unlock(&g_tlock);
+	*n = k;
+	return v;
+}
+
+size_t wrd_mgr_live(void)
+{
+	pthread_rwlock_rdlock(&g_tlock);
+	size_t n = g_count;
+	pthread_rwlock_unlock(&g_tlock);
+	return n;
+}
+
+int wrd_mgr_get(const char *tenant, const char *id, struct wrd_sbx **out)
+{
+	pthread_rwlock_rdlock(&g_tlock);
+	struct wrd_sbx *s = find_locked(id);
+	if (s && strcmp(s->rec.tenant, tenant) != 0)
+		s = NULL;
+	if (s)
+		atomic_fetch_add(&s->refs, 1);
+	pthread_rwlock_unlock(&g_tlock);
+	*out = s;
+	return s ? 0 : -ENOENT;
+}
+
+uint64_t wrd_mgr_upload_limit(const char *tenant, const char *id)
+{
+	uint64_t lim = 0;
+	pthread_rwlock_rdlock(&g_tlock);
+	struct wrd_sbx *s = find_locked(id);
+	if (s && strcmp(s->rec.tenant, tenant) == 0 && s->state == WRD_RUNNING)
+		lim = s->disk_bytes;
+	pthread_rwlock_unlock(&g_tlock);
+	return lim;
+}
+
+/* ---- one sandbox -------------------------------------------------------- */
+
+struct wrd_sbx *wrd_sbx_new(const struct wrd_record *rec)
+{
+	struct wrd_sbx *sb = calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		return NULL;
+	sb->rec = *rec;
+	sb->rec.tenant = strdup(rec->tenant);
+	sb->rec.tier = strdup(rec->tier);
+	sb->rec.image = strdup(rec->image);
+	sb->rec.image_path = strdup(rec->image_path);
+	sb->rec.spec = json_deep_copy(rec->spec);
+	if (!sb->rec.tenant || !sb->rec.tier || !sb->rec.image || !sb->rec.image_path ||
+	    !sb->rec.spec) {
+		wrd_record_clear(&sb->rec);
+		free(sb);
+		return NULL;
+	}
+	pthread_mutex_init(&sb->lock, NULL);
+	pthread_cond_init(&sb->cv, NULL);
+	atomic_init(&sb->refs, 1);
+	sb->state = rec->state;
+	sb->pidfd = -1;
+	sb->ops = wr_tier_lookup(rec->tier);
+	sb->idle_timeout_ms = json_integer_value(json_object_get(rec->spec, "idle_timeout")) * 1000;
+	sb->disk_bytes = (uint64_t)json_integer_value(json_object_get(rec->spec, "disk_mb")) << 20;
+	sb->last_active_ms = wrd_now_ms();
+	return sb;
+}
+
+void wrd_mgr_put(struct wrd_sbx *sb)
+{
+	if (sb == NULL || atomic_fetch_sub(&sb->refs, 1) != 1)
+		return;
+	wrd_cmds_free(sb);
+	if (sb->tsb) {
+		/* only reached when a create could not be recorded */
+		_cleanup_err_ wr_err err = NULL;
+		sb->ops->destroy(&sb->tsb, &err);
+	}
+	if (sb->pidfd >= 0)
+		close(sb->pidfd);
+	wrd_record_clear(&sb->rec);
+	pthread_mutex_destroy(&sb->lock);
+	pthread_cond_destroy(&sb->cv);
+	free(sb);
+}
+
+int wrd_sbx_begin(struct wrd_sbx *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	int r = -ESRCH;
+	if (sb->state == WRD_RUNNING) {
+		sb->busy++;
+		sb->last_active_ms = wrd_now_ms();
+		r = 0;
+	}
+	pthread_mutex_unlock(&sb->lock);
+	return r;
+}
+
+void wrd_sbx_end(struct wrd_sbx *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	if (--sb->busy == 0)
+		pthread_cond_broadcast(&sb->cv);
+	sb->last_active_ms = wrd_now_ms();
+	pthread_mutex_unlock(&sb->lock);
+}
+
+void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail)
+{
+	/* seq assigned and queued under the lock: commits stay in seq order */
+	pthread_mutex_lock(&sb->lock);
+	uint64_t seq = ++sb->ev_seq;
+	wrd_db_event(sb->rec.id, seq, type, detail);
+	pthread_mutex_unlock(&sb->lock);
+}
+
+/* ---- create ------------------------------------------------------------- */
+
+int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *spec,
+			 struct wr_env_kv **env, wr_err *err)
+{
+	json_t *s = rec->spec;
+	memset(spec, 0, sizeof(*spec));
+	spec->image = rec->image_path;
+	spec->memory_bytes = (uint64_t)json_integer_value(json_object_get(s, "memory_mb")) << 20;
+	spec->disk_bytes = (uint64_t)json_integer_value(json_object_get(s, "disk_mb")) << 20;
+	spec->pids = (uint64_t)json_integer_value(json_object_get(s, "pids"));
+	spec->cpus = json_number_value(json_object_get(s, "cpu"));
+	spec->user = (uid_t)json_integer_value(json_object_get(s, "user"));
+	spec->group = spec->user;
+	spec->workdir = json_string_value(json_object_get(s, "workdir"));
+	spec->id = rec->id;
+	spec->die_with_parent = false; /* sandboxes outlive a daemon restart */
+	json_t *e = json_object_get(s, "env");
+	size_t n = json_object_size(e);
+	*env = calloc(n ? n : 1, sizeof(**env));
+	if (*env == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	const char *k;
+	json_t *v;
+	size_t i = 0;
+	json_object_foreach(e, k, v)
+	{
+		(*env)[i].key = k;
+		(*env)[i].value = json_string_value(v);
+		i++;
+	}
+	spec->env = *env;
+	spec->n_env = n;
+	return 0;
+}
+
+int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
+{
+	uint64_t t0 = wr_now_ns();
+	if (wrd_mgr_live() >= wrd_mgr_cfg->max_sandboxes)
+		return wr_err_set(err, EAGAIN, "this node runs its maximum of %u sandboxes",
+				  wrd_mgr_cfg->max_sandboxes);
+	if (wr_random_id(rec->id) < 0)
+		return wr_err_set(err, EIO, "no randomness for an id");
+	rec->state = WRD_CREATING;
+	rec->created_ms = wrd_now_ms();
+	rec->expires_ms =
+	    rec->created_ms + json_integer_value(json_object_get(rec->spec, "timeout")) * 1000;
+	rec->init_pid = 0;
+	struct wrd_sbx *sb = wrd_sbx_new(rec);
+	if (sb == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	if (sb->ops == NULL) {
+		wrd_mgr_put(sb);
+		return wr_err_field(err, "tier", "tier: unknown tier '%s'", rec->tier);
+	}
+	/* Durable before the kernel work: a crash from here on leaves a
+	 * record that the next start cleans up. */
+	if (wrd_db_insert(&sb->rec, err) < 0) {
+		wrd_mgr_put(sb);
+		return wr_err_wrap(err, "create sandbox");
+	}
+	struct wr_sandbox_spec spec;
+	_cleanup_free_ struct wr_env_kv *env = NULL;
+	int r = wrd_spec_from_record(&sb->rec, &spec, &env, err);
+	if (r == 0)
+		r = sb->ops->create(&spec, &sb->tsb, err);
+	if (r == 0) {
+		sb->rec.init_pid = wr_sandbox_init_pid(sb->tsb);
+		r = wrd_db_set_running(sb->rec.id, sb->rec.init_pid, err);
+	}
+	if (r < 0) {
+		_cleanup_err_ wr_err e2 = NULL;
+		if (sb->tsb)
+			sb->ops->destroy(&sb->tsb, &e2);
+		wrd_db_delete(sb->rec.id, &e2);
+		wrd_mgr_put(sb);
+		return -1;
+	}
+	sb->pidfd = wr_pidfd_open(sb->rec.init_pid, 0);
+	if (sb->pidfd >= 0)
+		fcntl(sb->pidfd, F_SETFD, FD_CLOEXEC);
+	sb->state = sb->rec.state = WRD_RUNNING;
+	wrd_table_insert(sb);
+	wrd_monitor_watch(sb);
+	json_t *d = json_object();
+	json_object_set_new(d, "image", json_string(sb->rec.image));
+	json_object_set_new(d, "create_ms", json_real((double)(wr_now_ns() - t0) / 1e6));
+	wrd_sbx_event(sb, "created", d);
+	wrd_metrics_create((double)(wr_now_ns() - t0) / 1e9);
+	rec->state = WRD_RUNNING;
+	rec->init_pid = sb->rec.init_pid;
+	*out = sb;
+	return 0;
+}
+
+/* ---- kill --------------------------------------------------------------- */
+
+int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err *err)
+{
+	pthread_mutex_lock(&sb->lock);
+	if (sb->state != WRD_RUNNING) {
+		enum wrd_state st = sb->state;
+		pthread_mutex_unlock(&sb->lock);
+		json_decref(detail);
+		return wr_err_set(err, ESRCH, "sandbox %s is %s", sb->rec.id, wrd_state_name(st));
+	}
+	sb->state = sb->rec.state = why;
+	pthread_mutex_unlock(&sb->lock);
+	/* The monitor keeps watching PID 1; it drops the sandbox when PID 1
+	 * is gone (only the monitor thread ever removes a watch). */
+	/* The record first: a crash after it leaves a sandbox the next start
+	 * sweeps; the other order could leave "running" for a dead one. */
+	_cleanup_err_ wr_err dberr = NULL;
+	if (wrd_db_set_state(sb->rec.id, why, &dberr) < 0)
+		wr_warn("sandbox %s: %s", sb->rec.id, dberr->msg);
+	_cleanup_err_ wr_err kerr = NULL;
+	sb->ops->kill(sb->tsb, &kerr);
+	const char *type = why == WRD_KILLED	  ? "killed"
+			   : why == WRD_TIMED_OUT ? "timeout"
+						  : "failed";
+	wrd_sbx_event(sb, type, detail);
+	wrd_cmds_abort(sb);
+	pthread_mutex_lock(&sb->lock);
+	while (sb->busy > 0)
+		pthread_cond_wait(&sb->cv, &sb->lock);
+	pthread_mutex_unlock(&sb->lock);
+	int r = sb->ops->destroy(&sb->tsb, err);
+	table_remove(sb);
+	if (r < 0)
+		return wr_err_wrap(err, "kill sandbox %s", sb->rec.id);
+	return 0;
+}
+
+int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err)
+{
+	pthread_mutex_lock(&sb->lock);
+	if (sb->state != WRD_RUNNING) {
+		enum wrd_state st = sb->state;
+		pthread_mutex_unlock(&sb->lock);
+		return wr_err_set(err, ESRCH, "sandbox %s is %s", sb->rec.id, wrd_state_name(st));
+	}
+	int64_t exp = wrd_now_ms() + seconds * 1000;
+	int r = wrd_db_set_expires(sb->rec.id, exp, err);
+	if (r == 0) {
+		sb->rec.expires_ms = exp;
+		sb->last_active_ms = wrd_now_ms();
+	}
+	pthread_mutex_unlock(&sb->lock);
+	if (r == 0)
+		wrd_monitor_poke();
+	return r;
+}
+
+int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
+{
+	wrd_mgr_cfg = cfg;
+	struct wr_container_config cc = {
+	    .state_dir = cfg->state_dir,
+	    .run_dir = cfg->run_dir,
+	    .init_path = cfg->init_path,
+	    .cgroup_base = cfg->cgroup_base,
+	};
+	if (wr_container_init(&cc, err) < 0)
+		return -1;
+	return 0;
+}

@@ -1,0 +1,101 @@
+/* The sandbox manager: the in-memory table of live sandboxes, their state
+ * machine, lifetimes, and recovery after a restart.
+ *
+ *   creating --tier create ok--> running --DELETE--------> killed
+ *      |                           |------lifetime/idle--> timed_out
+ *      `--tier create failed:      `------PID 1 died-----> failed
+ *         record deleted
+ *
+ * Locking: the table has one rwlock held only for lookups/inserts/removals
+ * (never across kernel work). Each sandbox has its own mutex for its state,
+ * `busy` count (tier operations in flight) and command list, also never
+ * held across kernel work. A reference (refs) keeps the struct alive; the
+ * tier handle lives until the last operation ends after a kill: kill
+ * marks the state, kills the processes, waits for busy == 0, destroys.
+ * Nothing global is held across create, exec or destroy. */
+#ifndef WARREN_DAEMON_MANAGER_H
+#define WARREN_DAEMON_MANAGER_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "tiers/tier.h"
+
+struct wrd_cmd;
+
+struct wrd_sbx {
+	struct wrd_record rec; /* immutable after create except state/expires */
+	pthread_mutex_t lock;
+	pthread_cond_t cv; /* busy reached 0 */
+	atomic_int refs;
+	enum wrd_state state;
+	int busy;
+	bool reaping; /* a timeout/failure kill is queued */
+	struct wr_sandbox *tsb;
+	const struct wr_tier_ops *ops;
+	int pidfd; /* PID 1, watched by the monitor */
+	int64_t idle_timeout_ms;
+	int64_t last_active_ms;
+	uint64_t disk_bytes;
+	uint64_t ev_seq;
+	/* commands (commands.c), under lock */
+	struct wrd_cmd *cmds;
+	unsigned n_cmds, next_cmd;
+	struct wrd_sbx *hnext;
+};
+
+int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err);
+/* Daemon start: adopt running records, clean creating ones, sweep every
+ * cgroup and uid range that no live record owns. */
+int wrd_mgr_recover(wr_err *err);
+int wrd_mgr_start_monitor(wr_err *err);
+void wrd_mgr_stop_monitor(void);
+
+/* Look up a sandbox of `tenant` (another tenant's is ENOENT). Only live
+ * sandboxes are in memory; *out is referenced. */
+int wrd_mgr_get(const char *tenant, const char *id, struct wrd_sbx **out);
+void wrd_mgr_put(struct wrd_sbx *sb);
+size_t wrd_mgr_live(void);
+/* Disk quota of a running sandbox of tenant, 0 if none (upload bound). */
+uint64_t wrd_mgr_upload_limit(const char *tenant, const char *id);
+
+/* Start/end a tier operation on a running sandbox: -ESRCH if it is not
+ * running. Counts as API activity for the idle timeout. */
+int wrd_sbx_begin(struct wrd_sbx *sb);
+void wrd_sbx_end(struct wrd_sbx *sb);
+/* Append a lifecycle event (detail is stolen). */
+void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail);
+
+/* rec: id empty (assigned here), tenant, tier, image, image_path, spec
+ * normalised; created/expires set here. On success *out is referenced
+ * and running. Errors: EAGAIN (node full), EINVAL with field, others. */
+int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err);
+/* Move a running sandbox to `why` (killed, timed_out, failed), kill and
+ * release everything. -ESRCH when it was not running. */
+int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err *err);
+int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err);
+
+/* ---- shared by manager.c and monitor.c ---------------------------------- */
+/* The create spec a record describes (env points into rec->spec). */
+int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *spec,
+			 struct wr_env_kv **env, wr_err *err);
+struct wrd_sbx *wrd_sbx_new(const struct wrd_record *rec);
+void wrd_table_insert(struct wrd_sbx *sb);
+bool wrd_table_has(const char *id);
+/* Referenced snapshot of every sandbox in the table (free the array and
+ * put each). */
+struct wrd_sbx **wrd_table_snapshot(size_t *n);
+/* Monitor: watch PID 1 of a running sandbox / stop watching (the latter
+ * only on the monitor thread, which owns the epoll set's references). */
+void wrd_monitor_watch(struct wrd_sbx *sb);
+void wrd_monitor_forget(struct wrd_sbx *sb);
+void wrd_monitor_poke(void);
+extern const struct wrd_config *wrd_mgr_cfg;
+
+#endif

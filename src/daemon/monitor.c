@@ -1,0 +1,260 @@
+/* Lifetimes and liveness: one monitor thread watches every sandbox's PID 1
+ * (pidfd in an epoll set) and its lifetime and idle deadlines, and hands
+ * expirations and deaths to the worker pool as kills. Also the recovery
+ * that runs once at start. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/compat.h"
+#include "common/log.h"
+#include "daemon/http.h"
+#include "daemon/jsonutil.h"
+#include "daemon/manager.h"
+#include "tiers/container.h"
+
+static int g_ep = -1, g_wake = -1;
+static pthread_t g_thread;
+static atomic_bool g_stop;
+static bool g_running;
+
+void wrd_monitor_watch(struct wrd_sbx *sb)
+{
+	if (sb->pidfd < 0 || g_ep < 0)
+		return;
+	atomic_fetch_add(&sb->refs, 1); /* the epoll set's */
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = sb};
+	if (epoll_ctl(g_ep, EPOLL_CTL_ADD, sb->pidfd, &ev) < 0)
+		wrd_mgr_put(sb);
+}
+
+void wrd_monitor_forget(struct wrd_sbx *sb)
+{
+	if (sb->pidfd < 0 || g_ep < 0)
+		return;
+	if (epoll_ctl(g_ep, EPOLL_CTL_DEL, sb->pidfd, NULL) == 0)
+		wrd_mgr_put(sb);
+}
+
+void wrd_monitor_poke(void)
+{
+	uint64_t one = 1;
+	if (g_wake >= 0 && write(g_wake, &one, sizeof(one)) < 0)
+		return;
+}
+
+struct reap {
+	struct wrd_sbx *sb;
+	enum wrd_state why;
+	json_t *detail;
+};
+
+static void reap_job(void *arg)
+{
+	struct reap *rp = arg;
+	_cleanup_err_ wr_err err = NULL;
+	if (wrd_mgr_kill(rp->sb, rp->why, rp->detail, &err) < 0 && err->errnum != ESRCH)
+		wr_warn("%s", err->msg);
+	wrd_mgr_put(rp->sb);
+	free(rp);
+}
+
+/* Queue a kill once; takes a reference. */
+static void reap(struct wrd_sbx *sb, enum wrd_state why, json_t *detail)
+{
+	pthread_mutex_lock(&sb->lock);
+	bool go = sb->state == WRD_RUNNING && !sb->reaping;
+	if (go)
+		sb->reaping = true;
+	pthread_mutex_unlock(&sb->lock);
+	struct reap *rp = go ? calloc(1, sizeof(*rp)) : NULL;
+	if (rp == NULL) {
+		json_decref(detail);
+		return;
+	}
+	atomic_fetch_add(&sb->refs, 1);
+	rp->sb = sb;
+	rp->why = why;
+	rp->detail = detail;
+	if (wrd_pool_submit(reap_job, rp) < 0) {
+		pthread_mutex_lock(&sb->lock);
+		sb->reaping = false;
+		pthread_mutex_unlock(&sb->lock);
+		json_decref(detail);
+		wrd_mgr_put(sb);
+		free(rp);
+	}
+}
+
+/* Check every deadline; returns ms until the next one (capped). */
+static int64_t scan(void)
+{
+	size_t n;
+	struct wrd_sbx **v = wrd_table_snapshot(&n);
+	int64_t now = wrd_now_ms(), next = 1000;
+	for (size_t i = 0; v && i < n; i++) {
+		struct wrd_sbx *sb = v[i];
+		pthread_mutex_lock(&sb->lock);
+		bool running = sb->state == WRD_RUNNING && !sb->reaping;
+		int64_t exp = sb->rec.expires_ms;
+		int64_t idle_at = sb->idle_timeout_ms > 0 && sb->busy == 0
+				      ? sb->last_active_ms + sb->idle_timeout_ms
+				      : INT64_MAX;
+		pthread_mutex_unlock(&sb->lock);
+		if (running) {
+			if (now >= exp) {
+				json_t *d = json_object();
+				json_object_set_new(d, "reason", json_string("lifetime"));
+				reap(sb, WRD_TIMED_OUT, d);
+			} else if (now >= idle_at) {
+				json_t *d = json_object();
+				json_object_set_new(d, "reason", json_string("idle"));
+				reap(sb, WRD_TIMED_OUT, d);
+			} else {
+				int64_t t = (exp < idle_at ? exp : idle_at) - now;
+				if (t < next)
+					next = t;
+			}
+		}
+		wrd_mgr_put(sb);
+	}
+	free(v);
+	return next < 10 ? 10 : next;
+}
+
+static void *monitor_main(void *arg)
+{
+	(void)arg;
+	struct epoll_event evs[64];
+	int64_t timeout = 0;
+	while (!atomic_load(&g_stop)) {
+		int n = epoll_wait(g_ep, evs, 64, (int)timeout);
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.ptr == NULL) {
+				uint64_t v;
+				if (read(g_wake, &v, sizeof(v)) < 0)
+					continue;
+				continue;
+			}
+			struct wrd_sbx *sb = evs[i].data.ptr;
+			/* PID 1 exited and nobody asked: the sandbox failed */
+			atomic_fetch_add(&sb->refs, 1);
+			wrd_monitor_forget(sb);
+			json_t *d = json_object();
+			json_object_set_new(d, "reason", json_string("the sandbox's PID 1 exited"));
+			reap(sb, WRD_FAILED, d);
+			wrd_mgr_put(sb);
+		}
+		timeout = scan();
+	}
+	return NULL;
+}
+
+int wrd_mgr_start_monitor(wr_err *err)
+{
+	g_ep = epoll_create1(EPOLL_CLOEXEC);
+	g_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	if (g_ep < 0 || g_wake < 0 || epoll_ctl(g_ep, EPOLL_CTL_ADD, g_wake, &ev) < 0)
+		return wr_err_sys(err, "monitor epoll");
+	size_t n;
+	struct wrd_sbx **v = wrd_table_snapshot(&n);
+	for (size_t i = 0; v && i < n; i++) {
+		wrd_monitor_watch(v[i]);
+		wrd_mgr_put(v[i]);
+	}
+	free(v);
+	if (pthread_create(&g_thread, NULL, monitor_main, NULL) != 0)
+		return wr_err_set(err, EAGAIN, "start monitor thread");
+	g_running = true;
+	return 0;
+}
+
+void wrd_mgr_stop_monitor(void)
+{
+	if (!g_running)
+		return;
+	atomic_store(&g_stop, true);
+	wrd_monitor_poke();
+	pthread_join(g_thread, NULL);
+	g_running = false;
+}
+
+/* ---- recovery ----------------------------------------------------------- */
+
+struct recover_stats {
+	unsigned adopted, failed, cleaned;
+};
+
+static int recover_one(struct wrd_record *rec, void *ctx)
+{
+	struct recover_stats *st = ctx;
+	_cleanup_err_ wr_err err = NULL;
+	if (rec->state == WRD_CREATING) {
+		/* never acknowledged: the sweep below removes what it left */
+		if (wrd_db_delete(rec->id, &err) < 0)
+			wr_warn("recover %s: %s", rec->id, err->msg);
+		st->cleaned++;
+		return 0;
+	}
+	struct wrd_sbx *sb = wrd_sbx_new(rec);
+	if (sb == NULL)
+		return -ENOMEM;
+	sb->ev_seq = (uint64_t)wrd_db_last_event_seq(rec->id);
+	struct wr_sandbox_spec spec;
+	_cleanup_free_ struct wr_env_kv *env = NULL;
+	int r = -1;
+	if (sb->ops && strcmp(sb->ops->name, "container") == 0 && rec->init_pid > 0 &&
+	    wrd_spec_from_record(&sb->rec, &spec, &env, &err) == 0)
+		r = wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err);
+	else if (err == NULL)
+		wr_err_set(&err, EINVAL, "no PID 1 recorded");
+	if (r < 0) {
+		wr_warn("sandbox %s could not be adopted: %s", rec->id, err ? err->msg : "?");
+		_cleanup_err_ wr_err e2 = NULL;
+		if (wrd_db_set_state(rec->id, WRD_FAILED, &e2) < 0)
+			wr_warn("recover %s: %s", rec->id, e2->msg);
+		json_t *d = json_object();
+		json_object_set_new(d, "reason", json_string(err ? err->msg : "adoption failed"));
+		wrd_sbx_event(sb, "failed", d);
+		wrd_mgr_put(sb);
+		st->failed++;
+		return 0;
+	}
+	sb->pidfd = wr_pidfd_open(rec->init_pid, 0);
+	sb->state = sb->rec.state = WRD_RUNNING;
+	wrd_table_insert(sb);
+	json_t *d = json_object();
+	json_object_set_new(d, "init_pid", json_integer(rec->init_pid));
+	wrd_sbx_event(sb, "adopted", d);
+	wrd_mgr_put(sb);
+	st->adopted++;
+	return 0;
+}
+
+static bool keep_live(const char *id, void *ctx)
+{
+	(void)ctx;
+	return wrd_table_has(id);
+}
+
+int wrd_mgr_recover(wr_err *err)
+{
+	struct recover_stats st = {0};
+	if (wrd_db_each_active(recover_one, &st, err) < 0)
+		return wr_err_wrap(err, "recover sandboxes");
+	int swept = wr_container_sweep(keep_live, NULL, err);
+	if (swept < 0)
+		return wr_err_wrap(err, "sweep leftovers");
+	if (st.adopted || st.failed || st.cleaned || swept)
+		wr_info("recovered: %u adopted, %u failed, %u half-created cleaned, %d leftovers "
+			"swept",
+			st.adopted, st.failed, st.cleaned, swept);
+	return 0;
+}

@@ -1,0 +1,86 @@
+/* The route table: method, pattern, body kind, thread class, handler, and
+ * the metrics label (index into wrd_route_labels). A path that matches a
+ * pattern with another method is 405; no pattern at all is 404. */
+#include "daemon/api.h"
+#include "daemon/commands.h"
+
+#include "common/cleanup.h"
+
+#define P0 "/v1/health"
+#define P1 "/metrics"
+#define P2 "/v1/sandboxes"
+#define P3 "/v1/sandboxes/{id}"
+#define P4 "/v1/sandboxes/{id}/timeout"
+#define P5 "/v1/sandboxes/{id}/events"
+#define P6 "/v1/sandboxes/{id}/commands"
+#define P7 "/v1/sandboxes/{id}/commands/{cid}"
+#define P8 "/v1/sandboxes/{id}/commands/{cid}/stdin"
+#define P9 "/v1/sandboxes/{id}/commands/{cid}/wait"
+#define P10 "/v1/sandboxes/{id}/commands/{cid}/stream"
+#define P11 "/v1/sandboxes/{id}/files"
+#define P12 "/v1/sandboxes/{id}/files/stat"
+#define P13 "/v1/sandboxes/{id}/files/exists"
+#define P14 "/v1/sandboxes/{id}/files/list"
+#define P15 "/v1/sandboxes/{id}/files/mkdir"
+#define P16 "/v1/sandboxes/{id}/files/rename"
+#define P17 "/v1/sandboxes/{id}/files/tar"
+#define P18 "other"
+
+const char *const wrd_route_labels[] = {
+    P0,	 /* 0 */
+    P1,	 /* 1 */
+    P2,	 /* 2 */
+    P3,	 /* 3 */
+    P4,	 /* 4 */
+    P5,	 /* 5 */
+    P6,	 /* 6 */
+    P7,	 /* 7 */
+    P8,	 /* 8 */
+    P9,	 /* 9 */
+    P10, /* 10 */
+    P11, /* 11 */
+    P12, /* 12 */
+    P13, /* 13 */
+    P14, /* 14 */
+    P15, /* 15 */
+    P16, /* 16 */
+    P17, /* 17 */
+    P18, /* 18: no route */
+};
+const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
+
+#define R(m, l, b, c, f)                                                                           \
+	{                                                                                          \
+		m, P##l, b, c, f, l                                                                \
+	}
+
+/* Fixed literal segments ("files/stat") come before the {cid} patterns
+ * they could be confused with; match() compares whole segments. */
+const struct wrd_route wrd_routes[] = {
+    R("GET", 0, WRD_BODY_NONE, WRD_INLINE, wrd_api_health),
+    R("GET", 1, WRD_BODY_NONE, WRD_POOL, wrd_api_metrics),
+    R("POST", 2, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_create),
+    R("GET", 2, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_list),
+    R("GET", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_get),
+    R("DELETE", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_kill),
+    R("POST", 4, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_timeout),
+    R("GET", 5, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_events),
+    R("POST", 6, WRD_BODY_JSON, WRD_LONG, wrd_api_cmd_run),
+    R("GET", 6, WRD_BODY_NONE, WRD_POOL, wrd_api_cmd_list),
+    R("GET", 7, WRD_BODY_NONE, WRD_POOL, wrd_api_cmd_get),
+    R("DELETE", 7, WRD_BODY_NONE, WRD_POOL, wrd_api_cmd_kill),
+    R("POST", 8, WRD_BODY_JSON, WRD_LONG, wrd_api_cmd_stdin),
+    R("GET", 9, WRD_BODY_NONE, WRD_LONG, wrd_api_cmd_wait),
+    R("GET", 10, WRD_BODY_NONE, WRD_LONG, wrd_api_cmd_stream),
+    R("GET", 11, WRD_BODY_NONE, WRD_LONG, wrd_api_fs_read),
+    R("PUT", 11, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_fs_write),
+    R("DELETE", 11, WRD_BODY_NONE, WRD_POOL, wrd_api_fs_remove),
+    R("GET", 12, WRD_BODY_NONE, WRD_POOL, wrd_api_fs_stat),
+    R("GET", 13, WRD_BODY_NONE, WRD_POOL, wrd_api_fs_exists),
+    R("GET", 14, WRD_BODY_NONE, WRD_POOL, wrd_api_fs_list),
+    R("POST", 15, WRD_BODY_JSON, WRD_POOL, wrd_api_fs_mkdir),
+    R("POST", 16, WRD_BODY_JSON, WRD_POOL, wrd_api_fs_rename),
+    R("PUT", 17, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_tar_put),
+    R("GET", 17, WRD_BODY_NONE, WRD_LONG, wrd_api_tar_get),
+};
+const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);
