@@ -276,7 +276,7 @@ with open("/proc/cpuinfo") as f:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-git = version(["git", "-C", os.path.dirname(readme), "rev-parse", "--short", "HEAD"])
+git = version(["git", "-C", os.path.dirname(readme), "describe", "--always", "--dirty"])
 machine = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     "nproc": os.cpu_count(),
@@ -299,6 +299,16 @@ what = {
     "runc": "runc run, same bundle",
 }
 
+# A paired estimate that load swings cannot skew: in every round, the mode's
+# p50 over bare's p50 of the same round; the median of those.
+bare_rounds = rows.get("bare", {}).get("seq", {}).get("rounds_p50_us") or []
+for m in modes:
+    mr = rows[m]["seq"].get("rounds_p50_us") or []
+    rs = sorted(a / b for a, b in zip(mr, bare_rounds) if b)
+    if rs and len(mr) == len(bare_rounds):
+        rows[m]["seq"]["ratio_round_median"] = rs[(len(rs) - 1) // 2]
+        rows[m]["seq"]["ratio_round_range"] = [rs[0], rs[-1]]
+
 def fmt(v, nd=0):
     return "n/a" if v is None else ("%.*f" % (nd, v))
 
@@ -318,6 +328,12 @@ table = ["| " + " | ".join(hdr) + " |",
 table += ["| " + " | ".join(cells(m)) + " |" for m in modes]
 
 notes = []
+paired = ["%s %.1fx (%.1f-%.1f)" % (m, rows[m]["seq"]["ratio_round_median"],
+                                   *rows[m]["seq"]["ratio_round_range"])
+          for m in modes if m != "bare" and "ratio_round_median" in rows[m]["seq"]]
+if paired:
+    notes.append("- seq p50 / bare per round, median (min-max) over the %s rounds: %s"
+                 % (rounds, ", ".join(paired)))
 for m in modes:
     for k in ("seq", "par"):
         e = rows[m][k].get("error")
