@@ -189,16 +189,16 @@ void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char 
  * tier's helper clones it with CLONE_PARENT); its cgroup is the leaf
  * <sandbox>/cmd-N. Caller holds c->lock and the command is not done, so
  * the thread (and its tid) is alive. */
-static int cmd_proc(struct wrd_cmd *c, pid_t *host, char *v2path, size_t v2n, char *v1path,
-		    size_t v1n)
+static int thread_cmd_proc(pid_t tid, const char *sbid, pid_t *host, char *v2path, size_t v2n,
+			   char *v1path, size_t v1n)
 {
 	char path[96];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)c->tid);
+	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)tid);
 	char *kids = NULL;
 	if (wr_read_file_at(AT_FDCWD, path, &kids, 4096, NULL) < 0)
 		return -ESRCH;
 	char needle[48];
-	snprintf(needle, sizeof(needle), "/%s/cmd-", c->sb->rec.id);
+	snprintf(needle, sizeof(needle), "/%s/cmd-", sbid);
 	int r = -ESRCH;
 	char *save = NULL;
 	for (char *t = strtok_r(kids, " \n", &save); t && r < 0; t = strtok_r(NULL, " \n", &save)) {
@@ -227,6 +227,52 @@ static int cmd_proc(struct wrd_cmd *c, pid_t *host, char *v2path, size_t v2n, ch
 	}
 	free(kids);
 	return r;
+}
+
+static int cmd_proc(struct wrd_cmd *c, pid_t *host, char *v2path, size_t v2n, char *v1path,
+		    size_t v1n)
+{
+	return thread_cmd_proc(c->tid, c->sb->rec.id, host, v2path, v2n, v1path, v1n);
+}
+
+/* The tier's exec is not safe against itself in one sandbox while it
+ * creates the command's leaf cgroup (wr_cgroup_create_leaf grows the
+ * sandbox cgroup's child list without a lock). So execs in one sandbox go
+ * through their start one at a time: the next may start once the previous
+ * one's helper or command (a child of that exec's thread) sits in its
+ * leaf, or that exec has returned. Commands still run concurrently. */
+static void gate_enter(struct wrd_sbx *sb)
+{
+	pid_t me = gettid();
+	for (;;) {
+		pthread_mutex_lock(&sb->lock);
+		pid_t t = sb->exec_gate;
+		if (t == 0)
+			sb->exec_gate = me;
+		pthread_mutex_unlock(&sb->lock);
+		if (t == 0)
+			return;
+		pid_t host;
+		char v2[512], v1[512];
+		if (thread_cmd_proc(t, sb->rec.id, &host, v2, sizeof(v2), v1, sizeof(v1)) == 0) {
+			pthread_mutex_lock(&sb->lock);
+			bool took = sb->exec_gate == t;
+			if (took)
+				sb->exec_gate = me;
+			pthread_mutex_unlock(&sb->lock);
+			if (took)
+				return;
+		}
+		usleep(1000);
+	}
+}
+
+static void gate_leave(struct wrd_sbx *sb)
+{
+	pthread_mutex_lock(&sb->lock);
+	if (sb->exec_gate == gettid())
+		sb->exec_gate = 0;
+	pthread_mutex_unlock(&sb->lock);
 }
 
 pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
@@ -370,7 +416,9 @@ static void cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 	pthread_mutex_unlock(&c->lock);
 	struct wr_exec_result res;
 	_cleanup_err_ wr_err err = NULL;
+	gate_enter(sb);
 	int r = sb->ops->exec(sb->tsb, &spec, &res, &err);
+	gate_leave(sb);
 	if (c->stdin_r >= 0) {
 		close(c->stdin_r);
 		c->stdin_r = -1;
