@@ -78,7 +78,7 @@ int cmd_create(int argc, char **argv)
 	if (env == NULL || labels == NULL)
 		return cli_usage_error(NULL, "out of memory");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		switch (c) {

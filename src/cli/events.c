@@ -28,7 +28,7 @@ int cmd_events(int argc, char **argv)
 	uint64_t since = 0, limit = 0;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		switch (c) {

@@ -43,7 +43,7 @@ int cmd_inspect(int argc, char **argv)
 	struct cli_conn cc = {0};
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		if (c == 'h') {

@@ -118,7 +118,7 @@ int cmd_ls(int argc, char **argv)
 		return cli_usage_error(NULL, "out of memory");
 	lo.state = "running";
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:hal:d:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hal:d:", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		switch (c) {

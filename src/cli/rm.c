@@ -66,7 +66,7 @@ int cmd_rm(int argc, char **argv)
 	bool recursive = false, force = false;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:hrf", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hrf", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		switch (c) {

@@ -17,7 +17,7 @@ int cmd_set_timeout(int argc, char **argv)
 	int64_t seconds;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		if (cli_conn_opt(&cc, c, optarg))
 			continue;
 		if (c == 'h') {

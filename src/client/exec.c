@@ -239,8 +239,8 @@ int warren_command_wait(warren_command *cmd, double timeout, warren_exec_result 
 	*out = NULL;
 	do {
 		double slice = forever || timeout > WC_WAIT_SLICE ? WC_WAIT_SLICE : timeout;
-		_cleanup_free_ char *path =
-		    wc_fmt("/v1/sandboxes/%s/commands/%s/wait?timeout=%g", sb->id, cmd->id, slice);
+		_cleanup_free_ char *path = wc_fmt("/v1/sandboxes/%s/commands/%s/wait?timeout=%.3f",
+						   sb->id, cmd->id, slice);
 		_cleanup_json_ json_t *ans = NULL;
 		struct wc_req rq = WC_REQ_INIT("GET", path);
 		struct wc_buf b = {0};

@@ -686,7 +686,7 @@ static void test_command_wait(void **state)
 	assert_string_equal(res->stdout_data, "out");
 	fake_join(f);
 	assert_non_null(strstr(f->ex[1].body, "\"background\":true"));
-	assert_non_null(strstr(f->ex[2].request, "/commands/c3/wait?timeout=0.5 "));
+	assert_non_null(strstr(f->ex[2].request, "/commands/c3/wait?timeout=0.500 "));
 	warren_exec_result_free(res);
 	warren_command_free(cmd);
 	warren_sandbox_free(sb);
