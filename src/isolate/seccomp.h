@@ -8,13 +8,18 @@
  * after it the profile also governs the setup code itself.
  *
  * Actions of the default profile:
- *   - syscalls on the deny list (ptrace, mount family, bpf, ...) -> EPERM
+ *   - syscalls on the deny list (ptrace, mount family, bpf, unshare, setns,
+ *     ...; see wr_seccomp_denied_names()) -> EPERM whatever the arguments
  *   - clone3 -> ENOSYS (libcs fall back to clone, whose flags we can filter)
- *   - clone/unshare with namespace flags, setns -> EPERM
+ *   - clone with any CLONE_NEW* flag -> EPERM
  *   - ioctl FICLONE, FICLONERANGE, FIDEDUPERANGE, FIBMAP, XFS swapext,
- *     XFS exchange-range, TIOCSTI, TIOCLINUX -> EPERM
+ *     XFS exchange-range (any size/direction), TIOCSTI, TIOCLINUX -> EPERM
+ *   - socket(AF_VSOCK) -> EPERM; personality other than Docker's harmless
+ *     values -> EPERM
  *   - any syscall not on the allowlist (unknown or new) -> ENOSYS
  *   - non-native architectures (i386, x32) -> process killed
+ * The init profile is a separate, much smaller allowlist (everything else
+ * EPERM); see seccomp.c for what warren-init may call.
  */
 #ifndef WARREN_ISOLATE_SECCOMP_H
 #define WARREN_ISOLATE_SECCOMP_H
@@ -26,16 +31,16 @@
 
 enum wr_seccomp_profile {
 	WR_SECCOMP_DEFAULT = 0, /* containers and function calls */
-	WR_SECCOMP_INIT,	/* warren-init: the default minus what a reaper never needs */
+	WR_SECCOMP_INIT,	/* warren-init: only what a reaper needs, else EPERM */
 	WR_SECCOMP_NPROFILES,
 };
 
 /* What a refusal looked like, for the audit hook. */
 struct wr_refusal {
-	int nr;		   /* syscall number */
-	const char *name;  /* syscall name, or NULL */
+	int nr;		  /* syscall number */
+	const char *name; /* syscall name, or NULL */
 	uint64_t args[6];
-	int errnum;	   /* errno returned to the caller */
+	int errnum; /* errno returned to the caller */
 };
 /* The refusal hook. Today refusals return an errno in the kernel and no
  * user space code runs; the audit layer will set this to receive them
