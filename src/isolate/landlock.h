@@ -16,16 +16,20 @@
 #include "common/error.h"
 
 struct wr_landlock_policy {
-	bool scope_signals;	 /* ABI 6: signals only within the domain */
+	bool scope_signals;	  /* ABI 6: signals only within the domain */
 	bool scope_abstract_unix; /* ABI 6: abstract sockets only within the domain */
-	bool log_denials;	 /* ABI 7: audit-log denials (default on) */
+	/* ABI 7: audit-log denials (default on). The workload runs after
+	 * execve, so true means LOG_NEW_EXEC_ON (the kernel's default logs
+	 * only until exec); false means LOG_SAME_EXEC_OFF (nothing logged). */
+	bool log_denials;
 };
 
 /* The running kernel's ABI (0 when Landlock is unavailable). Cached. */
 int wr_landlock_abi(void);
 
 /* Child half: build the ruleset and restrict the calling thread. Never
- * allocates. Returns -ENOSYS/-EOPNOTSUPP if Landlock is unavailable. */
+ * allocates. Requires no_new_privs (or CAP_SYS_ADMIN), else -EPERM.
+ * Returns -ENOSYS/-EOPNOTSUPP if Landlock is unavailable. */
 int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e);
 
 #endif
