@@ -11,7 +11,12 @@
  *   <subject> errno=<NAME> [key=value ...]
  *
  * with errno names from a fixed table ("errno=<number>" for the rest) and
- * values that never contain spaces (other bytes are %XX-escaped). Usage
+ * values that never contain spaces: paths and names are %XX-escaped,
+ * multi-valued fields are comma-separated (uid=0,0,0,0), limits are
+ * soft/hard with "inf" for unlimited. Example:
+ *   status ok uid=0,0,0,0 gid=0,0,0,0 groups=0 capinh=... capprm=... capeff=...
+ *     capbnd=... capamb=... nonewprivs=1 seccomp=2 seccomp_filters=1 pid=7
+ *     ppid=1 hostname=box nofile=1024/1024 core=0/0      (all on one line) Usage
  * errors print "usage: ..." on stderr and exit 2. Commands that are meant to
  * be killed (membomb, sys x32-getpid, yes, kill-self) may print nothing.
  *

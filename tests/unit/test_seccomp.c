@@ -29,6 +29,9 @@
 #include <cmocka.h>
 
 #include "common/compat.h"
+#include "isolate/caps.h"
+#include "isolate/landlock.h"
+#include "isolate/rlimit.h"
 #include "isolate/seccomp.h"
 
 #ifndef AF_VSOCK
@@ -769,6 +772,70 @@ static void test_probe_control_without_filter(void **state)
 	expect_probe(probe, false, "ioctl", "XFS_IOC_SWAPEXT", "XFS_IOC_SWAPEXT errno=ENOTTY\n");
 }
 
+/* The whole child-side sequence in the documented order, as the container
+ * tier runs it before exec'ing a command: user and caps, rlimits,
+ * no_new_privs, Landlock, seccomp last. The probe reports the result. */
+struct stack_arg {
+	const char *probe;
+	int out;
+};
+static int child_full_stack(void *arg)
+{
+	struct stack_arg *a = arg;
+	const struct wr_seccomp_prog *prog = profile(WR_SECCOMP_DEFAULT);
+	struct wr_cerr ce = {0};
+	struct wr_rlimits rl;
+	wr_rlimits_default(&rl);
+	const struct wr_landlock_policy ll = {
+	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
+	CHECK(dup2(a->out, 1) == 1);
+	CHECK(wr_caps_switch_user(1000, 1000, 0, &ce) == 0);
+	CHECK(wr_rlimits_apply(&rl, &ce) == 0);
+	CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+	CHECK(wr_landlock_apply(&ll, &ce) == 0);
+	CHECK(wr_seccomp_load(prog, &ce) == 0);
+	execl(a->probe, "wr-probe", "status", (char *)NULL);
+	return 127;
+}
+static void test_full_child_sequence(void **state)
+{
+	(void)state;
+	char probe[PATH_MAX + 16];
+	if (!probe_path(probe, sizeof(probe)))
+		skip();
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	struct stack_arg a = {probe, p[1]};
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		child_setup();
+		child_exit(child_full_stack(&a));
+	}
+	close(p[1]);
+	char buf[1024] = {0};
+	size_t n = 0;
+	ssize_t r;
+	while (n < sizeof(buf) - 1 && (r = read(p[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(p[0]);
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	static const char *const want[] = {
+	    "status ok ",
+	    " uid=1000,1000,1000,1000 gid=1000,1000,1000,1000 groups=1000 ",
+	    " capinh=0000000000000000 capprm=0000000000000000 capeff=0000000000000000"
+	    " capbnd=0000000000000000 capamb=0000000000000000 ",
+	    " nonewprivs=1 seccomp=2 seccomp_filters=1 ",
+	    " nofile=1024/1024 core=0/0\n",
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (strstr(buf, want[i]) == NULL)
+			fail_msg("status line '%s' lacks '%s'", buf, want[i]);
+}
+
 /* ---- tests: the warren-init profile ------------------------------------- */
 
 static int child_init_profile(void *arg)
@@ -888,6 +955,7 @@ int main(void)
 	    cmocka_unit_test(test_real_programs_run),
 	    cmocka_unit_test(test_probe_agrees_with_profile),
 	    cmocka_unit_test(test_probe_control_without_filter),
+	    cmocka_unit_test(test_full_child_sequence),
 	    cmocka_unit_test(test_init_profile),
 	    cmocka_unit_test(test_init_profile_kills_x32),
 	    cmocka_unit_test(test_init_profile_runs_warren_init),
