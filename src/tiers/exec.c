@@ -62,6 +62,16 @@ static __attribute__((noreturn)) void cmd_fail(int fd, struct wr_cerr *e, int co
 static __attribute__((noreturn)) void command_main(const struct cmd_args *a)
 {
 	struct wr_cerr e = {0};
+	/* The command starts with default signal dispositions and nothing
+	 * blocked, whatever the calling process (a CLI ignoring SIGPIPE, a
+	 * daemon blocking SIGTERM for sigwait) had: ignored signals and the
+	 * mask survive execve. */
+	sigset_t none;
+	sigemptyset(&none);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (dup2(a->fd_in, 0) < 0 || dup2(a->fd_out, 1) < 0 || dup2(a->fd_err, 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
 		cmd_fail(a->status, &e, 126);
