@@ -54,7 +54,10 @@ int wr_idmap_alloc(const char *state_dir, const char *owner, struct wr_idmap *ou
 				continue;
 			return wr_err_sys(err, "allocate uid range: create slot %u", slot);
 		}
-		if (wr_write_all(fd, owner, strlen(owner)) < 0 || fsync(fd) < 0) {
+		/* No fsync: the file's existence is the allocation, and it
+		 * survives a crash of this process in the page cache; a host crash
+		 * ends every sandbox that could have held the range. */
+		if (wr_write_all(fd, owner, strlen(owner)) < 0) {
 			int r = wr_err_sys(err, "allocate uid range: write slot %u", slot);
 			unlinkat(dfd, name, 0);
 			return r;

@@ -432,8 +432,16 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	}
 	if ((r = wr_cgroup_create(g->cgroot, sb->id, &lim, &sb->cg, err)) < 0)
 		goto fail;
-	if ((r = wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, err)) < 0)
-		goto fail;
+	/* Pure v2 forbids processes in a cgroup whose children have
+	 * controllers, so PID 1 gets a leaf there; on v1 and hybrid hosts it
+	 * lives in the sandbox cgroup itself, which saves a directory per
+	 * hierarchy on every create and destroy. */
+	struct wr_cgroup *init_cg = sb->cg;
+	if (wr_cgroup_root_mode(g->cgroot) == WR_CG_V2) {
+		if ((r = wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, err)) < 0)
+			goto fail;
+		init_cg = sb->init_cg;
+	}
 
 	init_fd = open(g->init_path, O_PATH | O_CLOEXEC);
 	if (init_fd < 0) {
@@ -460,7 +468,7 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		       .shm_bytes = spec.shm_bytes},
 	    .seccomp = init_prog,
 	};
-	int v2fd = wr_cgroup_v2_fd(sb->init_cg);
+	int v2fd = wr_cgroup_v2_fd(init_cg);
 	pid = wr_ns_clone(WR_NS_SANDBOX, v2fd, &sb->init_pidfd, err);
 	if (pid < 0) {
 		r = wr_err_wrap(err, "create sandbox process");
@@ -473,7 +481,7 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	sb->init_pid = pid;
 	close(steal_fd(&sync_c));
 
-	if ((r = wr_cgroup_attach(sb->init_cg, pid, v2fd >= 0, err)) < 0)
+	if ((r = wr_cgroup_attach(init_cg, pid, v2fd >= 0, err)) < 0)
 		goto fail;
 	if ((r = wr_idmap_write(pid, &sb->idmap, err)) < 0)
 		goto fail;
@@ -538,14 +546,15 @@ fail:
 
 /* ---- adoption after a restart -------------------------------------------- */
 
-/* True when /proc/<pid>/cgroup places pid in .../<id>/init (in any
- * hierarchy): that is how we know a recorded pid is still our PID 1 and not
- * a recycled pid. */
+/* True when /proc/<pid>/cgroup places pid in .../<id>/init (pure v2) or
+ * .../<id> (v1, hybrid) in some hierarchy: that is how we know a recorded pid
+ * is still our PID 1 and not a recycled pid. */
 static bool pid_is_init_of(pid_t pid, const char *id)
 {
 	char path[64], suffix[96];
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-	snprintf(suffix, sizeof(suffix), "/%s/init", id);
+	snprintf(suffix, sizeof(suffix),
+		 wr_cgroup_root_mode(wr_cg_globals.cgroot) == WR_CG_V2 ? "/%s/init" : "/%s", id);
 	_cleanup_free_ char *buf = NULL;
 	if (wr_read_file_at(AT_FDCWD, path, &buf, 65536, NULL) < 0)
 		return false;
