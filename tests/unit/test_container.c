@@ -73,7 +73,7 @@ static int count_sandbox_cgroups(void)
 	return n;
 }
 
-/* Processes named warren-init anywhere on the host. */
+/* Processes named warren-init in sandboxes of ours. */
 static int count_inits(void)
 {
 	DIR *d = opendir("/proc");
@@ -89,8 +89,15 @@ static int count_inits(void)
 			continue;
 		ssize_t r = read(fd, comm, sizeof(comm) - 1);
 		close(fd);
-		if (r > 0 && strncmp(comm, "warren-init", 11) == 0)
+		if (r <= 0 || strncmp(comm, "warren-init", 11) != 0)
+			continue;
+		/* only ours: other processes on the machine run sandboxes too */
+		char *cg = NULL, needle[80];
+		snprintf(path, sizeof(path), "/proc/%s/cgroup", de->d_name);
+		snprintf(needle, sizeof(needle), "/%s/", g_base);
+		if (wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) >= 0 && strstr(cg, needle))
 			n++;
+		free(cg);
 	}
 	closedir(d);
 	return n;
