@@ -415,3 +415,14 @@ def test_safe_extract_skips_devices(tmp_path):
     n = safe_extract(_tar_with((dev, None), (_ti("./ok", size=2), b"ok")), str(tmp_path / "d"))
     assert n == 1 and not (tmp_path / "d/null").exists()
     assert (tmp_path / "d/ok").read_bytes() == b"ok"
+
+
+def test_result_with_daemon_error_and_null_exit_code():
+    r = warren.CommandResult.from_json({"id": "c2", "state": "finished", "exit_code": None,
+                                        "reason": "error", "error": "command helper failed"})
+    assert r.exit_code is None and not r.ok
+    assert r.error == "command helper failed" and r.reason == "error"
+    ok = warren.CommandResult.from_json({"exit_code": 0, "reason": "exited"})
+    assert ok.ok and ok.error is None
+    t = warren.CommandResult.from_json({"exit_code": 137, "signal": 9, "reason": "timeout"})
+    assert t.error == "timeout" and t.signal == 9

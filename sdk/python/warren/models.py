@@ -93,10 +93,12 @@ class CommandResult:
     """The outcome of a finished command.
 
     ``reason`` is one of ``exited``, ``signaled``, ``timeout``, ``oom``,
-    ``killed``, ``start_failed``. A non-zero ``exit_code`` is *not* an
-    exception unless ``check=True`` was passed (see :class:`CommandExitError`).
+    ``killed``, ``start_failed`` (or ``error`` when the daemon could not run
+    it; ``error`` then holds its message). ``exit_code`` is ``None`` when the
+    daemon reports none. A non-zero ``exit_code`` is *not* an exception unless
+    ``check=True`` was passed (see :class:`CommandExitError`).
     """
-    exit_code: int
+    exit_code: Optional[int]
     stdout: str = ""
     stderr: str = ""
     reason: str = "exited"
@@ -107,13 +109,17 @@ class CommandResult:
     cpu_ms: Optional[float] = None
     memory_peak_bytes: Optional[int] = None
     id: Optional[str] = None
+    error_message: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def error(self) -> Optional[str]:
-        """``None`` when the command exited on its own, else the ``reason``
-        (``"timeout"``, ``"oom"``, ``"signaled"``, ...)."""
-        return None if self.reason == "exited" else self.reason
+        """``None`` when the command exited on its own; otherwise the daemon's
+        error message when it gave one, else the ``reason`` (``"timeout"``,
+        ``"oom"``, ``"signaled"``, ...)."""
+        if self.reason == "exited" and not self.error_message:
+            return None
+        return self.error_message or self.reason
 
     @property
     def ok(self) -> bool:
@@ -134,8 +140,9 @@ class CommandResult:
             out = base64.b64decode(out).decode("utf-8", "replace") if out else ""
             err = base64.b64decode(err).decode("utf-8", "replace") if err else ""
         ec = d.get("exit_code")
+        em = d.get("error")
         return cls(
-            exit_code=int(ec) if isinstance(ec, (int, float)) else -1,
+            exit_code=int(ec) if isinstance(ec, (int, float)) else None,
             stdout=out or "",
             stderr=err or "",
             reason=str(d.get("reason") or "exited"),
@@ -146,6 +153,7 @@ class CommandResult:
             cpu_ms=d.get("cpu_ms"),
             memory_peak_bytes=d.get("memory_peak_bytes"),
             id=d.get("id"),
+            error_message=em if isinstance(em, str) and em else None,
             raw=d,
         )
 

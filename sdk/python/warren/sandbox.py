@@ -340,13 +340,19 @@ class Files:
     def make_dir(self, path: str, parents: bool = True,
                  mode: Union[int, str, None] = None) -> bool:
         """Create a directory. True if created, False if it already existed."""
-        try:
-            self._sb._http.json("POST", self._path + "/mkdir",
-                                json=drop_none({"path": path, "parents": parents,
-                                                "mode": mode_str(mode)}))
-            return True
-        except ConflictError:
-            return False
+        # parents=false first: an existing directory is then a conflict (mkdir -p
+        # would succeed silently); retry with parents only if one is missing.
+        for with_parents in (False, True):
+            try:
+                self._sb._http.json("POST", self._path + "/mkdir", json=drop_none({
+                    "path": path, "parents": with_parents, "mode": mode_str(mode)}))
+                return True
+            except ConflictError:
+                return False
+            except NotFoundError:
+                if not parents or with_parents:
+                    raise
+        return False  # not reached
 
     def upload_dir(self, local_dir: Union[str, "os.PathLike[str]"], remote_dir: str,
                    request_timeout: Optional[float] = None) -> UploadResult:

@@ -292,13 +292,19 @@ class AsyncFiles:
 
     async def make_dir(self, path: str, parents: bool = True,
                        mode: Union[int, str, None] = None) -> bool:
-        try:
-            await self._sb._http.json("POST", self._path + "/mkdir",
-                                      json=drop_none({"path": path, "parents": parents,
-                                                      "mode": mode_str(mode)}))
-            return True
-        except ConflictError:
-            return False
+        # parents=false first: an existing directory is then a conflict (mkdir -p
+        # would succeed silently); retry with parents only if one is missing.
+        for with_parents in (False, True):
+            try:
+                await self._sb._http.json("POST", self._path + "/mkdir", json=drop_none({
+                    "path": path, "parents": with_parents, "mode": mode_str(mode)}))
+                return True
+            except ConflictError:
+                return False
+            except NotFoundError:
+                if not parents or with_parents:
+                    raise
+        return False  # not reached
 
     async def upload_dir(self, local_dir: Union[str, "os.PathLike[str]"], remote_dir: str,
                          request_timeout: Optional[float] = None) -> UploadResult:
