@@ -852,19 +852,16 @@ int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_
 	if (!valid_name(name))
 		return wr_err_set(err, EINVAL, "cgroup: invalid leaf name \"%s\"",
 				  name ? name : "");
-	char **nc = realloc(parent->children, (parent->nchildren + 1) * sizeof(*nc));
-	if (nc == NULL)
-		return wr_err_set(err, ENOMEM, "create cgroup %s/%s: out of memory", parent->rel,
-				  name);
-	parent->children = nc;
-	_cleanup_free_ char *copy = strdup(name);
+	/* The parent handle is not modified: leaves may be created from many
+	 * threads at once (concurrent commands of one sandbox), and a sandbox
+	 * that runs a million commands must not accumulate a million names.
+	 * Destroy finds leaves by scanning the directory. */
 	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(parent->root, parent->rel, name);
-	if (cg == NULL || copy == NULL)
+	if (cg == NULL)
 		return wr_err_set(err, ENOMEM, "create cgroup %s/%s: out of memory", parent->rel,
 				  name);
 	if (make_dirs(cg, parent->hiers, parent->fd, parent->v2_fd, name, err) < 0)
 		return wr_err_wrap(err, "create cgroup %s", cg->rel);
-	parent->children[parent->nchildren++] = steal_ptr(&copy);
 	*out = steal_ptr(&cg);
 	return 0;
 }
@@ -929,6 +926,38 @@ int wr_cgroup_attach(struct wr_cgroup *cg, pid_t pid, bool skip_v2, wr_err *err)
 			return wr_err_wrap(err, "attach %d to cgroup %s", (int)pid, cg->rel);
 	}
 	return 0;
+}
+
+int wr_cgroup_procs_fds(struct wr_cgroup *cg, bool skip_v2, int *fds, int max, wr_err *err)
+{
+	int n = 0;
+	if (!skip_v2 && cg->v2_fd >= 0) {
+		if (n >= max)
+			return wr_err_set(err, E2BIG, "cgroup %s: too many hierarchies", cg->rel);
+		fds[n] = openat(cg->v2_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		if (fds[n] < 0)
+			return wr_err_sys(err, "cgroup v2: open %s/cgroup.procs", cg->rel);
+		n++;
+	}
+	for (int h = 0; h < cg->root->nhier; h++) {
+		if (cg->fd[h] < 0)
+			continue;
+		if (n >= max) {
+			while (n > 0)
+				close(fds[--n]);
+			return wr_err_set(err, E2BIG, "cgroup %s: too many hierarchies", cg->rel);
+		}
+		fds[n] = openat(cg->fd[h], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		if (fds[n] < 0) {
+			int r = wr_err_sys(err, "cgroup %s: open %s/cgroup.procs",
+					   cg->root->hier[h].label, cg->rel);
+			while (n > 0)
+				close(fds[--n]);
+			return r;
+		}
+		n++;
+	}
+	return n;
 }
 
 int wr_cgroup_kill(struct wr_cgroup *cg, wr_err *err)

@@ -120,6 +120,12 @@ int wr_cgroup_v2_fd(const struct wr_cgroup *cg);
  * refusal there (EBUSY: not a leaf) leaves the v1 hierarchies untouched. */
 int wr_cgroup_attach(struct wr_cgroup *cg, pid_t pid, bool skip_v2, wr_err *err);
 
+/* Open cgroup.procs of this cgroup in every hierarchy (the v2 one unless
+ * skip_v2), O_WRONLY|O_CLOEXEC, into fds (owned by the caller). For a
+ * process that moves itself in with write(fd, "0") where it must not
+ * allocate (between clone and exec). Returns the count. */
+int wr_cgroup_procs_fds(struct wr_cgroup *cg, bool skip_v2, int *fds, int max, wr_err *err);
+
 /* Kill every process in the cgroup and its descendants at once:
  * v2 cgroup.kill; v1 without unified: freeze, SIGKILL every task, thaw,
  * repeated (bounded, ~2 s) until nothing is listed, so a fork bomb cannot

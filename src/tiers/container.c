@@ -196,7 +196,9 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	}
 	/* Invariant: the maps exist now, so becoming uid 0 makes files we create
 	 * belong to the sandbox's host range instead of failing EOVERFLOW. */
-	if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+	/* Raw syscalls: glibc's wrappers would try to signal the parent's other
+	 * threads (setxid broadcast), which do not exist in this process. */
+	if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0) {
 		wr_cerr_sys(&e, "become root of the user namespace");
 		child_fail(a->sync, &e);
 	}

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,10 +37,15 @@
 #include "isolate/ns.h"
 #include "tiers/container_internal.h"
 
+/* H and C share P's memory (CLONE_VM|CLONE_VFORK, as posix_spawn does):
+ * no page tables are copied, and they report through this struct. P is
+ * suspended until H exits; H is suspended until C execs or exits. So when
+ * P resumes, cpid and any start failure are already here.
+ * Invariant: H and C never allocate and never return into P's frames; they
+ * run on stacks of their own and leave with _exit/exec. */
 struct cmd_args {
-	int go;	    /* H reads "go" here */
-	int report; /* H writes C's pid here */
-	int status; /* C writes its exec failure here (close-on-exec) */
+	int procs[8]; /* cgroup.procs of the command's leaf, per hierarchy */
+	int nprocs;
 	int init_pidfd;
 	int fd_in, fd_out, fd_err;
 	uid_t uid;
@@ -50,22 +56,35 @@ struct cmd_args {
 	char *const *argv;
 	char *const *envp;
 	const struct wr_seccomp_prog *seccomp;
+	char *cstack; /* top of C's stack */
+	/* results */
+	pid_t cpid;	     /* set by H */
+	int start_failed;    /* set by C when it exits instead of exec'ing */
+	struct wr_cerr herr; /* H's failure */
+	struct wr_cerr cerr; /* C's failure */
 };
 
-static __attribute__((noreturn)) void cmd_fail(int fd, struct wr_cerr *e, int code)
+#define SPAWN_STACK (256 * 1024)
+
+/* H and C run on stacks ASan does not know; they are not instrumented
+ * (ASan would otherwise warn about a stack switch at every _exit). */
+#define SPAWN_FN __attribute__((no_sanitize_address))
+
+static SPAWN_FN __attribute__((noreturn)) void cmd_fail(struct cmd_args *a, int code)
 {
-	wr_cerr_send(fd, e);
+	a->start_failed = code;
 	_exit(code);
 }
 
 /* C: never returns. */
-static __attribute__((noreturn)) void command_main(const struct cmd_args *a)
+static SPAWN_FN int command_main(void *arg)
 {
-	struct wr_cerr e = {0};
+	struct cmd_args *a = arg;
+	struct wr_cerr *e = &a->cerr;
 	/* The command starts with default signal dispositions and nothing
 	 * blocked, whatever the calling process (a CLI ignoring SIGPIPE, a
 	 * daemon blocking SIGTERM for sigwait) had: ignored signals and the
-	 * mask survive execve. */
+	 * mask survive execve. C has its own copy of the handler table. */
 	sigset_t none;
 	sigemptyset(&none);
 	for (int sig = 1; sig < NSIG; sig++)
@@ -73,8 +92,8 @@ static __attribute__((noreturn)) void command_main(const struct cmd_args *a)
 			signal(sig, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (dup2(a->fd_in, 0) < 0 || dup2(a->fd_out, 1) < 0 || dup2(a->fd_err, 2) < 0) {
-		wr_cerr_sys(&e, "stdio");
-		cmd_fail(a->status, &e, 126);
+		wr_cerr_sys(e, "stdio");
+		cmd_fail(a, 126);
 	}
 	/* The cwd must be a directory inside the sandbox root: resolved with
 	 * RESOLVE_IN_ROOT from the root we just joined. */
@@ -82,62 +101,84 @@ static __attribute__((noreturn)) void command_main(const struct cmd_args *a)
 			       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
 	int cwd = wr_openat2(AT_FDCWD, a->cwd, &how);
 	if (cwd < 0 || fchdir(cwd) < 0) {
-		wr_cerr_sys(&e, "working directory %s", a->cwd);
-		cmd_fail(a->status, &e, 126);
+		wr_cerr_sys(e, "working directory %s", a->cwd);
+		cmd_fail(a, 126);
 	}
 	close(cwd);
-	if (wr_rlimits_apply(a->rlimits, &e) < 0)
-		cmd_fail(a->status, &e, 126);
-	if (wr_caps_switch_user(a->uid, a->gid, a->caps, &e) < 0)
-		cmd_fail(a->status, &e, 126);
+	if (wr_rlimits_apply(a->rlimits, e) < 0)
+		cmd_fail(a, 126);
+	if (wr_caps_switch_user(a->uid, a->gid, a->caps, e) < 0)
+		cmd_fail(a, 126);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		wr_cerr_sys(&e, "no_new_privs");
-		cmd_fail(a->status, &e, 126);
+		wr_cerr_sys(e, "no_new_privs");
+		cmd_fail(a, 126);
 	}
 	struct wr_landlock_policy ll = {
 	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
-	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, &e) < 0)
-		cmd_fail(a->status, &e, 126);
+	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, e) < 0)
+		cmd_fail(a, 126);
 	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-		wr_cerr_sys(&e, "close_range");
-		cmd_fail(a->status, &e, 126);
+		wr_cerr_sys(e, "close_range");
+		cmd_fail(a, 126);
 	}
 	/* Invariant: seccomp is the last step; nothing after it but exec. */
-	if (wr_seccomp_load(a->seccomp, &e) < 0)
-		cmd_fail(a->status, &e, 126);
+	if (wr_seccomp_load(a->seccomp, e) < 0)
+		cmd_fail(a, 126);
 	execvpe(a->argv[0], a->argv, a->envp);
+	/* Under seccomp now: no library call that might need a refused one. */
 	int saved = errno;
-	wr_cerr_sys(&e, "exec %s", a->argv[0]);
-	cmd_fail(a->status, &e, saved == ENOENT ? 127 : 126);
+	e->errnum = saved;
+	static const struct {
+		int no;
+		const char *text;
+	} why[] = {
+	    {ENOENT, ": No such file or directory"},
+	    {EACCES, ": Permission denied"},
+	    {ENOEXEC, ": Exec format error"},
+	    {ENOTDIR, ": Not a directory"},
+	    {ELOOP, ": Too many levels of symbolic links"},
+	    {E2BIG, ": Argument list too long"},
+	    {ENOMEM, ": Cannot allocate memory"},
+	    {ETXTBSY, ": Text file busy"},
+	    {EPERM, ": Operation not permitted"},
+	};
+	const char *text = "";
+	for (size_t i = 0; i < WR_ARRAY_SIZE(why); i++)
+		if (why[i].no == saved)
+			text = why[i].text;
+	size_t n = strnlen(a->argv[0], sizeof(e->msg) - 64);
+	memcpy(e->msg, "exec ", 5);
+	memcpy(e->msg + 5, a->argv[0], n);
+	memcpy(e->msg + 5 + n, text, strlen(text) + 1);
+	cmd_fail(a, saved == ENOENT ? 127 : 126);
 }
 
-/* H: never returns. */
-static __attribute__((noreturn)) void helper_main(const struct cmd_args *a)
+/* H: joins the command's cgroups and the sandbox's namespaces, then starts
+ * C as P's child. */
+static SPAWN_FN int helper_main(void *arg)
 {
-	struct wr_cerr e = {0};
-	char c;
-	if (read(a->go, &c, 1) != 1)
-		_exit(1);
-	if (wr_ns_join(a->init_pidfd, &e) < 0)
-		cmd_fail(a->status, &e, 1);
-	if (unshare(CLONE_NEWCGROUP) < 0) {
-		wr_cerr_sys(&e, "cgroup namespace");
-		cmd_fail(a->status, &e, 1);
+	struct cmd_args *a = arg;
+	for (int i = 0; i < a->nprocs; i++) {
+		if (write(a->procs[i], "0", 1) != 1) {
+			wr_cerr_sys(&a->herr, "join the command's cgroup");
+			_exit(1);
+		}
 	}
-	struct wr_clone_args ca;
-	memset(&ca, 0, sizeof(ca));
+	if (wr_ns_join(a->init_pidfd, &a->herr) < 0)
+		_exit(1);
+	if (unshare(CLONE_NEWCGROUP) < 0) {
+		wr_cerr_sys(&a->herr, "cgroup namespace");
+		_exit(1);
+	}
 	/* CLONE_PARENT: C becomes P's child, so P reaps it and reads its real
 	 * exit status; H is not in the PID namespace, C is. */
-	ca.flags = CLONE_PARENT;
-	long pid = wr_clone3(&ca);
+	int pid = clone(command_main, a->cstack, CLONE_VM | CLONE_VFORK | CLONE_PARENT, a);
 	if (pid < 0) {
-		wr_cerr_sys(&e, "start command");
-		cmd_fail(a->status, &e, 1);
+		wr_cerr_sys(&a->herr, "start command");
+		_exit(1);
 	}
-	if (pid == 0)
-		command_main(a);
-	int32_t p = (int32_t)pid;
-	_exit(write(a->report, &p, sizeof(p)) == sizeof(p) ? 0 : 1);
+	a->cpid = pid;
+	_exit(0);
 }
 
 /* ---- output capture ---------------------------------------------------- */
@@ -322,9 +363,11 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	leaves_reap(sb);
 	uint64_t t0 = wr_now_ns();
 	int r = -1;
-	pid_t hpid = -1, cpid = -1;
-	_cleanup_close_ int hpidfd = -1, cpidfd = -1;
-	_cleanup_close_ int go_r = -1, go_w = -1, rep_r = -1, rep_w = -1, st_r = -1, st_w = -1;
+	pid_t cpid = -1;
+	_cleanup_close_ int cpidfd = -1;
+	struct cmd_args ca = {.nprocs = 0};
+	char *stacks = NULL;
+	siginfo_t si;
 	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1;
 	struct stream so = {.fd = -1, .no = 1}, se = {.fd = -1, .no = 2};
 	struct wr_cgroup *leaf = NULL;
@@ -361,24 +404,6 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		goto out;
 	se.fd = p[0];
 	err_w = p[1];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		r = wr_err_sys(err, "pipe");
-		goto out;
-	}
-	go_r = p[0];
-	go_w = p[1];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		r = wr_err_sys(err, "pipe");
-		goto out;
-	}
-	rep_r = p[0];
-	rep_w = p[1];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		r = wr_err_sys(err, "pipe");
-		goto out;
-	}
-	st_r = p[0];
-	st_w = p[1];
 	int in_fd = spec->stdin_fd;
 	if (in_fd < 0) {
 		null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -390,79 +415,72 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	}
 	so.cap = se.cap = spec->output_cap ? spec->output_cap : WR_DEFAULT_OUTPUT_CAP;
 
-	struct cmd_args ca = {
-	    .go = go_r,
-	    .report = rep_w,
-	    .status = st_w,
-	    .init_pidfd = sb->init_pidfd,
-	    .fd_in = in_fd,
-	    .fd_out = out_w,
-	    .fd_err = err_w,
-	    .uid = spec->user >= 0 ? (uid_t)spec->user : sb->user,
-	    .gid = spec->group >= 0 ? (gid_t)spec->group
-				    : (spec->user >= 0 ? (gid_t)spec->user : sb->group),
-	    .caps = sb->caps,
-	    .rlimits = &sb->rlimits,
-	    .cwd = cwd,
-	    .argv = (char *const *)spec->argv,
-	    .envp = envp,
-	    .seccomp = prog,
-	};
-	int v2fd = wr_cgroup_v2_fd(leaf);
-	hpid = wr_ns_clone(0, v2fd, &hpidfd, err);
-	if (hpid < 0) {
-		r = wr_err_wrap(err, "exec");
+	ca.nprocs = wr_cgroup_procs_fds(leaf, false, ca.procs, (int)WR_ARRAY_SIZE(ca.procs), err);
+	if (ca.nprocs < 0) {
+		ca.nprocs = 0;
+		r = -1;
 		goto out;
 	}
-	if (hpid == 0)
-		helper_main(&ca);
-	close(steal_fd(&go_r));
-	close(steal_fd(&rep_w));
-	close(steal_fd(&st_w));
+	stacks = mmap(NULL, 2 * SPAWN_STACK, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stacks == MAP_FAILED) {
+		stacks = NULL;
+		r = wr_err_sys(err, "exec: stack");
+		goto out;
+	}
+	ca.init_pidfd = sb->init_pidfd;
+	ca.fd_in = in_fd;
+	ca.fd_out = out_w;
+	ca.fd_err = err_w;
+	ca.uid = spec->user >= 0 ? (uid_t)spec->user : sb->user;
+	ca.gid = spec->group >= 0 ? (gid_t)spec->group
+				  : (spec->user >= 0 ? (gid_t)spec->user : sb->group);
+	ca.caps = sb->caps;
+	ca.rlimits = &sb->rlimits;
+	ca.cwd = cwd;
+	ca.argv = (char *const *)spec->argv;
+	ca.envp = envp;
+	ca.seccomp = prog;
+	ca.cstack = stacks + 2 * SPAWN_STACK; /* stacks grow down */
+	/* Returns once H has exited, i.e. after C exec'd or failed. */
+	pid_t hpid =
+	    clone(helper_main, stacks + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+	if (hpid < 0) {
+		r = wr_err_sys(err, "exec: start helper");
+		goto out;
+	}
+	int hst;
+	while (waitpid(hpid, &hst, __WALL) < 0 && errno == EINTR)
+		;
 	close(steal_fd(&out_w));
 	close(steal_fd(&err_w));
-	if ((r = wr_cgroup_attach(leaf, hpid, v2fd >= 0, err)) < 0)
-		goto out;
-	if (write(go_w, "g", 1) != 1) {
-		r = wr_err_sys(err, "start helper");
-		goto out;
-	}
-	int32_t got = 0;
-	ssize_t n = wr_read_all(rep_r, &got, sizeof(got));
-	siginfo_t si;
-	while (waitid(P_PIDFD, (id_t)hpidfd, &si, WEXITED) < 0 && errno == EINTR)
-		;
-	hpid = -1;
-	if (n != sizeof(got) || got <= 0) {
-		/* H failed before C existed: its report is on the status pipe. */
-		r = wr_err_recv(st_r, err);
-		if (r == 0)
-			r = wr_err_set(err, EIO, "command helper failed");
+	if (ca.cpid <= 0) {
+		r = wr_err_set(err, ca.herr.errnum ? ca.herr.errnum : EIO, "%s",
+			       ca.herr.msg[0] ? ca.herr.msg : "command helper failed");
 		goto out;
 	}
-	cpid = got;
-	cpidfd = wr_pidfd_open(cpid, 0);
-	if (cpidfd < 0) {
-		r = wr_err_sys(err, "pidfd of command");
-		goto out;
-	}
-	/* EOF on the status pipe: exec succeeded; a message: it did not. */
-	wr_err start_err = NULL;
-	if (wr_err_recv(st_r, &start_err) < 0) {
-		while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
+	cpid = ca.cpid;
+	if (ca.start_failed) {
+		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
 			;
 		cpid = -1;
 		res->reason = WR_EXIT_START_FAILED;
-		res->exit_code = si.si_code == CLD_EXITED ? si.si_status : 126;
+		res->exit_code = si.si_code == CLD_EXITED ? si.si_status : ca.start_failed;
+		const char *msg = ca.cerr.msg[0] ? ca.cerr.msg : "command failed to start";
 		if (!spec->on_output) {
-			stream_append(&se, start_err->msg, strlen(start_err->msg));
+			stream_append(&se, msg, strlen(msg));
 			stream_append(&se, "\n", 1);
 		} else {
-			spec->on_output(spec->ctx, 2, start_err->msg, strlen(start_err->msg));
+			spec->on_output(spec->ctx, 2, msg, strlen(msg));
 			spec->on_output(spec->ctx, 2, "\n", 1);
 		}
-		wr_err_free(&start_err);
 		r = 0;
+		goto out;
+	}
+	/* C is our unreaped child (CLONE_PARENT): its pid cannot be reused. */
+	cpidfd = wr_pidfd_open(cpid, 0);
+	if (cpidfd < 0) {
+		r = wr_err_sys(err, "pidfd of command");
 		goto out;
 	}
 
@@ -539,16 +557,15 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	r = 0;
 
 out:
-	if (hpid > 0) {
-		wr_pidfd_send_signal(hpidfd, SIGKILL, NULL, 0);
-		while (waitid(P_PIDFD, (id_t)hpidfd, &si, WEXITED) < 0 && errno == EINTR)
+	if (cpid > 0) {
+		kill(cpid, SIGKILL); /* our unreaped child: the pid is still its */
+		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
 			;
 	}
-	if (cpid > 0 && cpidfd >= 0) {
-		wr_pidfd_send_signal(cpidfd, SIGKILL, NULL, 0);
-		while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
-			;
-	}
+	for (int k = 0; k < ca.nprocs; k++)
+		close(ca.procs[k]);
+	if (stacks)
+		munmap(stacks, 2 * SPAWN_STACK);
 	if (so.fd >= 0)
 		close(so.fd);
 	if (se.fd >= 0)
