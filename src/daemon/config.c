@@ -178,7 +178,7 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 		else if (strcmp(k, "max_sandboxes") == 0)
 			r = cfg_uint(v, k, 1, 1000000, &cfg->max_sandboxes, err);
 		else if (strcmp(k, "max_commands") == 0)
-			r = cfg_uint(v, k, 1, 100000, &cfg->max_commands, err);
+			r = cfg_uint(v, k, 4, 4096, &cfg->max_commands, err);
 		else if (strcmp(k, "max_connections") == 0)
 			r = cfg_uint(v, k, 4, 100000, &cfg->max_connections, err);
 		else if (strcmp(k, "shutdown_timeout") == 0)
@@ -235,7 +235,7 @@ int wrd_config_load(const char *path, struct wrd_config *cfg, wr_err *err)
 					    .idle_timeout = 0};
 	cfg->workers = 8;
 	cfg->max_sandboxes = 4096;
-	cfg->max_commands = 1024;
+	cfg->max_commands = 256;
 	cfg->max_connections = 1024;
 	cfg->shutdown_timeout = 30;
 	cfg->log_level = WR_LOG_INFO;

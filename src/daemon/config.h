@@ -44,7 +44,7 @@ struct wrd_config {
 	struct wrd_limits defaults;
 	unsigned workers;	   /* worker threads for short kernel work */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
-	unsigned max_commands;	   /* commands running at once per node */
+	unsigned max_commands;	   /* threads for commands, waits, streams (256) */
 	unsigned max_connections;  /* per listener */
 	unsigned shutdown_timeout; /* seconds to finish in-flight requests */
 	int log_level;		   /* enum wr_log_level */

@@ -454,11 +454,21 @@ int wrd_pool_submit(void (*fn)(void *arg), void *arg)
 	return 0;
 }
 
+/* Long jobs run on a pool of max_commands threads made at start. No thread
+ * is ever created later: a sandbox or command process is cloned (raw
+ * clone3) from this multi-threaded process, and glibc's set*id() in such a
+ * child waits forever for any thread that was half-created at clone time. */
+static pthread_mutex_t g_llock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_lcond = PTHREAD_COND_INITIALIZER;
+static struct job *g_lhead, **g_ltail = &g_lhead;
+static pthread_t *g_long;
+static unsigned g_nlong;
+
 static bool long_reserve(void)
 {
 	unsigned cur = atomic_load(&g_long_threads);
 	do {
-		if (cur >= g_cfg->max_commands)
+		if (cur >= g_nlong)
 			return false;
 	} while (!atomic_compare_exchange_weak(&g_long_threads, &cur, cur + 1));
 	return true;
@@ -466,33 +476,39 @@ static bool long_reserve(void)
 
 static void *long_main(void *arg)
 {
-	struct job *j = arg;
-	j->fn(j->arg);
-	free(j);
-	atomic_fetch_sub(&g_long_threads, 1);
+	(void)arg;
+	for (;;) {
+		pthread_mutex_lock(&g_llock);
+		while (g_lhead == NULL)
+			pthread_cond_wait(&g_lcond, &g_llock);
+		struct job *j = g_lhead;
+		g_lhead = j->next;
+		if (g_lhead == NULL)
+			g_ltail = &g_lhead;
+		pthread_mutex_unlock(&g_llock);
+		j->fn(j->arg);
+		free(j);
+		atomic_fetch_sub(&g_long_threads, 1);
+	}
 	return NULL;
 }
 
-/* The slot is already reserved. */
+/* The slot is already reserved, so an idle thread exists or will. */
 static int long_start(void (*fn)(void *arg), void *arg)
 {
 	struct job *j = calloc(1, sizeof(*j));
-	pthread_attr_t attr;
-	pthread_t t;
-	if (j == NULL)
-		goto fail;
+	if (j == NULL) {
+		atomic_fetch_sub(&g_long_threads, 1);
+		return -ENOMEM;
+	}
 	j->fn = fn;
 	j->arg = arg;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int r = pthread_create(&t, &attr, long_main, j);
-	pthread_attr_destroy(&attr);
-	if (r == 0)
-		return 0;
-	free(j);
-fail:
-	atomic_fetch_sub(&g_long_threads, 1);
-	return -EAGAIN;
+	pthread_mutex_lock(&g_llock);
+	*g_ltail = j;
+	g_ltail = &j->next;
+	pthread_cond_signal(&g_lcond);
+	pthread_mutex_unlock(&g_llock);
+	return 0;
 }
 
 int wrd_spawn_long(void (*fn)(void *arg), void *arg)
@@ -870,6 +886,18 @@ int wrd_http_start(const struct wrd_config *cfg, const struct wrd_route *routes,
 	for (unsigned i = 0; i < g_nworkers; i++)
 		if (pthread_create(&g_workers[i], NULL, worker_main, NULL) != 0)
 			return wr_err_set(err, EAGAIN, "start worker thread");
+	g_long = calloc(cfg->max_commands, sizeof(*g_long));
+	if (g_long == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 2 << 20);
+	for (g_nlong = 0; g_nlong < cfg->max_commands; g_nlong++)
+		if (pthread_create(&g_long[g_nlong], &attr, long_main, NULL) != 0) {
+			pthread_attr_destroy(&attr);
+			return wr_err_set(err, EAGAIN, "start command thread %u", g_nlong);
+		}
+	pthread_attr_destroy(&attr);
 
 	int fd = wrd_unix_listener(cfg, err);
 	if (fd < 0)
