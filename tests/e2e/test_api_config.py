@@ -1,0 +1,47 @@
+"""warrend's configuration: the example in deploy/ is valid, and mistakes
+are refused at start with the key named."""
+import json
+import subprocess
+
+from conftest import ROOT
+
+
+def run_with(build, tmp_path, cfg):
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg) if not isinstance(cfg, str) else cfg)
+    env = {"WARREN_STATE_DIR": str(tmp_path / "s"), "WARREN_RUN_DIR": str(tmp_path / "r"),
+           "ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([str(build / "warrend"), "--config", str(path)], env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_example_config_starts(fresh_daemon):
+    example = json.loads((ROOT / "deploy/warrend.json").read_text())
+    keep = {k: v for k, v in example.items()
+            if k not in ("socket", "listen", "state_dir", "run_dir", "tokens", "images")}
+    d = fresh_daemon(extra=keep).start()
+    c = d.client()
+    assert c.get("/v1/health").json()["status"] == "ok"
+    c.close()
+
+
+def test_bad_configs_name_the_key(build, tmp_path):
+    for cfg, key in [({"workers": "many"}, "workers"),
+                     ({"wokers": 4}, "wokers"),
+                     ({"tokens": [{"tenant": "a", "sha256": "xyz"}]}, "tokens"),
+                     ({"tokens": [{"tenant": "a"}]}, "tokens"),
+                     ({"defaults": {"memory_mb": 1}}, "defaults.memory_mb"),
+                     ({"images": {"x": "relative/path"}}, "images"),
+                     ("{not json", "line")]:
+        p = run_with(build, tmp_path, cfg)
+        assert p.returncode == 2, (cfg, p.stderr)
+        assert key in p.stderr, (cfg, p.stderr)
+
+
+def test_version_and_usage(build):
+    p = subprocess.run([str(build / "warrend"), "--version"], capture_output=True, text=True,
+                       env={"ASAN_OPTIONS": "detect_leaks=0"})
+    assert p.returncode == 0 and p.stdout.strip() == "warrend 0.1.0"
+    p = subprocess.run([str(build / "warrend"), "--bogus"], capture_output=True, text=True,
+                       env={"ASAN_OPTIONS": "detect_leaks=0"})
+    assert p.returncode == 2 and "usage" in p.stderr
