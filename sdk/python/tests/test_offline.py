@@ -49,8 +49,9 @@ def fake(monkeypatch):
                 resp = handler(request)
                 return resp
 
-        monkeypatch.setattr(_http, "_async_client", lambda cfg: httpx.AsyncClient(
-            transport=_AsyncTransport(), base_url=cfg.base_url))
+        async def async_client(cfg):
+            return httpx.AsyncClient(transport=_AsyncTransport(), base_url=cfg.base_url)
+        monkeypatch.setattr(_http, "_async_client", async_client)
         return rec
 
     monkeypatch.delenv("WARREN_URL", raising=False)
@@ -426,3 +427,21 @@ def test_result_with_daemon_error_and_null_exit_code():
     assert ok.ok and ok.error is None
     t = warren.CommandResult.from_json({"exit_code": 137, "signal": 9, "reason": "timeout"})
     assert t.error == "timeout" and t.signal == 9
+
+
+def test_async_pools_are_shared_per_loop_and_closed_with_it(tmp_path):
+    seen = []
+
+    async def main():
+        cfg = _http.ConnectionConfig.resolve(socket=str(tmp_path / "s.sock"))
+        a = await _http._async_client(cfg)
+        b = await _http._async_client(cfg)
+        assert a is b
+        other = await _http._async_client(_http.ConnectionConfig.resolve(base_url="http://h:1"))
+        assert other is not a
+        seen.extend([a, other])
+    asyncio.run(main())
+    # asyncio.run finalised the loop's async generators, closing its pools
+    assert all(c.is_closed for c in seen)
+    asyncio.run(main())
+    assert seen[2] is not seen[0] and all(c.is_closed for c in seen)

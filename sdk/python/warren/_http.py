@@ -103,7 +103,14 @@ def _limits() -> httpx.Limits:
 
 _sync_lock = threading.Lock()
 _sync_clients: Dict[Tuple[int, str, Optional[str]], httpx.Client] = {}
-_async_clients: Dict[Any, Dict[Tuple[int, str, Optional[str]], httpx.AsyncClient]] = {}
+# loop -> (its pools by address, the async generator that closes them)
+_async_clients: Dict[Any, Tuple[Dict[Any, httpx.AsyncClient], Any]] = {}
+
+
+def _verify(cfg: ConnectionConfig) -> bool:
+    # No TLS over the Unix socket or plain http://: skip loading the CA bundle
+    # (~0.1 s of blocking work per client otherwise).
+    return cfg.socket is None and cfg.base_url.startswith("https://")
 
 
 def _sync_client(cfg: ConnectionConfig) -> httpx.Client:
@@ -115,24 +122,47 @@ def _sync_client(cfg: ConnectionConfig) -> httpx.Client:
                 # forked child: the parent's sockets are not ours to use
                 for k in [k for k in _sync_clients if k[0] != key[0]]:
                     del _sync_clients[k]
-            transport = httpx.HTTPTransport(uds=cfg.socket, limits=_limits(), retries=1)
+            transport = httpx.HTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
+                                            verify=_verify(cfg))
             c = httpx.Client(transport=transport, base_url=cfg.base_url)
             _sync_clients[key] = c
         return c
 
 
-def _async_client(cfg: ConnectionConfig) -> httpx.AsyncClient:
+async def _closer(per_loop: Dict[Any, httpx.AsyncClient]) -> AsyncIterator[None]:
+    """An async generator parked at its ``yield`` for the life of a loop:
+    ``asyncio.run`` finalises every live async generator before closing the
+    loop (``shutdown_asyncgens``), which runs this ``finally`` and closes the
+    loop's pools instead of leaving their sockets to the garbage collector."""
+    try:
+        yield
+    finally:
+        clients = list(per_loop.values())
+        per_loop.clear()
+        for c in clients:
+            try:
+                await c.aclose()
+            except Exception:
+                pass
+
+
+async def _async_client(cfg: ConnectionConfig) -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
-    per_loop = _async_clients.get(loop)
-    if per_loop is None:
+    entry = _async_clients.get(loop)
+    if entry is None:
         # drop pools of loops that are gone (asyncio.run called repeatedly)
         for old in [lp for lp in _async_clients if lp.is_closed()]:
             del _async_clients[old]
-        per_loop = _async_clients[loop] = {}
+        per_loop: Dict[Any, httpx.AsyncClient] = {}
+        closer = _closer(per_loop)
+        entry = _async_clients[loop] = (per_loop, closer)
+        await closer.asend(None)  # registers it with the loop's asyncgen hooks
+    per_loop = entry[0]
     key = cfg.pool_key
     c = per_loop.get(key)
     if c is None or c.is_closed:
-        transport = httpx.AsyncHTTPTransport(uds=cfg.socket, limits=_limits(), retries=1)
+        transport = httpx.AsyncHTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
+                                             verify=_verify(cfg))
         c = httpx.AsyncClient(transport=transport, base_url=cfg.base_url)
         per_loop[key] = c
     return c
@@ -147,9 +177,14 @@ def close_shared_clients() -> None:
 
 
 async def aclose_shared_clients() -> None:
-    """Close the current event loop's shared asynchronous connection pools."""
-    per_loop = _async_clients.pop(asyncio.get_running_loop(), {})
-    for c in per_loop.values():
+    """Close the current event loop's shared asynchronous connection pools
+    (done automatically when ``asyncio.run`` ends; the next call opens new ones)."""
+    entry = _async_clients.get(asyncio.get_running_loop())
+    if entry is None:
+        return
+    clients = list(entry[0].values())
+    entry[0].clear()
+    for c in clients:
         await c.aclose()
 
 
@@ -260,9 +295,8 @@ class AsyncHTTP:
     def __init__(self, cfg: ConnectionConfig) -> None:
         self.cfg = cfg
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        return _async_client(self.cfg)
+    async def client(self) -> httpx.AsyncClient:
+        return await _async_client(self.cfg)
 
     def _build(self, client: httpx.AsyncClient, method: str, path: str, params: Params,
                json: Any, content: Any, headers: Optional[Dict[str, str]],
@@ -278,7 +312,7 @@ class AsyncHTTP:
                       json: Any = None, content: Any = None,
                       headers: Optional[Dict[str, str]] = None,
                       timeout: Any = "default") -> httpx.Response:
-        client = self.client
+        client = await self.client()
         req = self._build(client, method, path, params, json, content, headers, timeout)
         with _translate():
             resp = await client.send(req)
@@ -293,7 +327,7 @@ class AsyncHTTP:
     async def stream(self, method: str, path: str, *, params: Params = None,
                      json: Any = None, headers: Optional[Dict[str, str]] = None,
                      timeout: Any = None) -> AsyncIterator[httpx.Response]:
-        client = self.client
+        client = await self.client()
         req = self._build(client, method, path, params, json, None, headers, timeout)
         with _translate():
             resp = await client.send(req, stream=True)
