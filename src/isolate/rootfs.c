@@ -144,9 +144,9 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, struct wr_cerr *e)
 	return wr_mount_setattr(devmnt, MOUNT_ATTR_RDONLY, 0, -1, false, e);
 }
 
-/* A read-only tmpfs holding one empty, read-only regular file: what masked
- * files are covered with. Reads give nothing; writes fail with EROFS (a
- * /dev/null bind would accept and discard them). */
+/* A read-only tmpfs holding an empty read-only regular file and an empty
+ * directory: what masked files and directories are covered with. Reads give nothing; writes fail
+ * with EROFS (a /dev/null bind would accept and discard them). */
 static int empty_file_source(struct wr_cerr *e)
 {
 	static const char *const opts[] = {"size=4k", "nr_inodes=4", "mode=0555", NULL};
@@ -158,6 +158,8 @@ static int empty_file_source(struct wr_cerr *e)
 	if (f < 0)
 		return wr_cerr_sys(e, "mask: create empty file");
 	close(f);
+	if (mkdirat(m, "dir", 0555) < 0)
+		return wr_cerr_sys(e, "mask: create empty directory");
 	if (wr_mount_setattr(m, MOUNT_ATTR_RDONLY, 0, -1, false, e) < 0)
 		return -1;
 	return steal_fd(&m);
@@ -174,17 +176,13 @@ static int mask_paths(int rootfd, struct wr_cerr *e)
 				continue;
 			return wr_cerr_sys(e, "mask /%s", p);
 		}
-		if (S_ISDIR(st.st_mode)) {
-			if (mount_tmpfs_at(rootfd, p, 4096, 2, "0555",
-					   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-					       MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-					   e) < 0)
-				return -1;
-			continue;
-		}
+		/* One small read-only tmpfs serves every mask: directories are
+		 * covered by clones of its empty directory, files by clones of its
+		 * empty file, so a mask costs two syscalls and no new superblock. */
 		if (empty < 0 && (empty = empty_file_source(e)) < 0)
 			return -1;
-		_cleanup_close_ int m = wr_mount_clone(empty, "empty", false, e);
+		_cleanup_close_ int m =
+		    wr_mount_clone(empty, S_ISDIR(st.st_mode) ? "dir" : "empty", false, e);
 		if (m < 0)
 			return -1;
 		if (wr_mount_attach(m, rootfd, p, e) < 0)
