@@ -30,8 +30,8 @@ int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
  * <base>/<id>/init), then reopens pidfd, root, cgroups and uid range.
  * ENOENT/ESRCH when the sandbox is gone. The adopted PID 1 is not our child:
  * destroy waits for it through its pidfd. */
-int wr_container_adopt(const struct wr_sandbox_spec *spec, pid_t init_pid,
-		       struct wr_sandbox **out, wr_err *err);
+int wr_container_adopt(const struct wr_sandbox_spec *spec, pid_t init_pid, struct wr_sandbox **out,
+		       wr_err *err);
 /* Kill and remove every sandbox cgroup and uid range whose id keep() does not
  * recognise (left by a crash mid-create, or by sandboxes whose record is
  * gone). Returns the number removed. */
