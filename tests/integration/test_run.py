@@ -278,3 +278,28 @@ def test_cli_errors_name_the_option(warren):
     p = warren.run("--", "true", image="/nonexistent/image")
     assert p.returncode == 125 and "/nonexistent/image" in p.err
     assert len(p.err.strip().splitlines()) == 1
+
+
+def test_cap_set_root_allows_chown_inside_only(warren):
+    script = "touch /tmp/f && chown 1000:1000 /tmp/f && stat -c %u /tmp/f"
+    p = warren.run("--", "sh", "-c", script)
+    assert p.returncode != 0 and "Operation not permitted" in p.err
+    p = warren.run("--cap-set", "root", "--", "sh", "-c", script, check=0)
+    assert p.out.strip() == "1000"
+    # still no way to mount or reach the host: the mount family stays denied
+    p = warren.probe("sys", "mount", opts=("--cap-set", "root"), check=0)
+    assert errno_of(p.out) == "EPERM"
+
+
+def test_failed_create_leaves_nothing(warren, tmp_path):
+    # an image whose /proc is a file: the sandbox's own set-up fails after
+    # the namespaces, cgroups and uid range exist; all must be undone
+    import shutil
+    bad = tmp_path / "bad-image"
+    shutil.copytree(warren.images["dir"], bad, symlinks=True)
+    (bad / "proc").rmdir()
+    (bad / "proc").write_text("not a directory\n")
+    p = warren.run("--", "true", image=str(bad))
+    assert p.returncode == 125
+    assert "proc" in p.err and len(p.err.strip().splitlines()) == 1
+    # the fixture's teardown asserts no cgroup or uid range is left
