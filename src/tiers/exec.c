@@ -25,7 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/securebits.h>
+#include <sys/fsuid.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <termios.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,6 +52,7 @@ struct cmd_args {
 	int nprocs;
 	int init_pidfd;
 	int fd_in, fd_out, fd_err;
+	bool pty; /* fd_in is a terminal: make it the controlling one */
 	uid_t uid;
 	gid_t gid;
 	uint64_t caps;
@@ -91,6 +96,10 @@ static SPAWN_FN int command_main(void *arg)
 		if (sig != SIGKILL && sig != SIGSTOP)
 			signal(sig, SIG_DFL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (a->pty && (setsid() < 0 || ioctl(a->fd_in, TIOCSCTTY, 0) < 0)) {
+		wr_cerr_sys(e, "controlling terminal");
+		cmd_fail(a, 126);
+	}
 	if (dup2(a->fd_in, 0) < 0 || dup2(a->fd_out, 1) < 0 || dup2(a->fd_err, 2) < 0) {
 		wr_cerr_sys(e, "stdio");
 		cmd_fail(a, 126);
@@ -345,6 +354,42 @@ static int pipe_nb(int p[2], wr_err *err)
 	return 0;
 }
 
+/* A new terminal in the sandbox's own devpts instance. The master is opened
+ * through PID 1's root (host code, our own path: the sandbox cannot redirect
+ * it), with the sandbox user's fsuid so the slave it creates belongs to that
+ * user inside; the slave comes from TIOCGPTPEER, without any path lookup. */
+static int open_pty(struct wr_sandbox *sb, const struct wr_exec_spec *spec, int *master, int *slave,
+		    wr_err *err)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/root/dev/pts/ptmx", (int)sb->init_pid);
+	uid_t uid = sb->idmap.base + (spec->user >= 0 ? (uid_t)spec->user : sb->user);
+	gid_t gid = sb->idmap.base + (spec->group >= 0	? (gid_t)spec->group
+				      : spec->user >= 0 ? (gid_t)spec->user
+							: sb->group);
+	int bits = prctl(PR_GET_SECUREBITS);
+	if (bits >= 0 && !(bits & SECBIT_NO_SETUID_FIXUP))
+		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
+	int ogid = setfsgid(gid), ouid = setfsuid(uid);
+	*master = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	int saved = errno;
+	setfsuid((uid_t)ouid);
+	setfsgid((gid_t)ogid);
+	if (*master < 0) {
+		errno = saved;
+		return wr_err_sys(err, "open the sandbox's pty multiplexer");
+	}
+	int unlock = 0;
+	struct winsize ws = {.ws_row = spec->pty_rows ? spec->pty_rows : 24,
+			     .ws_col = spec->pty_cols ? spec->pty_cols : 80};
+	if (ioctl(*master, TIOCSPTLCK, &unlock) < 0 || ioctl(*master, TIOCSWINSZ, &ws) < 0)
+		return wr_err_sys(err, "set up pty");
+	*slave = ioctl(*master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (*slave < 0)
+		return wr_err_sys(err, "open pty peer");
+	return 0;
+}
+
 int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		      struct wr_exec_result *res, wr_err *err)
 {
@@ -368,7 +413,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	struct cmd_args ca = {.nprocs = 0};
 	char *stacks = NULL;
 	siginfo_t si;
-	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1;
+	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1, pty_master = -1, pty_slave = -1;
 	struct stream so = {.fd = -1, .no = 1}, se = {.fd = -1, .no = 2};
 	struct wr_cgroup *leaf = NULL;
 	char **envp = build_env(sb, spec, err);
@@ -405,7 +450,16 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	se.fd = p[0];
 	err_w = p[1];
 	int in_fd = spec->stdin_fd;
-	if (in_fd < 0) {
+	if (spec->pty) {
+		if (spec->on_pty == NULL) {
+			r = wr_err_field(err, "pty", "an interactive command needs a pty callback");
+			goto out;
+		}
+		if ((r = open_pty(sb, spec, &pty_master, &pty_slave, err)) < 0)
+			goto out;
+		in_fd = pty_slave;
+		ca.pty = true;
+	} else if (in_fd < 0) {
 		null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
 		if (null_in < 0) {
 			r = wr_err_sys(err, "open /dev/null");
@@ -430,8 +484,8 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	}
 	ca.init_pidfd = sb->init_pidfd;
 	ca.fd_in = in_fd;
-	ca.fd_out = out_w;
-	ca.fd_err = err_w;
+	ca.fd_out = spec->pty ? pty_slave : out_w;
+	ca.fd_err = spec->pty ? pty_slave : err_w;
 	ca.uid = spec->user >= 0 ? (uid_t)spec->user : sb->user;
 	ca.gid = spec->group >= 0 ? (gid_t)spec->group
 				  : (spec->user >= 0 ? (gid_t)spec->user : sb->group);
@@ -482,6 +536,14 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	if (cpidfd < 0) {
 		r = wr_err_sys(err, "pidfd of command");
 		goto out;
+	}
+	if (spec->pty) {
+		/* The command holds the slave; ours would keep the terminal open
+		 * after it exits, and the caller would never see EOF. */
+		close(steal_fd(&pty_slave));
+		close(steal_fd(&so.fd));
+		close(steal_fd(&se.fd));
+		spec->on_pty(spec->ctx, steal_fd(&pty_master));
 	}
 
 	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms * 1000000ull : 0;

@@ -59,6 +59,14 @@ struct wr_exec_spec {
 	int (*on_output)(void *ctx, int stream, const char *buf, size_t len);
 	void *ctx;
 	/* Buffered: when on_output is NULL, output is collected in the result. */
+	/* Interactive: the command gets a new pseudo-terminal of the sandbox's
+	 * own devpts as its controlling terminal and stdio (stdin_fd and
+	 * on_output are not used). on_pty receives the master side, a fd the
+	 * callback then owns, once the command runs; the caller relays it and
+	 * resizes with TIOCSWINSZ. exec returns when the command exits. */
+	bool pty;
+	unsigned short pty_rows, pty_cols; /* 0: 24 x 80 */
+	void (*on_pty)(void *ctx, int master_fd);
 };
 
 enum wr_exit_reason {

@@ -339,6 +339,53 @@ static void test_files_api_on_live_sandbox(void **state)
 	destroy(&sb);
 }
 
+static void on_pty(void *ctx, int master)
+{
+	*(int *)ctx = master;
+	/* typed before the shell reads: the terminal buffers it */
+	assert_int_equal(write(master, "hello\n", 6), 6);
+}
+
+static void test_pty_is_a_controlling_terminal(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	const char *argv[] = {"sh", "-c",
+			      "read line; echo got=$line; tty; stty size; ls -ln $(tty)", NULL};
+	int master = -1;
+	struct wr_exec_spec ex = {.argv = argv,
+				  .user = 1000,
+				  .group = -1,
+				  .stdin_fd = -1,
+				  .pty = true,
+				  .pty_rows = 40,
+				  .pty_cols = 100,
+				  .on_pty = on_pty,
+				  .ctx = &master};
+	struct wr_exec_result res;
+	wr_err err = NULL;
+	int r = wr_container_exec(sb, &ex, &res, &err);
+	if (r < 0)
+		fprintf(stderr, "exec: %s\n", err->msg);
+	assert_int_equal(r, 0);
+	assert_int_equal(res.exit_code, 0);
+	assert_true(master >= 0);
+	char buf[4096];
+	size_t len = 0;
+	ssize_t n;
+	while ((n = read(master, buf + len, sizeof(buf) - 1 - len)) > 0)
+		len += (size_t)n;
+	buf[len] = 0;
+	close(master);
+	assert_non_null(strstr(buf, "got=hello"));
+	assert_non_null(strstr(buf, "/dev/pts/0"));
+	assert_non_null(strstr(buf, "40 100"));
+	/* the terminal belongs to the user inside */
+	assert_non_null(strstr(buf, " 1000 "));
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
 static void test_kill_then_exec_is_refused(void **state)
 {
 	(void)state;
@@ -401,6 +448,7 @@ int main(void)
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
 	    cmocka_unit_test(test_oom_is_reported),
 	    cmocka_unit_test(test_files_api_on_live_sandbox),
+	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
 	    cmocka_unit_test(test_kill_then_exec_is_refused),
 	    cmocka_unit_test(test_bad_spec_names_field),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
