@@ -49,7 +49,10 @@ def test_create_get_kill(api):
     assert api.kill(sid).status == 204
     got = api.get(f"/v1/sandboxes/{sid}").json()
     assert got["state"] == "killed"
-    assert api.get("/v1/sandboxes?state=killed&limit=1000").json()["sandboxes"][-1]["id"] == sid
+    listed = api.get("/v1/sandboxes?state=killed&label=job=rl-42&label=task=7").json()
+    assert sid in [x["id"] for x in listed["sandboxes"]]
+    assert sid not in [x["id"] for x in api.get(
+        "/v1/sandboxes?state=running&label=job=rl-42").json()["sandboxes"]]
 
 
 def test_defaults(api):
@@ -163,7 +166,9 @@ def test_pid1_killed_from_outside_is_failed(api):
                 comm = (p / "comm").read_text().strip()
             except OSError:
                 continue
-            if f"/{sid}/init" in cg and comm == "warren-init":
+            # PID 1 is warren-init in the sandbox's own cgroup (or its init
+            # leaf); commands live in cmd-N leaves
+            if comm == "warren-init" and (f"/{sid}\n" in cg or f"/{sid}/init\n" in cg):
                 os.kill(int(p.name), 9)
                 break
     else:
