@@ -380,11 +380,11 @@ static int extract(struct wrd_req *r, const struct wr_fs *fs, int fd, const char
 				rc = wr_fs_write_from_fd(fs, full, scratch, quota,
 							 perm ? perm : 0644, true, &err);
 			(*files)++;
+			*bytes += w;
 		} else if (archive_entry_filetype(e) == AE_IFDIR) {
 			rc = wr_fs_mkdir(fs, full, perm ? perm : 0755, true, &err);
 		} else if (archive_entry_filetype(e) == AE_IFLNK) {
 			rc = make_symlink(fs, full, archive_entry_symlink(e), &err);
-			(*files)++;
 		} else {
 			rc = fill_scratch(scratch, a, &err);
 			if (rc == 0)
