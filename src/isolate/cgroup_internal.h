@@ -1,7 +1,8 @@
-/* cgroups: what the front (cgroup.c) and the two backends (cgroup_v1.c,
- * cgroup_v2.c) share, plus the hooks the unit tests use to build a root
- * from an explicit layout (a pure-v1 root on a hybrid machine, or a v2 root
- * on the controller-less unified hierarchy). Not part of the public API. */
+/* cgroups: what the front (cgroup.c, cgroup_layout.c) and the two backends
+ * (cgroup_v1.c, cgroup_v2.c) share, plus the hooks the unit tests use to
+ * build a root from an explicit layout (a pure-v1 root on a hybrid machine,
+ * or a v2 root on the controller-less unified hierarchy). Not part of the
+ * public API. */
 #ifndef WARREN_ISOLATE_CGROUP_INTERNAL_H
 #define WARREN_ISOLATE_CGROUP_INTERNAL_H
 
@@ -60,6 +61,10 @@ const char *wr_cgroup_root_path(const struct wr_cgroup_root *root, enum wr_cg_ct
 /* ---- shared between front and backends ----------------------------- */
 
 #define WR_CG_MAX_CHILDREN_DEPTH 32
+
+/* A cgroup or base name: one non-empty component, at most 128 bytes, not
+ * "." or "..", no newline (cgroup_layout.c). */
+bool valid_name(const char *s);
 
 struct wr_cg_hier {
 	unsigned ctrls; /* bits (1u << enum wr_cg_ctrl) */
