@@ -375,7 +375,7 @@ static int set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, 
 int wr_cgroup_create(struct wr_cgroup_root *root, const char *name,
 		     const struct wr_cgroup_limits *lim, struct wr_cgroup **out, wr_err *err)
 {
-	if (!valid_name(name))
+	if (!wr_cg_valid_name(name))
 		return wr_err_set(err, EINVAL, "cgroup: invalid name \"%s\"", name ? name : "");
 	struct wr_cgroup_limits none;
 	if (lim == NULL) {
@@ -421,7 +421,7 @@ int wr_cgroup_create(struct wr_cgroup_root *root, const char *name,
 int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out,
 			  wr_err *err)
 {
-	if (!valid_name(name))
+	if (!wr_cg_valid_name(name))
 		return wr_err_set(err, EINVAL, "cgroup: invalid leaf name \"%s\"",
 				  name ? name : "");
 	/* The parent handle is not modified: leaves may be created from many
@@ -443,7 +443,7 @@ int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_
 static int open_cg(struct wr_cgroup_root *root, const char *name, bool strict,
 		   struct wr_cgroup **out, wr_err *err)
 {
-	if (!valid_name(name))
+	if (!wr_cg_valid_name(name))
 		return wr_err_set(err, EINVAL, "cgroup: invalid name \"%s\"", name ? name : "");
 	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(root, NULL, name);
 	if (cg == NULL)

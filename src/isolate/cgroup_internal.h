@@ -64,7 +64,7 @@ const char *wr_cgroup_root_path(const struct wr_cgroup_root *root, enum wr_cg_ct
 
 /* A cgroup or base name: one non-empty component, at most 128 bytes, not
  * "." or "..", no newline (cgroup_layout.c). */
-bool valid_name(const char *s);
+bool wr_cg_valid_name(const char *s);
 
 struct wr_cg_hier {
 	unsigned ctrls; /* bits (1u << enum wr_cg_ctrl) */

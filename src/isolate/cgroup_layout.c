@@ -230,7 +230,7 @@ int wr_cgroup_layout_detect(struct wr_cgroup_layout *lay, unsigned up, wr_err *e
 
 /* ---- root ---------------------------------------------------------------- */
 
-bool valid_name(const char *s)
+bool wr_cg_valid_name(const char *s)
 {
 	size_t n = s ? strlen(s) : 0;
 	return n > 0 && n <= 128 && strchr(s, '/') == NULL && strcmp(s, ".") != 0 &&
@@ -383,7 +383,7 @@ static int open_v2(struct wr_cgroup_root *root, const struct wr_cgroup_layout *l
 int wr_cgroup_root_open_at(const struct wr_cgroup_layout *lay, const char *base,
 			   struct wr_cgroup_root **out, wr_err *err)
 {
-	if (!valid_name(base))
+	if (!wr_cg_valid_name(base))
 		return wr_err_set(err, EINVAL, "cgroup: invalid base name \"%s\"",
 				  base ? base : "");
 	_cleanup_(root_closep) struct wr_cgroup_root *root = calloc(1, sizeof(*root));

@@ -47,18 +47,18 @@
 /* Ids outside the sandbox's range are reported as the overflow id. */
 #define OVERFLOW_ID 65534
 
-const char *shown(const char *p)
+const char *fsi_shown(const char *p)
 {
 	return p ? p : "";
 }
 
-const char *ellipsis(const char *p)
+const char *fsi_ellipsis(const char *p)
 {
 	return p && strnlen(p, SHOWN + 1) > SHOWN ? "..." : "";
 }
 
 /* errnum with its strerror text, for the caller to wrap with "op path". */
-int sys_err(wr_err *err, int errnum)
+int fsi_sys_err(wr_err *err, int errnum)
 {
 	return wr_err_set(err, errnum, "%s", strerror(errnum));
 }
@@ -66,7 +66,7 @@ int sys_err(wr_err *err, int errnum)
 /* ---- resolution ---------------------------------------------------------- */
 
 /* openat2 with the EAGAIN retry. Returns an fd or -errno. */
-int resolve(int dirfd, const char *path, int flags, mode_t mode, uint64_t how_resolve)
+int fsi_resolve(int dirfd, const char *path, int flags, mode_t mode, uint64_t how_resolve)
 {
 	struct open_how how = {
 	    .flags = (uint64_t)(unsigned int)(flags | O_CLOEXEC),
@@ -83,21 +83,21 @@ int resolve(int dirfd, const char *path, int flags, mode_t mode, uint64_t how_re
 	return -EAGAIN;
 }
 
-/* The error for a failed resolve(). */
+/* The error for a failed fsi_resolve(). */
 static int resolve_err(wr_err *err, int neg)
 {
 	if (neg == -EAGAIN)
 		return wr_err_set(err, EAGAIN, "path kept changing during resolution");
-	return sys_err(err, -neg);
+	return fsi_sys_err(err, -neg);
 }
 
-int open_in_root(const struct wr_fs *fs, const char *path, int flags, wr_err *err)
+int fsi_open_in_root(const struct wr_fs *fs, const char *path, int flags, wr_err *err)
 {
-	int fd = resolve(fs->root_fd, path, flags, 0, WALK_ROOT);
+	int fd = fsi_resolve(fs->root_fd, path, flags, 0, WALK_ROOT);
 	return fd < 0 ? resolve_err(err, fd) : fd;
 }
 
-int check_fs(const struct wr_fs *fs, wr_err *err)
+int fsi_check_fs(const struct wr_fs *fs, wr_err *err)
 {
 	if (fs == NULL || fs->root_fd < 0)
 		return wr_err_set(err, EBADF, "no sandbox root");
@@ -106,7 +106,7 @@ int check_fs(const struct wr_fs *fs, wr_err *err)
 
 /* Empty -> EINVAL; longer than PATH_MAX - 1 bytes or a component longer
  * than NAME_MAX -> ENAMETOOLONG. */
-int check_path(const char *path, wr_err *err)
+int fsi_check_path(const char *path, wr_err *err)
 {
 	if (path == NULL || path[0] == '\0')
 		return wr_err_set(err, EINVAL, "empty path");
@@ -127,9 +127,9 @@ int check_path(const char *path, wr_err *err)
 	return 0;
 }
 
-int split_path(const char *path, struct split *sp, wr_err *err)
+int fsi_split_path(const char *path, struct split *sp, wr_err *err)
 {
-	int r = check_path(path, err);
+	int r = fsi_check_path(path, err);
 	if (r < 0)
 		return r;
 	size_t len = strlen(path);
@@ -176,14 +176,14 @@ int split_path(const char *path, struct split *sp, wr_err *err)
 
 /* Open a directory we just made, without following anything, and give it
  * to the sandbox: owner uid/gid, exact mode (mkdirat applied the umask). */
-int adopt_dir(const struct wr_fs *fs, int pfd, const char *name, mode_t mode, wr_err *err)
+int fsi_adopt_dir(const struct wr_fs *fs, int pfd, const char *name, mode_t mode, wr_err *err)
 {
 	_cleanup_close_ int fd =
-	    resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	    fsi_resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
 	if (fd < 0)
-		return sys_err(err, -fd);
+		return fsi_sys_err(err, -fd);
 	if (fchown(fd, fs->uid, fs->gid) < 0 || fchmod(fd, mode & 07777) < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	return steal_fd(&fd);
 }
 
@@ -193,13 +193,13 @@ int adopt_dir(const struct wr_fs *fs, int pfd, const char *name, mode_t mode, wr
  * the prefix before it and opened without following anything. */
 static int mkdir_walk(const struct wr_fs *fs, const char *path, mode_t mode, wr_err *err)
 {
-	int fd = resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
+	int fd = fsi_resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
 	if (fd >= 0)
 		return fd;
 	if (fd != -ENOENT)
 		return resolve_err(err, fd);
 
-	_cleanup_close_ int cur = open_in_root(fs, "/", O_PATH | O_DIRECTORY, err);
+	_cleanup_close_ int cur = fsi_open_in_root(fs, "/", O_PATH | O_DIRECTORY, err);
 	if (cur < 0)
 		return cur;
 	char prefix[PATH_MAX];
@@ -216,16 +216,16 @@ static int mkdir_walk(const struct wr_fs *fs, const char *path, mode_t mode, wr_
 		prefix[i] = '\0';
 		const char *comp = prefix + start;
 
-		int next = resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
+		int next = fsi_resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0, WALK_ROOT);
 		if (next == -ENOENT) {
 			if (mkdirat(cur, comp, 0700) == 0) {
-				next = adopt_dir(fs, cur, comp, mode, err);
+				next = fsi_adopt_dir(fs, cur, comp, mode, err);
 				if (next < 0)
 					return wr_err_wrap(err, "create " PFMT, PARG(prefix));
 			} else if (errno == EEXIST) {
 				/* made concurrently, or a dangling symlink */
-				next = resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0,
-					       WALK_ROOT);
+				next = fsi_resolve(fs->root_fd, prefix, O_PATH | O_DIRECTORY, 0,
+						   WALK_ROOT);
 			} else {
 				return wr_err_sys(err, "create " PFMT, PARG(prefix));
 			}
@@ -240,11 +240,11 @@ static int mkdir_walk(const struct wr_fs *fs, const char *path, mode_t mode, wr_
 	return steal_fd(&cur);
 }
 
-int open_parent(const struct wr_fs *fs, const struct split *sp, bool parents, wr_err *err)
+int fsi_open_parent(const struct wr_fs *fs, const struct split *sp, bool parents, wr_err *err)
 {
 	if (parents)
 		return mkdir_walk(fs, sp->parent, PARENT_MODE, err);
-	return open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
+	return fsi_open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
 }
 
 /* ---- stat ------------------------------------------------------------------ */
@@ -278,7 +278,7 @@ static uid_t sandbox_id(const struct wr_fs *fs, uid_t host)
 	return host >= fs->id_base ? host - fs->id_base : OVERFLOW_ID;
 }
 
-void fill_stat(const struct wr_fs *fs, const struct stat *st, struct wr_fs_stat *out)
+void fsi_fill_stat(const struct wr_fs *fs, const struct stat *st, struct wr_fs_stat *out)
 {
 	out->type = type_of(st->st_mode);
 	out->size = (uint64_t)st->st_size;
@@ -290,7 +290,7 @@ void fill_stat(const struct wr_fs *fs, const struct stat *st, struct wr_fs_stat 
 }
 
 /* readlinkat into a malloc'd string; NULL with errno on failure. */
-char *read_link(int dirfd, const char *name)
+char *fsi_read_link(int dirfd, const char *name)
 {
 	_cleanup_free_ char *buf = malloc(PATH_MAX + 1);
 	if (buf == NULL)
@@ -314,22 +314,22 @@ static int fs_stat_unguarded(const struct wr_fs *fs, const char *path, struct wr
 			     wr_err *err)
 {
 	memset(st, 0, sizeof(*st));
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	if (r == 0)
-		r = check_path(path, err);
+		r = fsi_check_path(path, err);
 	if (r < 0)
 		return wr_err_wrap(err, "stat " PFMT, PARG(path));
 
 	/* O_PATH|O_NOFOLLOW: the last component itself, symlink or not. */
-	_cleanup_close_ int fd = open_in_root(fs, path, O_PATH | O_NOFOLLOW, err);
+	_cleanup_close_ int fd = fsi_open_in_root(fs, path, O_PATH | O_NOFOLLOW, err);
 	if (fd < 0)
 		return wr_err_wrap(err, "stat " PFMT, PARG(path));
 	struct stat sb;
 	if (fstat(fd, &sb) < 0)
 		return wr_err_sys(err, "stat " PFMT, PARG(path));
-	fill_stat(fs, &sb, st);
+	fsi_fill_stat(fs, &sb, st);
 	if (S_ISLNK(sb.st_mode)) {
-		st->symlink_target = read_link(fd, "");
+		st->symlink_target = fsi_read_link(fd, "");
 		if (st->symlink_target == NULL)
 			return wr_err_sys(err, "stat " PFMT ": read link", PARG(path));
 	}
@@ -360,13 +360,13 @@ static int fs_exists_unguarded(const struct wr_fs *fs, const char *path, bool *e
  * /proc/thread-self/fd, so what is read is what was checked. */
 static int open_regular(const struct wr_fs *fs, const char *path, struct stat *st, wr_err *err)
 {
-	_cleanup_close_ int pfd = open_in_root(fs, path, O_PATH, err);
+	_cleanup_close_ int pfd = fsi_open_in_root(fs, path, O_PATH, err);
 	if (pfd < 0)
 		return pfd;
 	if (fstat(pfd, st) < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	if (S_ISDIR(st->st_mode))
-		return sys_err(err, EISDIR);
+		return fsi_sys_err(err, EISDIR);
 	if (!S_ISREG(st->st_mode))
 		return wr_err_set(err, EINVAL, "not a regular file (%s)", type_name(st->st_mode));
 
@@ -377,7 +377,7 @@ static int open_regular(const struct wr_fs *fs, const char *path, struct stat *s
 		return wr_err_sys(err, "reopen through procfs (is /proc mounted?)");
 	struct stat again;
 	if (fstat(fd, &again) < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	if (again.st_dev != st->st_dev || again.st_ino != st->st_ino || !S_ISREG(again.st_mode))
 		return wr_err_set(err, EAGAIN, "file changed while being opened");
 	*st = again;
@@ -438,9 +438,9 @@ static int fs_read_unguarded(const struct wr_fs *fs, const char *path, uint64_t 
 	*data = NULL;
 	*len = 0;
 	*truncated = false;
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	if (r == 0)
-		r = check_path(path, err);
+		r = fsi_check_path(path, err);
 	if (r < 0)
 		return wr_err_wrap(err, "read " PFMT, PARG(path));
 	struct stat st;
@@ -496,9 +496,9 @@ static int fs_read_to_fd_unguarded(const struct wr_fs *fs, const char *path, int
 				   uint64_t max, uint64_t *written, wr_err *err)
 {
 	*written = 0;
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	if (r == 0)
-		r = check_path(path, err);
+		r = fsi_check_path(path, err);
 	if (r < 0)
 		return wr_err_wrap(err, "read " PFMT, PARG(path));
 	struct stat st;
@@ -543,12 +543,12 @@ static int fill_tmp(int tfd, const struct wsrc *src, wr_err *err)
 {
 	if (src->fd < 0) {
 		if (write_full(tfd, src->data, src->len) < 0)
-			return sys_err(err, errno);
+			return fsi_sys_err(err, errno);
 		return 0;
 	}
 	_cleanup_free_ char *buf = malloc(CHUNK);
 	if (buf == NULL)
-		return sys_err(err, ENOMEM);
+		return fsi_sys_err(err, ENOMEM);
 	uint64_t total = 0;
 	for (;;) {
 		ssize_t n = read_some(src->fd, buf, CHUNK);
@@ -561,7 +561,7 @@ static int fill_tmp(int tfd, const struct wsrc *src, wr_err *err)
 					  (unsigned long long)src->max);
 		total += (uint64_t)n;
 		if (write_full(tfd, buf, (size_t)n) < 0)
-			return sys_err(err, errno);
+			return fsi_sys_err(err, errno);
 	}
 }
 
@@ -579,12 +579,12 @@ static int create_tmp(int pfd, const char *base, char name[NAME_MAX + 1], wr_err
 		sfx[sizeof(rnd)] = '\0';
 		/* 1 + 200 + 8 + 6 bytes: always within NAME_MAX */
 		snprintf(name, NAME_MAX + 1, ".%.200s.wr-tmp-%s", base, sfx);
-		int fd =
-		    resolve(pfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0600, WALK_ONE);
+		int fd = fsi_resolve(pfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0600,
+				     WALK_ONE);
 		if (fd >= 0)
 			return fd;
 		if (fd != -EEXIST && fd != -ELOOP)
-			return sys_err(err, -fd);
+			return fsi_sys_err(err, -fd);
 	}
 	return wr_err_set(err, EEXIST, "could not pick a temporary file name");
 }
@@ -592,19 +592,19 @@ static int create_tmp(int pfd, const char *base, char name[NAME_MAX + 1], wr_err
 static int write_atomic(const struct wr_fs *fs, const char *path, const struct wsrc *src,
 			mode_t mode, bool parents, wr_err *err)
 {
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	if (r < 0)
 		return r;
 	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
 	if (sp == NULL)
-		return sys_err(err, ENOMEM);
-	r = split_path(path, sp, err);
+		return fsi_sys_err(err, ENOMEM);
+	r = fsi_split_path(path, sp, err);
 	if (r < 0)
 		return r;
 	if (sp->is_root || sp->trailing_slash)
-		return sys_err(err, EISDIR);
+		return fsi_sys_err(err, EISDIR);
 
-	_cleanup_close_ int pfd = open_parent(fs, sp, parents, err);
+	_cleanup_close_ int pfd = fsi_open_parent(fs, sp, parents, err);
 	if (pfd < 0)
 		return pfd;
 
@@ -615,11 +615,11 @@ static int write_atomic(const struct wr_fs *fs, const char *path, const struct w
 	struct stat st;
 	if (fstatat(pfd, sp->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (S_ISDIR(st.st_mode))
-			return sys_err(err, EISDIR);
+			return fsi_sys_err(err, EISDIR);
 		if (S_ISREG(st.st_mode))
 			fmode = st.st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID);
 	} else if (errno != ENOENT) {
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	}
 
 	char tmp[NAME_MAX + 1];
@@ -627,14 +627,14 @@ static int write_atomic(const struct wr_fs *fs, const char *path, const struct w
 	if (tfd < 0)
 		return tfd;
 	if (fchown(tfd, fs->uid, fs->gid) < 0 || fchmod(tfd, fmode) < 0)
-		r = sys_err(err, errno);
+		r = fsi_sys_err(err, errno);
 	if (r == 0)
 		r = fill_tmp(tfd, src, err);
 	/* tmpfs and overlay can report a full disk as late as close() */
 	if (r == 0 && close(steal_fd(&tfd)) < 0)
-		r = sys_err(err, errno);
+		r = fsi_sys_err(err, errno);
 	if (r == 0 && renameat(pfd, tmp, pfd, sp->base) < 0)
-		r = sys_err(err, errno);
+		r = fsi_sys_err(err, errno);
 	if (r < 0)
 		unlinkat(pfd, tmp, 0);
 	return r;
@@ -733,20 +733,20 @@ int wr_fs_write_from_fd(const struct wr_fs *fs, const char *path, int in_fd, uin
 int wr_fs_list(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb, void *ctx,
 	       wr_err *err)
 {
-	GUARDED(fs_list_unguarded(fs, path, depth, cb, ctx, err));
+	GUARDED(fsi_list_unguarded(fs, path, depth, cb, ctx, err));
 }
 
 int wr_fs_mkdir(const struct wr_fs *fs, const char *path, mode_t mode, bool parents, wr_err *err)
 {
-	GUARDED(fs_mkdir_unguarded(fs, path, mode, parents, err));
+	GUARDED(fsi_mkdir_unguarded(fs, path, mode, parents, err));
 }
 
 int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
 {
-	GUARDED(fs_remove_unguarded(fs, path, recursive, err));
+	GUARDED(fsi_remove_unguarded(fs, path, recursive, err));
 }
 
 int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
 {
-	GUARDED(fs_rename_unguarded(fs, from, to, err));
+	GUARDED(fsi_rename_unguarded(fs, from, to, err));
 }

@@ -43,19 +43,19 @@ static int list_dir(struct list_walk *w, int dfd, dev_t dev, size_t rellen, int 
 {
 	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
 	if (dup_fd < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	_cleanup_closedir_ DIR *d = fdopendir(dup_fd);
 	if (d == NULL) {
 		int e = errno;
 		close(dup_fd);
-		return sys_err(err, e);
+		return fsi_sys_err(err, e);
 	}
 	for (;;) {
 		errno = 0;
 		struct dirent *de = readdir(d);
 		if (de == NULL) {
 			if (errno != 0)
-				return sys_err(err, errno);
+				return fsi_sys_err(err, errno);
 			return 0;
 		}
 		const char *name = de->d_name;
@@ -65,7 +65,7 @@ static int list_dir(struct list_walk *w, int dfd, dev_t dev, size_t rellen, int 
 		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT) /* removed since readdir */
 				continue;
-			return sys_err(err, errno);
+			return fsi_sys_err(err, errno);
 		}
 		if (++w->count > WR_FS_LIST_MAX_ENTRIES)
 			return wr_err_set(err, E2BIG, "more than %d entries",
@@ -80,16 +80,16 @@ static int list_dir(struct list_walk *w, int dfd, dev_t dev, size_t rellen, int 
 		memcpy(w->rel + newlen - nlen, name, nlen + 1);
 
 		struct wr_fs_stat fst;
-		fill_stat(w->fs, &st, &fst);
+		fsi_fill_stat(w->fs, &st, &fst);
 		if (S_ISLNK(st.st_mode)) {
-			fst.symlink_target = read_link(dfd, name);
+			fst.symlink_target = fsi_read_link(dfd, name);
 			if (fst.symlink_target == NULL) {
 				if (errno != ENOENT && errno != EINVAL)
-					return sys_err(err, errno);
+					return fsi_sys_err(err, errno);
 				/* replaced since the stat: report no target */
 				fst.symlink_target = strdup("");
 				if (fst.symlink_target == NULL)
-					return sys_err(err, ENOMEM);
+					return fsi_sys_err(err, ENOMEM);
 			}
 		}
 		int r = w->cb(w->ctx, w->rel, &fst);
@@ -107,7 +107,7 @@ static int list_sub(struct list_walk *w, int dfd, const char *name, dev_t dev, s
 		    int depth, wr_err *err)
 {
 	_cleanup_close_ int sub =
-	    resolve(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	    fsi_resolve(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
 	if (sub < 0) {
 		/* gone, or swapped for a symlink, file or mount: skip */
 		if (sub == -ENOENT || sub == -ENOTDIR || sub == -ELOOP || sub == -EXDEV)
@@ -116,18 +116,18 @@ static int list_sub(struct list_walk *w, int dfd, const char *name, dev_t dev, s
 	}
 	struct stat st;
 	if (fstat(sub, &st) < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	if (st.st_dev != dev)
 		return 0;
 	return list_dir(w, sub, dev, rellen, depth, err);
 }
 
-int fs_list_unguarded(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb,
-		      void *ctx, wr_err *err)
+int fsi_list_unguarded(const struct wr_fs *fs, const char *path, int depth, wr_fs_list_cb cb,
+		       void *ctx, wr_err *err)
 {
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	if (r == 0)
-		r = check_path(path, err);
+		r = fsi_check_path(path, err);
 	if (r == 0 && (depth < 1 || depth > WR_FS_LIST_MAX_DEPTH))
 		r = wr_err_set(err, EINVAL, "depth %d out of range 1..%d", depth,
 			       WR_FS_LIST_MAX_DEPTH);
@@ -136,7 +136,7 @@ int fs_list_unguarded(const struct wr_fs *fs, const char *path, int depth, wr_fs
 	if (r < 0)
 		return wr_err_wrap(err, "list " PFMT, PARG(path));
 
-	_cleanup_close_ int dfd = open_in_root(fs, path, O_RDONLY | O_DIRECTORY, err);
+	_cleanup_close_ int dfd = fsi_open_in_root(fs, path, O_RDONLY | O_DIRECTORY, err);
 	if (dfd < 0)
 		return wr_err_wrap(err, "list " PFMT, PARG(path));
 	struct stat st;
@@ -157,23 +157,23 @@ int fs_list_unguarded(const struct wr_fs *fs, const char *path, int depth, wr_fs
 
 /* ---- mkdir ----------------------------------------------------------------- */
 
-int fs_mkdir_unguarded(const struct wr_fs *fs, const char *path, mode_t mode, bool parents,
-		       wr_err *err)
+int fsi_mkdir_unguarded(const struct wr_fs *fs, const char *path, mode_t mode, bool parents,
+			wr_err *err)
 {
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
 	if (r == 0 && sp == NULL)
-		r = sys_err(err, ENOMEM);
+		r = fsi_sys_err(err, ENOMEM);
 	if (r == 0)
-		r = split_path(path, sp, err);
+		r = fsi_split_path(path, sp, err);
 	if (r == 0 && sp->is_root && !parents)
-		r = sys_err(err, EEXIST);
+		r = fsi_sys_err(err, EEXIST);
 	if (r < 0)
 		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
 	if (sp->is_root)
 		return 0;
 
-	_cleanup_close_ int pfd = open_parent(fs, sp, parents, err);
+	_cleanup_close_ int pfd = fsi_open_parent(fs, sp, parents, err);
 	if (pfd < 0)
 		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
 	if (mkdirat(pfd, sp->base, 0700) < 0) {
@@ -183,7 +183,7 @@ int fs_mkdir_unguarded(const struct wr_fs *fs, const char *path, mode_t mode, bo
 			return 0;
 		return wr_err_sys(err, "mkdir " PFMT, PARG(path));
 	}
-	_cleanup_close_ int fd = adopt_dir(fs, pfd, sp->base, mode, err);
+	_cleanup_close_ int fd = fsi_adopt_dir(fs, pfd, sp->base, mode, err);
 	if (fd < 0)
 		return wr_err_wrap(err, "mkdir " PFMT, PARG(path));
 	return 0;
@@ -206,18 +206,18 @@ static int rm_contents(struct rm_walk *w, int dfd, size_t rellen, int level, wr_
 {
 	int dup_fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
 	if (dup_fd < 0)
-		return sys_err(err, errno);
+		return fsi_sys_err(err, errno);
 	_cleanup_closedir_ DIR *d = fdopendir(dup_fd);
 	if (d == NULL) {
 		int e = errno;
 		close(dup_fd);
-		return sys_err(err, e);
+		return fsi_sys_err(err, e);
 	}
 	for (;;) {
 		errno = 0;
 		struct dirent *de = readdir(d);
 		if (de == NULL)
-			return errno ? sys_err(err, errno) : 0;
+			return errno ? fsi_sys_err(err, errno) : 0;
 		const char *name = de->d_name;
 		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 			continue;
@@ -244,7 +244,7 @@ static int rm_tree(struct rm_walk *w, int pfd, const char *name, size_t rellen, 
 {
 	w->rel[rellen] = '\0';
 	_cleanup_close_ int dfd =
-	    resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
+	    fsi_resolve(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, WALK_ONE);
 	if (dfd == -ENOENT)
 		return 0;
 	if (dfd == -ENOTDIR || dfd == -ELOOP) {
@@ -275,20 +275,20 @@ static int rm_tree(struct rm_walk *w, int pfd, const char *name, size_t rellen, 
 	return wr_err_set(err, ENOTEMPTY, "%s: %s", w->rel, strerror(ENOTEMPTY));
 }
 
-int fs_remove_unguarded(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
+int fsi_remove_unguarded(const struct wr_fs *fs, const char *path, bool recursive, wr_err *err)
 {
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	_cleanup_free_ struct split *sp = malloc(sizeof(*sp));
 	if (r == 0 && sp == NULL)
-		r = sys_err(err, ENOMEM);
+		r = fsi_sys_err(err, ENOMEM);
 	if (r == 0)
-		r = split_path(path, sp, err);
+		r = fsi_split_path(path, sp, err);
 	if (r == 0 && sp->is_root)
 		r = wr_err_set(err, EBUSY, "refusing to remove the root");
 	if (r < 0)
 		return wr_err_wrap(err, "remove " PFMT, PARG(path));
 
-	_cleanup_close_ int pfd = open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
+	_cleanup_close_ int pfd = fsi_open_in_root(fs, sp->parent, O_PATH | O_DIRECTORY, err);
 	if (pfd < 0)
 		return wr_err_wrap(err, "remove " PFMT, PARG(path));
 	if (unlinkat(pfd, sp->base, 0) == 0)
@@ -319,26 +319,26 @@ int fs_remove_unguarded(const struct wr_fs *fs, const char *path, bool recursive
 
 /* ---- rename ---------------------------------------------------------------- */
 
-int fs_rename_unguarded(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
+int fsi_rename_unguarded(const struct wr_fs *fs, const char *from, const char *to, wr_err *err)
 {
-	int r = check_fs(fs, err);
+	int r = fsi_check_fs(fs, err);
 	_cleanup_free_ struct split *a = malloc(sizeof(*a));
 	_cleanup_free_ struct split *b = malloc(sizeof(*b));
 	if (r == 0 && (a == NULL || b == NULL))
-		r = sys_err(err, ENOMEM);
+		r = fsi_sys_err(err, ENOMEM);
 	if (r == 0)
-		r = split_path(from, a, err);
+		r = fsi_split_path(from, a, err);
 	if (r == 0)
-		r = split_path(to, b, err);
+		r = fsi_split_path(to, b, err);
 	if (r == 0 && (a->is_root || b->is_root))
 		r = wr_err_set(err, EBUSY, "refusing to rename the root");
 	if (r < 0)
 		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
 
-	_cleanup_close_ int fpfd = open_in_root(fs, a->parent, O_PATH | O_DIRECTORY, err);
+	_cleanup_close_ int fpfd = fsi_open_in_root(fs, a->parent, O_PATH | O_DIRECTORY, err);
 	if (fpfd < 0)
 		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
-	_cleanup_close_ int tpfd = open_in_root(fs, b->parent, O_PATH | O_DIRECTORY, err);
+	_cleanup_close_ int tpfd = fsi_open_in_root(fs, b->parent, O_PATH | O_DIRECTORY, err);
 	if (tpfd < 0)
 		return wr_err_wrap(err, "rename " PFMT " to " PFMT, PARG(from), PARG(to));
 	if (renameat2(fpfd, a->base, tpfd, b->base, 0) < 0)
