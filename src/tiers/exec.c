@@ -92,9 +92,17 @@ static SPAWN_FN int command_main(void *arg)
 	 * mask survive execve. C has its own copy of the handler table. */
 	sigset_t none;
 	sigemptyset(&none);
+	/* Raw rt_sigaction: glibc's wrapper refuses its own internal signals
+	 * (32, 33), which a sanitizer runtime or libc may have set to ignore. */
+	struct {
+		void *handler;
+		unsigned long flags;
+		void *restorer;
+		unsigned long mask;
+	} dfl = {0};
 	for (int sig = 1; sig < NSIG; sig++)
 		if (sig != SIGKILL && sig != SIGSTOP)
-			signal(sig, SIG_DFL);
+			syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (a->pty && (setsid() < 0 || ioctl(a->fd_in, TIOCSCTTY, 0) < 0)) {
 		wr_cerr_sys(e, "controlling terminal");
