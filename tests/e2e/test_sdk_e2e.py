@@ -197,13 +197,20 @@ def test_background_stdin_wait_iterate_and_kill(sb):
         sb.commands.connect("no-such-command")
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError,
-                   reason="daemon bug: a command killed while it is still starting ends "
-                          "with reason 'error' ('command helper failed'), exit_code null")
-def test_kill_right_after_background_start(sb):
-    h = sb.commands.run("sleep 300", background=True)
-    assert h.kill() is True
-    r = h.wait(timeout=20)
+@pytest.mark.xfail(strict=False, raises=(AssertionError, warren.RequestTimeoutError),
+                   reason="daemon bug (racy): a command killed while its helper is still "
+                          "starting ends with reason 'error' ('command helper failed'), and "
+                          "the helper is left a zombie in the sandbox's PID namespace, so the "
+                          "sandbox's kill then hangs in wait_init (warren-init stuck in "
+                          "zap_pid_ns_processes)")
+def test_kill_right_after_background_start(conn, image):
+    s = Sandbox.create(image=image, timeout=60, **dict(conn, request_timeout=15))
+    try:
+        h = s.commands.run("sleep 300", background=True)
+        assert h.kill() is True
+        r = h.wait(timeout=10)
+    finally:
+        assert s.kill() is True  # must not hang
     assert r.reason in ("killed", "signaled"), (r.reason, r.error)
 
 
@@ -271,6 +278,8 @@ def test_files_list_exists_remove_rename_make_dir(sb):
         sb.files.read("/work/a/b/f.txt")
     with pytest.raises(warren.NotFoundError):
         sb.files.get_info("/nope")
+    with pytest.raises(warren.NotFoundError):
+        sb.files.read("/nope", format="stream")
     sb.commands.run("ln -s /etc/hostname /tmp/link")
     link = sb.files.get_info("/tmp/link")
     assert link.type == "symlink" and link.target == "/etc/hostname"
@@ -301,9 +310,6 @@ def test_upload_dir_download_dir_round_trip(sb, tmp_path):
     assert (dst / "empty").is_dir()
 
 
-@pytest.mark.xfail(raises=warren.InternalError, strict=True,
-                   reason="daemon bug: a symlink in an uploaded tar fails with 500 "
-                          "'symlink ...: Value too large for defined data type' (EOVERFLOW)")
 def test_upload_dir_with_symlink(sb, tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -311,7 +317,7 @@ def test_upload_dir_with_symlink(sb, tmp_path):
     os.chmod(src / "run.sh", 0o755)
     os.symlink("run.sh", src / "link")
     up = sb.files.upload_dir(src, "/work/up")
-    assert up.files == 1
+    assert up.files == 2  # the file and the symlink
     assert sb.files.get_info("/work/up/link").target == "run.sh"
     assert sb.commands.run("/work/up/link").stdout == "ran\n"
 

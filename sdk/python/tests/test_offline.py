@@ -445,3 +445,26 @@ def test_async_pools_are_shared_per_loop_and_closed_with_it(tmp_path):
     assert all(c.is_closed for c in seen)
     asyncio.run(main())
     assert seen[2] is not seen[0] and all(c.is_closed for c in seen)
+
+
+def test_stream_read_errors_early_and_closes(fake):
+    def handler(req):
+        if req.url.params["path"] == "/missing":
+            return err(404, "not_found", "no such file")
+        return httpx.Response(200, content=b"abcdef")
+    fake(handler)
+    files = warren.Sandbox("abc").files
+    with pytest.raises(warren.NotFoundError):
+        files.read("/missing", format="stream")  # before any iteration
+    assert b"".join(files.read("/f", format="stream")) == b"abcdef"
+    with files.read("/f", format="stream") as st:
+        assert next(iter(st)) == b"abcdef"
+    st.close()  # idempotent
+
+    async def main():
+        af = warren.AsyncSandbox("abc").files
+        with pytest.raises(warren.NotFoundError):
+            await af.read("/missing", format="stream")
+        st = await af.read("/f", format="stream")
+        return b"".join([c async for c in st])
+    assert asyncio.run(main()) == b"abcdef"

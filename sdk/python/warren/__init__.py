@@ -25,15 +25,15 @@ from .exceptions import (AuthenticationError, CommandExitError,  # noqa: E402
                          WarrenError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # noqa: E402
                      SandboxInfo, UploadResult)
-from .sandbox import CommandHandle, Commands, Files, Sandbox  # noqa: E402
-from .sandbox_async import (AsyncCommandHandle, AsyncCommands, AsyncFiles,  # noqa: E402
-                            AsyncSandbox)
+from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
+from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
+                            AsyncFiles, AsyncSandbox)
 
 __all__ = [
     "__version__",
     "Sandbox", "AsyncSandbox",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
-    "Files", "AsyncFiles",
+    "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
     "SandboxInfo", "CommandResult", "CommandInfo", "EntryInfo", "FileType", "Event",
     "UploadResult", "ConnectionConfig",
     "close_shared_clients", "aclose_shared_clients",

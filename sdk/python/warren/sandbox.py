@@ -14,7 +14,7 @@ from ._tar import IterReader, build_tar, iter_file, safe_extract
 from .exceptions import (CommandExitError, ConflictError, NotFoundError, RequestTimeoutError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
 
-__all__ = ["Sandbox", "Commands", "CommandHandle", "Files"]
+__all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "ByteStream"]
 
 OutputCallback = Callable[[str], Any]
 WAIT_POLL = 30  # seconds per long-poll of /wait
@@ -251,6 +251,38 @@ class Commands:
         CommandHandle(self._sb, cmd_id).send_stdin(data, eof)
 
 
+class ByteStream:
+    """An iterator of byte chunks of a download; close it (or use ``with``) if
+    you stop before the end, so its connection returns to the pool."""
+
+    def __init__(self, chunks: Iterator[bytes], closer: Callable[[], Any]) -> None:
+        self._chunks = chunks
+        self._closer: Optional[Callable[[], Any]] = closer
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._chunks
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        closer, self._closer = self._closer, None
+        if closer is not None:
+            closer()
+
+    def __enter__(self) -> "ByteStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class Files:
     """``sandbox.files``: the sandbox's filesystem. Paths are absolute inside it."""
 
@@ -264,7 +296,8 @@ class Files:
     def read(self, path: str, format: str = "text",
              request_timeout: Optional[float] = None) -> Any:
         """Read a file: ``format="text"`` (str, UTF-8), ``"bytes"`` or ``"stream"``
-        (an iterator of byte chunks; iterate it to the end or ``close()`` it)."""
+        (a :class:`ByteStream` of chunks; iterate it to the end or ``close()`` it).
+        :class:`NotFoundError` if the file is missing."""
         http = self._sb._http
         if format == "stream":
             return self._stream(path, request_timeout)
@@ -274,11 +307,12 @@ class Files:
         data = http.request("GET", self._path, params={"path": path}, timeout=rt).content
         return data if format == "bytes" else data.decode("utf-8")
 
-    def _stream(self, path: str, request_timeout: Optional[float]) -> Iterator[bytes]:
+    def _stream(self, path: str, request_timeout: Optional[float]) -> "ByteStream":
         http = self._sb._http
         rt = "default" if request_timeout is None else request_timeout
-        with http.stream("GET", self._path, params={"path": path}, timeout=rt) as resp:
-            yield from http.iter_bytes(resp)
+        cm = http.stream("GET", self._path, params={"path": path}, timeout=rt)
+        resp = cm.__enter__()  # errors (404, 400) surface here, not at the first chunk
+        return ByteStream(http.iter_bytes(resp), lambda: cm.__exit__(None, None, None))
 
     def write(self, path: str, data: Union[str, bytes, IO[bytes], "os.PathLike[str]",
                                            Iterable[bytes]], *,

@@ -19,7 +19,8 @@ from .exceptions import CommandExitError, ConflictError, NotFoundError, RequestT
 from .models import CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult
 from .sandbox import WAIT_POLL, _cmd_timeout
 
-__all__ = ["AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles"]
+__all__ = ["AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles",
+           "AsyncByteStream"]
 
 OutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
 
@@ -216,6 +217,34 @@ class AsyncCommands:
         await AsyncCommandHandle(self._sb, cmd_id).send_stdin(data, eof)
 
 
+class AsyncByteStream:
+    """An async iterator of byte chunks of a download; ``await aclose()`` it
+    (or use ``async with``) if you stop before the end."""
+
+    def __init__(self, chunks: AsyncIterator[bytes],
+                 closer: Callable[[], Awaitable[Any]]) -> None:
+        self._chunks = chunks
+        self._closer: Optional[Callable[[], Awaitable[Any]]] = closer
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._chunks:
+                yield chunk
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        closer, self._closer = self._closer, None
+        if closer is not None:
+            await closer()
+
+    async def __aenter__(self) -> "AsyncByteStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
 class AsyncFiles:
     """``sandbox.files`` of an :class:`AsyncSandbox`; see :class:`warren.Files`."""
 
@@ -228,10 +257,10 @@ class AsyncFiles:
 
     async def read(self, path: str, format: str = "text",
                    request_timeout: Optional[float] = None) -> Any:
-        """``format``: ``"text"``, ``"bytes"``, or ``"stream"`` (an async
-        iterator of byte chunks)."""
+        """``format``: ``"text"``, ``"bytes"``, or ``"stream"`` (an
+        :class:`AsyncByteStream` of chunks). :class:`NotFoundError` if missing."""
         if format == "stream":
-            return self._stream(path, request_timeout)
+            return await self._stream(path, request_timeout)
         if format not in ("text", "bytes"):
             raise ValueError('format must be "text", "bytes" or "stream"')
         rt = "default" if request_timeout is None else request_timeout
@@ -239,12 +268,12 @@ class AsyncFiles:
                                             timeout=rt)
         return resp.content if format == "bytes" else resp.content.decode("utf-8")
 
-    async def _stream(self, path: str, request_timeout: Optional[float]) -> AsyncIterator[bytes]:
+    async def _stream(self, path: str, request_timeout: Optional[float]) -> "AsyncByteStream":
         http = self._sb._http
         rt = "default" if request_timeout is None else request_timeout
-        async with http.stream("GET", self._path, params={"path": path}, timeout=rt) as resp:
-            async for chunk in http.iter_bytes(resp):
-                yield chunk
+        cm = http.stream("GET", self._path, params={"path": path}, timeout=rt)
+        resp = await cm.__aenter__()  # errors (404, 400) surface here
+        return AsyncByteStream(http.iter_bytes(resp), lambda: cm.__aexit__(None, None, None))
 
     async def write(self, path: str, data: Any, *, mode: Union[int, str, None] = None,
                     parents: bool = True,
