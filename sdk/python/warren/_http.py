@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple,
+from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple,
                     Union)
 from urllib.parse import quote
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from typing import (IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
+                    Tuple, Union)
 
 from ._common import (Cmd, StreamState, create_body, drop_none, is_running_state,
                       list_params, mode_str, run_body, sync_write_content, text)

@@ -7,7 +7,7 @@ import inspect
 import os
 import tempfile
 import time
-from typing import (IO, Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List,
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List,
                     Mapping, Optional, Tuple, Union)
 
 from ._common import (Cmd, StreamState, async_write_content, create_body, drop_none,
