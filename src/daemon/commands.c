@@ -189,6 +189,31 @@ void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char 
  * tier's helper clones it with CLONE_PARENT); its cgroup is the leaf
  * <sandbox>/cmd-N. Caller holds c->lock and the command is not done, so
  * the thread (and its tid) is alive. */
+/* A child of ours: is it a zombie, and is it inside a sandbox's PID
+ * namespace (NSpid has more than one level)? */
+static int child_kind(pid_t pid, bool *zombie, bool *inside)
+{
+	char path[64], *st = NULL;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (wr_read_file_at(AT_FDCWD, path, &st, 65536, NULL) < 0)
+		return -ESRCH;
+	char *s = strstr(st, "\nState:");
+	*zombie = s && (strchr(s + 7, 'Z') && strchr(s + 7, 'Z') < strchr(s + 1, '\n'));
+	char *n = strstr(st, "\nNSpid:");
+	char *e = n ? strchr(n + 1, '\n') : NULL;
+	if (e)
+		*e = 0;
+	/* "\nNSpid:\t<host pid>[\t<pid in a child namespace>...]" */
+	*inside = n && strchr(n + 8, '\t') != NULL;
+	free(st);
+	return 0;
+}
+
+/* The exec thread's live command (cloned by the tier's helper with
+ * CLONE_PARENT, so it is the thread's child) in the leaf <sbid>/cmd-N.
+ * -EAGAIN while the helper still runs: until it has reported the command's
+ * pid to the tier, killing either would leave the command unreaped (and its
+ * sandbox's PID 1 unable to exit). */
 static int thread_cmd_proc(pid_t tid, const char *sbid, pid_t *host, char *v2path, size_t v2n,
 			   char *v1path, size_t v1n)
 {
@@ -200,14 +225,18 @@ static int thread_cmd_proc(pid_t tid, const char *sbid, pid_t *host, char *v2pat
 	char needle[48];
 	snprintf(needle, sizeof(needle), "/%s/cmd-", sbid);
 	int r = -ESRCH;
+	bool helper = false;
 	char *save = NULL;
-	for (char *t = strtok_r(kids, " \n", &save); t && r < 0; t = strtok_r(NULL, " \n", &save)) {
+	for (char *t = strtok_r(kids, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
 		pid_t pid = (pid_t)atoi(t);
+		bool zombie, inside;
+		if (pid <= 0 || child_kind(pid, &zombie, &inside) < 0 || zombie)
+			continue;
 		char *cg = NULL;
 		snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-		if (pid <= 0 || wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) < 0)
+		if (wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) < 0)
 			continue;
-		v2path[0] = v1path[0] = 0;
+		char v2[512] = "", v1[512] = "";
 		char *s2 = NULL;
 		for (char *l = strtok_r(cg, "\n", &s2); l; l = strtok_r(NULL, "\n", &s2)) {
 			char *p = strchr(l, ':');
@@ -215,18 +244,24 @@ static int thread_cmd_proc(pid_t tid, const char *sbid, pid_t *host, char *v2pat
 			if (p == NULL || strstr(p, needle) == NULL)
 				continue;
 			if (strncmp(l, "0::", 3) == 0)
-				snprintf(v2path, v2n, "%s", p + 1);
+				snprintf(v2, sizeof(v2), "%s", p + 1);
 			else if (strstr(l, ":pids:"))
-				snprintf(v1path, v1n, "%s", p + 1);
+				snprintf(v1, sizeof(v1), "%s", p + 1);
 		}
 		free(cg);
-		if (v2path[0] || v1path[0]) {
-			*host = pid;
-			r = 0;
+		if (!v2[0] && !v1[0])
+			continue;
+		if (!inside) {
+			helper = true;
+			continue;
 		}
+		*host = pid;
+		snprintf(v2path, v2n, "%s", v2);
+		snprintf(v1path, v1n, "%s", v1);
+		r = 0;
 	}
 	free(kids);
-	return r;
+	return helper ? -EAGAIN : r;
 }
 
 static int cmd_proc(struct wrd_cmd *c, pid_t *host, char *v2path, size_t v2n, char *v1path,
@@ -254,7 +289,8 @@ static void gate_enter(struct wrd_sbx *sb)
 			return;
 		pid_t host;
 		char v2[512], v1[512];
-		if (thread_cmd_proc(t, sb->rec.id, &host, v2, sizeof(v2), v1, sizeof(v1)) == 0) {
+		int k = thread_cmd_proc(t, sb->rec.id, &host, v2, sizeof(v2), v1, sizeof(v1));
+		if (k == 0 || k == -EAGAIN) { /* its helper or command is in its leaf */
 			pthread_mutex_lock(&sb->lock);
 			bool took = sb->exec_gate == t;
 			if (took)

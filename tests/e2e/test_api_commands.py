@@ -191,3 +191,18 @@ def test_concurrent_commands_in_one_sandbox(warrend, sandbox):
         t.join()
     assert outs == {i: f"{i}\n" for i in range(8)}
     assert time.time() - t0 < 4  # ran in parallel, not one after another
+
+
+def test_kill_right_after_start_then_kill_sandbox(api):
+    """A command killed while the tier is still starting it: killed once it
+    exists, never left unreaped (which would hang the sandbox's kill)."""
+    sid = api.create()
+    base = f"/v1/sandboxes/{sid}/commands"
+    for _ in range(10):
+        cid = api.post(base, {"cmd": ["sleep", "300"], "background": True}).json()["id"]
+        assert api.delete(f"{base}/{cid}").status == 204
+        done = api.get(f"{base}/{cid}/wait?timeout=10").json()
+        assert done["state"] == "finished" and done["reason"] == "killed", done
+    t0 = time.time()
+    assert api.kill(sid).status == 204
+    assert time.time() - t0 < 5
