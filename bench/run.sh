@@ -405,6 +405,7 @@ print("bench: wrote %s, container-%s.json and the README section"
       % (os.path.join(results, "container.md"), stamp), file=sys.stderr)
 EOF
 
+"$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2
 	exit 1
