@@ -41,6 +41,10 @@
 #include "isolate/ns.h"
 #include "tiers/container_internal.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 /* H and C share P's memory (CLONE_VM|CLONE_VFORK, as posix_spawn does):
  * no page tables are copied, and they report through this struct. P is
  * suspended until H exits; H is suspended until C execs or exits. So when
@@ -63,7 +67,7 @@ struct cmd_args {
 	const struct wr_seccomp_prog *seccomp;
 	char *cstack; /* top of C's stack */
 	/* results */
-	pid_t cpid;	     /* set by H */
+	pid_t cpid;	     /* set by the kernel when H clones C */
 	int start_failed;    /* set by C when it exits instead of exec'ing */
 	struct wr_cerr herr; /* H's failure */
 	struct wr_cerr cerr; /* C's failure */
@@ -122,8 +126,6 @@ static SPAWN_FN int command_main(void *arg)
 		cmd_fail(a, 126);
 	}
 	close(cwd);
-	if (wr_rlimits_apply(a->rlimits, e) < 0)
-		cmd_fail(a, 126);
 	if (wr_caps_switch_user(a->uid, a->gid, a->caps, e) < 0)
 		cmd_fail(a, 126);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
@@ -133,6 +135,12 @@ static SPAWN_FN int command_main(void *arg)
 	struct wr_landlock_policy ll = {
 	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
 	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, e) < 0)
+		cmd_fail(a, 126);
+	/* Invariant: rlimits after Landlock. This process still holds a copy
+	 * of the caller's fd table (a daemon may have thousands open) until
+	 * exec closes them, so lowering RLIMIT_NOFILE first would make the
+	 * ruleset's own fds fail with EMFILE. */
+	if (wr_rlimits_apply(a->rlimits, e) < 0)
 		cmd_fail(a, 126);
 	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
 		wr_cerr_sys(e, "close_range");
@@ -189,12 +197,17 @@ static SPAWN_FN int helper_main(void *arg)
 	}
 	/* CLONE_PARENT: C becomes P's child, so P reaps it and reads its real
 	 * exit status; H is not in the PID namespace, C is. */
-	int pid = clone(command_main, a->cstack, CLONE_VM | CLONE_VFORK | CLONE_PARENT, a);
+	/* CLONE_PARENT_SETTID: the kernel stores C's pid (as seen from here,
+	 * the host's PID namespace) in a->cpid before clone returns, so P
+	 * learns it even if H is killed right after: an unreaped C would be a
+	 * zombie in the sandbox's PID namespace that PID 1 can never get rid
+	 * of, and the sandbox could not be torn down. */
+	int pid = clone(command_main, a->cstack,
+			CLONE_VM | CLONE_VFORK | CLONE_PARENT | CLONE_PARENT_SETTID, a, &a->cpid);
 	if (pid < 0) {
 		wr_cerr_sys(&a->herr, "start command");
 		_exit(1);
 	}
-	a->cpid = pid;
 	_exit(0);
 }
 
@@ -516,12 +529,19 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		;
 	close(steal_fd(&out_w));
 	close(steal_fd(&err_w));
-	if (ca.cpid <= 0) {
+	/* Whatever happened to H, a C that exists is ours to reap (out:). */
+	cpid = ca.cpid > 0 ? ca.cpid : -1;
+	if (WIFSIGNALED(hst)) {
+		/* H was killed (the command's cgroup was killed while it started) */
+		r = wr_err_set(err, atomic_load(&sb->killed) ? ESRCH : ECANCELED,
+			       "command was killed while it started");
+		goto out;
+	}
+	if (cpid <= 0) {
 		r = wr_err_set(err, ca.herr.errnum ? ca.herr.errnum : EIO, "%s",
 			       ca.herr.msg[0] ? ca.herr.msg : "command helper failed");
 		goto out;
 	}
-	cpid = ca.cpid;
 	if (ca.start_failed) {
 		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
 			;
@@ -634,8 +654,14 @@ out:
 	}
 	for (int k = 0; k < ca.nprocs; k++)
 		close(ca.procs[k]);
-	if (stacks)
+	if (stacks) {
+#if defined(__SANITIZE_ADDRESS__)
+		/* Frames that ended in _exit/exec never unpoisoned their red
+		 * zones: clear the shadow before the range can be reused. */
+		__asan_unpoison_memory_region(stacks, 2 * SPAWN_STACK);
+#endif
 		munmap(stacks, 2 * SPAWN_STACK);
+	}
 	if (so.fd >= 0)
 		close(so.fd);
 	if (se.fd >= 0)
