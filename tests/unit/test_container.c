@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -386,6 +387,30 @@ static void test_pty_is_a_controlling_terminal(void **state)
 	destroy(&sb);
 }
 
+/* A daemon holds thousands of fds; its commands still get their own limit
+ * and none of its fds. */
+static void test_exec_from_a_caller_with_many_fds(void **state)
+{
+	(void)state;
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct rlimit more = {4096, rl.rlim_max > 4096 ? rl.rlim_max : 4096};
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &more), 0);
+	static int fds[2000];
+	for (int i = 0; i < 2000; i++)
+		assert_true((fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 0, "ulimit -n; ls /proc/self/fd | wc -l");
+	assert_int_equal(res.exit_code, 0);
+	/* 1024, then 0 1 2 and the fd ls opens the directory with */
+	assert_string_equal(res.out, "1024\n4\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	for (int i = 0; i < 2000; i++)
+		close(fds[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
 static void test_kill_then_exec_is_refused(void **state)
 {
 	(void)state;
@@ -449,6 +474,7 @@ int main(void)
 	    cmocka_unit_test(test_oom_is_reported),
 	    cmocka_unit_test(test_files_api_on_live_sandbox),
 	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
+	    cmocka_unit_test(test_exec_from_a_caller_with_many_fds),
 	    cmocka_unit_test(test_kill_then_exec_is_refused),
 	    cmocka_unit_test(test_bad_spec_names_field),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
