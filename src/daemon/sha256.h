@@ -1,6 +1,5 @@
-/* SHA-256 (FIPS 180-4) for API token hashes: the daemon stores only the
- * digest of each bearer token and compares digests in constant time. A
- * hundred lines here beat a crypto library dependency for one function. */
+/* SHA-256 of API tokens (OpenSSL's libcrypto): the daemon stores only the
+ * digest of each bearer token and compares digests in constant time. */
 #ifndef WARREN_DAEMON_SHA256_H
 #define WARREN_DAEMON_SHA256_H
 
