@@ -46,6 +46,11 @@ struct wrd_cmd {
 	int stdin_r;
 	bool stream;
 	struct wrd_req *req; /* foreground: the request being answered */
+	/* interactive (pty.c): the tier's on_pty runs the relay */
+	bool pty;
+	unsigned short rows, cols;
+	void (*on_pty)(void *ctx, int master_fd);
+	void *pty_ctx;
 };
 
 struct ndjson {
@@ -70,5 +75,17 @@ void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char 
  * Caller holds c->lock and the command is not done. */
 pid_t wrd_cmd_ns_pid(struct wrd_cmd *c);
 int wrd_cmd_kill_tree(struct wrd_cmd *c);
+/* A pidfd of the running command, from the thread running its exec (-ESRCH
+ * once it has exited). Caller holds c->lock. */
+int wrd_cmd_pidfd(struct wrd_cmd *c);
+
+/* A new command record (one reference), argv etc. filled by the caller. */
+struct wrd_cmd *wrd_cmd_new(void);
+/* Add c to sb's list under a fresh id (the list takes a reference). */
+void wrd_cmd_register(struct wrd_sbx *sb, struct wrd_cmd *c);
+/* Run c on this thread through the tier (the sandbox operation is begun by
+ * the caller); record the result and the command_finished event. nd: NDJSON
+ * output, or NULL (buffered, logged, or pty). */
+void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd);
 
 #endif

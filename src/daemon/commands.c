@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
@@ -311,6 +312,17 @@ static void gate_leave(struct wrd_sbx *sb)
 	pthread_mutex_unlock(&sb->lock);
 }
 
+int wrd_cmd_pidfd(struct wrd_cmd *c)
+{
+	pid_t host;
+	char v2[512], v1[512];
+	int r = c->tid > 0 ? cmd_proc(c, &host, v2, sizeof(v2), v1, sizeof(v1)) : -ESRCH;
+	if (r < 0)
+		return r;
+	int fd = wr_pidfd_open(host, 0);
+	return fd < 0 ? -errno : fd;
+}
+
 pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
 {
 	pid_t host;
@@ -426,7 +438,7 @@ static int stream_output_cb(void *ctx, int stream, const char *buf, size_t len)
 
 /* Run the command on this thread; record the result; end the sandbox
  * operation begun by the request. Foreground results are answered here. */
-static void cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
+void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 {
 	struct wrd_sbx *sb = c->sb;
 	struct wr_exec_spec spec = {
@@ -439,8 +451,14 @@ static void cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 	    .timeout_ms = c->timeout_ms,
 	    .output_cap = c->output_cap,
 	    .stdin_fd = c->stdin_r,
+	    .pty = c->pty,
+	    .pty_rows = c->rows,
+	    .pty_cols = c->cols,
+	    .on_pty = c->on_pty,
 	};
-	if (nd) {
+	if (c->pty) {
+		spec.ctx = c->pty_ctx;
+	} else if (nd) {
 		spec.on_output = stream_output_cb;
 		spec.ctx = nd;
 	} else if (c->background) {
@@ -513,7 +531,7 @@ static void bg_runner(void *arg)
 {
 	struct wrd_cmd *c = arg;
 	struct wrd_sbx *sb = c->sb;
-	cmd_execute(c, NULL);
+	wrd_cmd_execute(c, NULL);
 	wrd_api_done(sb, true);
 	wrd_cmd_put(c);
 }
@@ -694,7 +712,7 @@ static int stdin_pipe(struct wrd_req *r, struct wrd_cmd *c, const char *data, si
 
 /* Add c to sb's list under a fresh id; drop the oldest finished records past
  * the limit. */
-static void cmd_register(struct wrd_sbx *sb, struct wrd_cmd *c)
+void wrd_cmd_register(struct wrd_sbx *sb, struct wrd_cmd *c)
 {
 	struct wrd_cmd *drop = NULL;
 	pthread_mutex_lock(&sb->lock);
@@ -722,17 +740,26 @@ static void cmd_register(struct wrd_sbx *sb, struct wrd_cmd *c)
 	wrd_cmd_put(drop);
 }
 
-void wrd_api_cmd_run(struct wrd_req *r)
+struct wrd_cmd *wrd_cmd_new(void)
 {
 	struct wrd_cmd *c = calloc(1, sizeof(*c));
-	if (c == NULL) {
-		wrd_reply_error(r, "internal", NULL, "out of memory");
-		return;
-	}
+	if (c == NULL)
+		return NULL;
 	atomic_init(&c->refs, 1);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	c->stdin_r = c->stdin_w = -1;
+	c->user = -1;
+	return c;
+}
+
+void wrd_api_cmd_run(struct wrd_req *r)
+{
+	struct wrd_cmd *c = wrd_cmd_new();
+	if (c == NULL) {
+		wrd_reply_error(r, "internal", NULL, "out of memory");
+		return;
+	}
 	const char *stdin_data = NULL;
 	size_t stdin_len = 0;
 	if (parse_run(r, c, &stdin_data, &stdin_len) < 0) {
@@ -750,7 +777,7 @@ void wrd_api_cmd_run(struct wrd_req *r)
 		wrd_cmd_put(c);
 		return;
 	}
-	cmd_register(sb, c);
+	wrd_cmd_register(sb, c);
 	json_t *d = json_object();
 	json_object_set_new(d, "id", json_string(c->id));
 	json_object_set(d, "cmd", c->cmd);
@@ -788,11 +815,11 @@ void wrd_api_cmd_run(struct wrd_req *r)
 			wrd_cmd_put(c);
 			return;
 		}
-		cmd_execute(c, &nd);
+		wrd_cmd_execute(c, &nd);
 		close(nd.fd);
 	} else {
 		c->req = r;
-		cmd_execute(c, NULL);
+		wrd_cmd_execute(c, NULL);
 		c->req = NULL;
 	}
 	wrd_api_done(sb, true);

@@ -2,6 +2,7 @@
  * threads with suspend/resume, streaming pipes, error shape. See http.h for
  * the threading model. */
 #include "daemon/http.h"
+#include "daemon/http_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -29,22 +30,6 @@
 #include "daemon/metrics.h"
 #include "daemon/sha256.h"
 
-struct wrd_http_priv {
-	struct wrd_req req;
-	struct MHD_Connection *conn;
-	atomic_int refs; /* MHD's + a worker's while it runs the handler */
-	bool tcp;
-	bool dispatched;
-	bool committed; /* the worker handed the reply to MHD */
-	bool upload_discard;
-	bool too_large;
-	struct MHD_Response *resp; /* ready to queue */
-	unsigned status;
-	char *buf; /* JSON body */
-	size_t len, cap;
-	size_t metric;
-};
-
 static const struct wrd_config *g_cfg;
 static const struct wrd_route *g_routes;
 static size_t g_nroutes, g_metric_other;
@@ -61,6 +46,7 @@ static const struct {
 	const char *code;
 	unsigned status;
 } codes[] = {
+    /* clang-format off */
     {"invalid_argument", 400},
     {"unauthenticated", 401},
     {"not_found", 404},
@@ -68,9 +54,11 @@ static const struct {
     {"conflict", 409},
     {"payload_too_large", 413},
     {"unsupported_media_type", 415},
+    {"upgrade_required", 426},
     {"resource_exhausted", 429},
     {"internal", 500},
     {"unavailable", 503},
+    /* clang-format on */
 };
 
 static unsigned code_status(const char *code)
@@ -81,7 +69,7 @@ static unsigned code_status(const char *code)
 	return 500;
 }
 
-static void set_resp(struct wrd_http_priv *p, unsigned status, struct MHD_Response *resp)
+void wrd_http_set_resp(struct wrd_http_priv *p, unsigned status, struct MHD_Response *resp)
 {
 	if (p->resp)
 		MHD_destroy_response(p->resp);
@@ -107,7 +95,7 @@ static void reply_json_status(struct wrd_http_priv *p, unsigned status, json_t *
 	char *s = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9));
 	json_decref(body);
 	if (s == NULL) {
-		set_resp(p, 500, NULL);
+		wrd_http_set_resp(p, 500, NULL);
 		return;
 	}
 	size_t n = strlen(s);
@@ -119,7 +107,7 @@ static void reply_json_status(struct wrd_http_priv *p, unsigned status, json_t *
 		s = t;
 		n++;
 	}
-	set_resp(p, status, buffer_response(s, n, "application/json"));
+	wrd_http_set_resp(p, status, buffer_response(s, n, "application/json"));
 }
 
 static void verror(struct wrd_http_priv *p, const char *code, const char *field, const char *fmt,
@@ -198,12 +186,13 @@ void wrd_reply_json(struct wrd_req *r, unsigned status, json_t *body)
 
 void wrd_reply_empty(struct wrd_req *r, unsigned status)
 {
-	set_resp(r->priv, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
+	wrd_http_set_resp(r->priv, status,
+			  MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT));
 }
 
 void wrd_reply_text(struct wrd_req *r, unsigned status, const char *ctype, char *buf, size_t len)
 {
-	set_resp(r->priv, status, buffer_response(buf, len, ctype));
+	wrd_http_set_resp(r->priv, status, buffer_response(buf, len, ctype));
 }
 
 /* ---- query parameters ------------------------------------------------- */
@@ -370,8 +359,6 @@ static void *relay_main(void *arg)
 	}
 }
 
-static void commit(struct wrd_http_priv *p);
-
 int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype)
 {
 	struct wrd_http_priv *p = r->priv;
@@ -398,8 +385,8 @@ int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype)
 		return -1;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-	set_resp(p, status, resp);
-	commit(p);
+	wrd_http_set_resp(p, status, resp);
+	wrd_http_commit(p);
 	return fds[1];
 }
 
@@ -534,7 +521,7 @@ static void priv_unref(struct wrd_http_priv *p)
 	atomic_fetch_sub(&g_inflight, 1);
 }
 
-static void commit(struct wrd_http_priv *p)
+void wrd_http_commit(struct wrd_http_priv *p)
 {
 	if (p->resp == NULL)
 		perror_(p, "internal", NULL, "handler gave no answer");
@@ -549,7 +536,7 @@ static void run_and_commit(void *arg)
 	struct wrd_http_priv *p = arg;
 	p->req.route->fn(&p->req);
 	if (!p->committed)
-		commit(p);
+		wrd_http_commit(p);
 	priv_unref(p);
 }
 
@@ -826,10 +813,11 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	(void)cls;
 	(void)conn;
-	(void)toe;
 	struct wrd_http_priv *p = *con_cls;
-	if (p)
+	if (p) {
+		wrd_upgrade_ended(p, toe);
 		priv_unref(p);
+	}
 	*con_cls = NULL;
 }
 
@@ -847,7 +835,7 @@ static struct MHD_Daemon *start_daemon(int fd, struct listener *l, unsigned max_
 {
 	return MHD_start_daemon(
 	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-		MHD_USE_ERROR_LOG,
+		MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
 	    0, NULL, NULL, access_cb, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
 	    completed_cb, NULL, MHD_OPTION_CONNECTION_LIMIT, max_conn,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,

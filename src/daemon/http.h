@@ -89,6 +89,25 @@ void wrd_reply_err(struct wrd_req *r, const wr_err err);
  * from pool/long handlers. -1 (reply set to 500) on failure. */
 int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype);
 
+/* A request header (case-insensitive name), or NULL. */
+const char *wrd_header(struct wrd_req *r, const char *name);
+/* Add a header to the answer set so far (after a wrd_reply_*). */
+void wrd_reply_header(struct wrd_req *r, const char *name, const char *value);
+
+/* Protocol upgrade: answer 101 Switching Protocols with "Upgrade: proto"
+ * now, then wait on this thread until MHD hands over the socket. 0 with
+ * *out, or -1 when the connection ended before the switch (nothing more to
+ * answer). Only from long handlers, as their last reply. The socket is
+ * borrowed: never close() it, release it with wrd_upgrade_close. */
+struct wrd_upgrade;
+int wrd_reply_upgrade(struct wrd_req *r, const char *proto, struct wrd_upgrade **out);
+int wrd_upgrade_fd(const struct wrd_upgrade *u);
+/* Bytes the client sent after its request that MHD read already: they
+ * come before anything read from the socket. */
+const char *wrd_upgrade_extra(const struct wrd_upgrade *u, size_t *len);
+/* Close the connection and free u. */
+void wrd_upgrade_close(struct wrd_upgrade *u);
+
 /* Run fn(arg) on a thread of its own (counts against max_commands).
  * -EAGAIN when the cap is reached. */
 int wrd_spawn_long(void (*fn)(void *arg), void *arg);

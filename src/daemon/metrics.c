@@ -15,16 +15,10 @@ static const char *const *g_routes;
 static size_t g_nroutes;
 static atomic_ullong g_requests[MAX_ROUTES];
 
-static const char *const error_codes[] = {"invalid_argument",
-					  "unauthenticated",
-					  "not_found",
-					  "method_not_allowed",
-					  "conflict",
-					  "payload_too_large",
-					  "unsupported_media_type",
-					  "resource_exhausted",
-					  "internal",
-					  "unavailable"};
+static const char *const error_codes[] = {
+    "invalid_argument",	  "unauthenticated",  "not_found",	   "method_not_allowed",
+    "conflict",		  "upgrade_required", "payload_too_large", "unsupported_media_type",
+    "resource_exhausted", "internal",	      "unavailable"};
 static atomic_ullong g_errors[WR_ARRAY_SIZE(error_codes)];
 
 struct histo {

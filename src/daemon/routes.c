@@ -3,6 +3,7 @@
  * pattern with another method is 405; no pattern at all is 404. */
 #include "daemon/api.h"
 #include "daemon/commands.h"
+#include "daemon/pty.h"
 
 #include "common/cleanup.h"
 
@@ -24,7 +25,8 @@
 #define P15 "/v1/sandboxes/{id}/files/mkdir"
 #define P16 "/v1/sandboxes/{id}/files/rename"
 #define P17 "/v1/sandboxes/{id}/files/tar"
-#define P18 "other"
+#define P18 "/v1/sandboxes/{id}/pty"
+#define P19 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -45,7 +47,8 @@ const char *const wrd_route_labels[] = {
     P15, /* 15 */
     P16, /* 16 */
     P17, /* 17 */
-    P18, /* 18: no route */
+    P18, /* 18 */
+    P19, /* 19: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -82,5 +85,6 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 16, WRD_BODY_JSON, WRD_POOL, wrd_api_fs_rename),
     R("PUT", 17, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_tar_put),
     R("GET", 17, WRD_BODY_NONE, WRD_LONG, wrd_api_tar_get),
+    R("GET", 18, WRD_BODY_NONE, WRD_LONG, wrd_api_pty),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);
