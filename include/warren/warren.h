@@ -253,6 +253,61 @@ WARREN_API int warren_command_send_stdin(warren_command *cmd, const void *data, 
 					 bool eof, warren_error **err);
 WARREN_API int warren_command_kill(warren_command *cmd, warren_error **err);
 
+/* ---- interactive shells (GET .../pty, docs/API.md) --------------------- */
+
+typedef struct warren_pty warren_pty;
+
+#define WARREN_PTY_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *const *argv; /* NULL: the sandbox's shell (/bin/sh) */
+	const warren_kv *env;
+	size_t n_env;
+	const char *cwd;
+	int64_t user;
+	bool user_set;
+	unsigned int rows, cols; /* 0: 24 x 80 */
+} warren_pty_opts;
+#define WARREN_PTY_OPTS_INIT                                                                       \
+	{                                                                                          \
+		WARREN_PTY_OPTS_VERSION                                                            \
+	}
+
+/* Frame types of the warren-pty/1 protocol. */
+enum {
+	WARREN_PTY_DATA = 0,   /* either way: terminal input / output bytes */
+	WARREN_PTY_RESIZE = 1, /* to the daemon */
+	WARREN_PTY_EOF = 2,    /* to the daemon */
+	WARREN_PTY_EXIT = 3,   /* from the daemon: the result, then it closes */
+};
+
+/* Run a command (opts->argv, default the shell) on a new terminal in the
+ * sandbox, over a connection of its own (the Unix socket or http://; not
+ * https://). The handle may be used by two threads at once: one sending,
+ * one reading. */
+WARREN_API int warren_sandbox_pty_open(warren_sandbox *sb, const warren_pty_opts *opts,
+				       warren_pty **out, warren_error **err);
+/* The connection's fd, for poll(): readable when a frame starts. The handle
+ * reads exactly one frame per call and never buffers past it. */
+WARREN_API int warren_pty_fd(const warren_pty *pty);
+/* Type into the terminal (any length: sent as frames of up to 1 MiB). */
+WARREN_API int warren_pty_send_data(warren_pty *pty, const void *data, size_t len,
+				    warren_error **err);
+WARREN_API int warren_pty_resize(warren_pty *pty, unsigned int rows, unsigned int cols,
+				 warren_error **err);
+/* End of input: the terminal's EOF character (^D) is typed. */
+WARREN_API int warren_pty_send_eof(warren_pty *pty, warren_error **err);
+/* Read the next frame (blocking). Returns WARREN_PTY_DATA with *data and
+ * *len (owned by the handle, valid until the next call), or WARREN_PTY_EXIT
+ * with *res (the command's result, the caller frees it); after the exit
+ * frame the daemon closes the connection. Negative on failure: "transport"
+ * when the connection ended without an exit frame. */
+WARREN_API int warren_pty_read_frame(warren_pty *pty, const void **data, size_t *len,
+				     warren_exec_result **res, warren_error **err);
+/* Close the connection (before the exit frame: the command's whole process
+ * tree is killed) and free the handle. */
+WARREN_API void warren_pty_close(warren_pty *pty);
+
 /* ---- files ----------------------------------------------------------- */
 
 typedef enum {

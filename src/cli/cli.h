@@ -8,6 +8,7 @@
 int cmd_run(int argc, char **argv);
 int cmd_create(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
+int cmd_shell(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

@@ -18,6 +18,7 @@ static const struct {
     {"not_found", 404, ENOENT},
     {"method_not_allowed", 405, EOPNOTSUPP},
     {"conflict", 409, EBUSY},
+    {"upgrade_required", 426, EPROTONOSUPPORT},
     {"payload_too_large", 413, EFBIG},
     {"unsupported_media_type", 415, EPROTO},
     {"resource_exhausted", 429, EAGAIN},
