@@ -441,15 +441,19 @@ int wrd_pool_submit(void (*fn)(void *arg), void *arg)
 	return 0;
 }
 
-/* Long jobs run on a pool of max_commands threads made at start. No thread
- * is ever created later: a sandbox or command process is cloned (raw
- * clone3) from this multi-threaded process, and glibc's set*id() in such a
- * child waits forever for any thread that was half-created at clone time. */
+/* Long jobs run on a pool of up to max_commands threads that grows on
+ * demand: a few are made at start, another when a job finds none idle.
+ * Threads may be created while sandboxes are being cloned: the tier's code
+ * between clone and exec calls set*id only as raw syscalls (glibc's
+ * wrappers would wait for every thread, a half-created one included).
+ * Fewer idle threads also make each clone of this process cheaper. */
 static pthread_mutex_t g_llock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_lcond = PTHREAD_COND_INITIALIZER;
 static struct job *g_lhead, **g_ltail = &g_lhead;
 static pthread_t *g_long;
-static unsigned g_nlong;
+static unsigned g_nlong;			/* the cap: max_commands */
+static unsigned g_lcreated, g_lidle, g_lqueued; /* under g_llock */
+#define LONG_INITIAL 8
 
 static bool long_reserve(void)
 {
@@ -466,8 +470,11 @@ static void *long_main(void *arg)
 	(void)arg;
 	for (;;) {
 		pthread_mutex_lock(&g_llock);
+		g_lidle++;
 		while (g_lhead == NULL)
 			pthread_cond_wait(&g_lcond, &g_llock);
+		g_lidle--;
+		g_lqueued--;
 		struct job *j = g_lhead;
 		g_lhead = j->next;
 		if (g_lhead == NULL)
@@ -493,6 +500,19 @@ static int long_start(void (*fn)(void *arg), void *arg)
 	pthread_mutex_lock(&g_llock);
 	*g_ltail = j;
 	g_ltail = &j->next;
+	g_lqueued++;
+	/* Invariant: a queued job always has a thread to come: jobs queued
+	 * never outnumber idle threads while the cap allows more (and
+	 * long_reserve keeps running + queued jobs within the cap). */
+	if (g_lqueued > g_lidle && g_lcreated < g_nlong) {
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setstacksize(&attr, 2 << 20);
+		/* On failure the job still runs when a thread frees up. */
+		if (pthread_create(&g_long[g_lcreated], &attr, long_main, NULL) == 0)
+			g_lcreated++;
+		pthread_attr_destroy(&attr);
+	}
 	pthread_cond_signal(&g_lcond);
 	pthread_mutex_unlock(&g_llock);
 	return 0;
@@ -880,10 +900,12 @@ int wrd_http_start(const struct wrd_config *cfg, const struct wrd_route *routes,
 	pthread_attr_t attr;
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, 2 << 20);
-	for (g_nlong = 0; g_nlong < cfg->max_commands; g_nlong++)
-		if (pthread_create(&g_long[g_nlong], &attr, long_main, NULL) != 0) {
+	g_nlong = cfg->max_commands;
+	unsigned initial = g_nlong < LONG_INITIAL ? g_nlong : LONG_INITIAL;
+	for (g_lcreated = 0; g_lcreated < initial; g_lcreated++)
+		if (pthread_create(&g_long[g_lcreated], &attr, long_main, NULL) != 0) {
 			pthread_attr_destroy(&attr);
-			return wr_err_set(err, EAGAIN, "start command thread %u", g_nlong);
+			return wr_err_set(err, EAGAIN, "start command thread %u", g_lcreated);
 		}
 	pthread_attr_destroy(&attr);
 
