@@ -39,6 +39,7 @@
 #define DRAIN_QUIET_MS 200 /* after the exit: no more output for this long */
 #define DRAIN_MAX_MS 5000
 #define SEND_MAX_MS 5000 /* the exit frame to a client that does not read */
+#define LINGER_MS 2000	 /* then for the client to close */
 
 enum { FR_DATA = 0, FR_RESIZE = 1, FR_EOF = 2, FR_EXIT = 3 };
 
@@ -521,6 +522,21 @@ static void finish(struct relay *x)
 	if (s)
 		send_frame(x, FR_EXIT, s, strlen(s));
 	free(s);
+	/* Closing with input unread (a late eof frame) would reset the
+	 * connection, and a reset can discard the exit frame before the client
+	 * reads it: end our side, then read until the client closes. */
+	if (x->gone || shutdown(x->sock, SHUT_WR) < 0)
+		return;
+	uint64_t deadline = wr_now_ns() + LINGER_MS * 1000000ull;
+	char buf[4096];
+	for (int t; (t = ms_left(deadline)) > 0;) {
+		struct pollfd pf = {.fd = x->sock, .events = POLLIN};
+		if (poll(&pf, 1, t) == 0)
+			break;
+		ssize_t n = read(x->sock, buf, sizeof(buf));
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			break;
+	}
 }
 
 void wrd_api_pty(struct wrd_req *r)
