@@ -375,6 +375,81 @@ static int pipe_nb(int p[2], wr_err *err)
 	return 0;
 }
 
+/* ---- control from other threads ---------------------------------------- */
+
+void wr_exec_ctl_init(struct wr_exec_ctl *c)
+{
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_init(&c->lock, NULL);
+}
+
+void wr_exec_ctl_destroy(struct wr_exec_ctl *c)
+{
+	pthread_mutex_destroy(&c->lock);
+}
+
+int wr_exec_ctl_kill(struct wr_exec_ctl *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->kill = true;
+	int r = c->leaf ? wr_cgroup_kill(c->leaf, NULL) : 0;
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+int wr_exec_ctl_pidfd(struct wr_exec_ctl *c)
+{
+	pthread_mutex_lock(&c->lock);
+	/* Invariant: pid is cleared before exec reaps the command, so while it
+	 * is set it names our unreaped child, never a recycled pid. */
+	int fd = c->pid > 0 ? wr_pidfd_open(c->pid, 0) : -1;
+	int r = c->pid > 0 ? (fd >= 0 ? fd : -errno) : -ESRCH;
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+pid_t wr_exec_ctl_ns_pid(struct wr_exec_ctl *c)
+{
+	pid_t ns = 0;
+	pthread_mutex_lock(&c->lock);
+	if (c->pid > 0) {
+		char path[64], *st = NULL;
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)c->pid);
+		if (wr_read_file_at(AT_FDCWD, path, &st, 65536, NULL) >= 0) {
+			/* "NSpid:\t<host>\t<inside>": the last one is ours */
+			char *l = strstr(st, "\nNSpid:");
+			char *e = l ? strchr(l + 1, '\n') : NULL;
+			if (e)
+				*e = 0;
+			char *last = l ? strrchr(l, '\t') : NULL;
+			ns = last ? (pid_t)atoi(last + 1) : 0;
+		}
+		free(st);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return ns;
+}
+
+static void ctl_set(struct wr_exec_ctl *c, struct wr_cgroup *leaf, pid_t pid)
+{
+	if (c == NULL)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->leaf = leaf;
+	c->pid = pid;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static bool ctl_killed(struct wr_exec_ctl *c)
+{
+	if (c == NULL)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	bool k = c->kill;
+	pthread_mutex_unlock(&c->lock);
+	return k;
+}
+
 /* A new terminal in the sandbox's own devpts instance. The master is opened
  * through PID 1's root (host code, our own path: the sandbox cannot redirect
  * it), with the sandbox user's fsuid so the slave it creates belongs to that
@@ -460,6 +535,22 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		}
 		wr_err_free(&lerr);
 	}
+	/* From here another thread can kill the command's tree; a kill that
+	 * came first means it never starts. */
+	if (spec->ctl) {
+		pthread_mutex_lock(&spec->ctl->lock);
+		bool killed_early = spec->ctl->kill;
+		if (!killed_early)
+			spec->ctl->leaf = leaf;
+		pthread_mutex_unlock(&spec->ctl->lock);
+		if (killed_early) {
+			res->reason = WR_EXIT_KILLED;
+			res->signal = SIGKILL;
+			res->exit_code = 128 + SIGKILL;
+			r = 0;
+			goto out;
+		}
+	}
 
 	int p[2];
 	if ((r = pipe_nb(p, err)) < 0)
@@ -532,7 +623,14 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	/* Whatever happened to H, a C that exists is ours to reap (out:). */
 	cpid = ca.cpid > 0 ? ca.cpid : -1;
 	if (WIFSIGNALED(hst)) {
-		/* H was killed (the command's cgroup was killed while it started) */
+		/* H was killed: the command's cgroup was killed while it started */
+		if (ctl_killed(spec->ctl)) {
+			res->reason = WR_EXIT_KILLED;
+			res->signal = SIGKILL;
+			res->exit_code = 128 + SIGKILL;
+			r = 0;
+			goto out;
+		}
 		r = wr_err_set(err, atomic_load(&sb->killed) ? ESRCH : ECANCELED,
 			       "command was killed while it started");
 		goto out;
@@ -565,6 +663,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		r = wr_err_sys(err, "pidfd of command");
 		goto out;
 	}
+	ctl_set(spec->ctl, leaf, cpid);
 	if (spec->pty) {
 		/* The command holds the slave; ours would keep the terminal open
 		 * after it exits, and the caller would never see EOF. */
@@ -610,6 +709,8 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		if (pr > 0 && (pf[0].revents & POLLIN))
 			exited = true;
 	}
+	/* Invariant: the pid is withdrawn from the control before the reap. */
+	ctl_set(spec->ctl, leaf, 0);
 	memset(&si, 0, sizeof(si));
 	while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
 		;
@@ -642,11 +743,14 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	}
 	if (timed_out)
 		res->reason = WR_EXIT_TIMEOUT;
-	else if (atomic_load(&sb->killed) && res->reason == WR_EXIT_SIGNALED)
+	else if ((atomic_load(&sb->killed) || ctl_killed(spec->ctl)) &&
+		 res->reason == WR_EXIT_SIGNALED)
 		res->reason = WR_EXIT_KILLED;
 	r = 0;
 
 out:
+	/* Before the leaf goes: nobody may kill through it any more. */
+	ctl_set(spec->ctl, NULL, 0);
 	if (cpid > 0) {
 		kill(cpid, SIGKILL); /* our unreaped child: the pid is still its */
 		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)

@@ -3,6 +3,7 @@
 #ifndef WARREN_TIERS_TIER_H
 #define WARREN_TIERS_TIER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -41,6 +42,25 @@ struct wr_sandbox_spec {
 	bool die_with_parent; /* one-shot front ends: the sandbox dies with us */
 };
 
+/* Control of a running command from other threads (optional, see
+ * wr_exec_spec.ctl). Initialise before exec, destroy after it returned. */
+struct wr_exec_ctl {
+	pthread_mutex_t lock;
+	struct wr_cgroup *leaf; /* the command's cgroup while it exists */
+	pid_t pid;		/* host pid while the command runs, else 0 */
+	bool kill;		/* a kill was requested */
+};
+void wr_exec_ctl_init(struct wr_exec_ctl *c);
+void wr_exec_ctl_destroy(struct wr_exec_ctl *c);
+/* Kill the command's whole process tree now, or as soon as it would start
+ * (a kill before the start means it never runs); its result's reason
+ * becomes WR_EXIT_KILLED. Safe from any thread at any time. */
+int wr_exec_ctl_kill(struct wr_exec_ctl *c);
+/* A pidfd of the running command, or -ESRCH. */
+int wr_exec_ctl_pidfd(struct wr_exec_ctl *c);
+/* The command's pid inside the sandbox, or 0 when it does not run. */
+pid_t wr_exec_ctl_ns_pid(struct wr_exec_ctl *c);
+
 /* A command to run in a sandbox. */
 struct wr_exec_spec {
 	const char *const *argv;     /* argv[0] is looked up in PATH inside */
@@ -67,6 +87,7 @@ struct wr_exec_spec {
 	bool pty;
 	unsigned short pty_rows, pty_cols; /* 0: 24 x 80 */
 	void (*on_pty)(void *ctx, int master_fd);
+	struct wr_exec_ctl *ctl; /* optional: kill and inspect from other threads */
 };
 
 enum wr_exit_reason {

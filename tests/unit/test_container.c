@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -387,6 +388,65 @@ static void test_pty_is_a_controlling_terminal(void **state)
 	destroy(&sb);
 }
 
+struct killer {
+	struct wr_exec_ctl *ctl;
+	int delay_ms;
+};
+
+static void *killer_main(void *arg)
+{
+	struct killer *k = arg;
+	/* wait until the command runs (its pid is published), then kill */
+	for (int i = 0; i < 500; i++) {
+		int fd = wr_exec_ctl_pidfd(k->ctl);
+		if (fd >= 0) {
+			close(fd);
+			break;
+		}
+		usleep(10000);
+	}
+	usleep((useconds_t)k->delay_ms * 1000);
+	wr_exec_ctl_kill(k->ctl);
+	return NULL;
+}
+
+static void test_exec_ctl_kills_the_tree(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_ctl ctl;
+	wr_exec_ctl_init(&ctl);
+	const char *argv[] = {"sh", "-c", "setsid sleep 1000 & sleep 1000", NULL};
+	struct wr_exec_spec ex = {
+	    .argv = argv, .user = -1, .group = -1, .stdin_fd = -1, .ctl = &ctl};
+	struct killer k = {&ctl, 100};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, killer_main, &k), 0);
+	struct wr_exec_result res;
+	wr_err err = NULL;
+	assert_int_equal(wr_container_exec(sb, &ex, &res, &err), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(res.reason, WR_EXIT_KILLED);
+	assert_int_equal(res.exit_code, 137);
+	wr_exec_result_free(&res);
+	/* the setsid'd sleep went with it */
+	res = run(sb, 0, "pidof sleep || echo none");
+	assert_string_equal(res.out, "none\n");
+	wr_exec_result_free(&res);
+	/* killed before it starts: it never runs */
+	assert_int_equal(wr_exec_ctl_pidfd(&ctl), -ESRCH);
+	const char *touch[] = {"touch", "/tmp/ran", NULL};
+	ex.argv = touch;
+	assert_int_equal(wr_container_exec(sb, &ex, &res, &err), 0);
+	assert_int_equal(res.reason, WR_EXIT_KILLED);
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "ls /tmp/ran 2>/dev/null || echo absent");
+	assert_string_equal(res.out, "absent\n");
+	wr_exec_result_free(&res);
+	wr_exec_ctl_destroy(&ctl);
+	destroy(&sb);
+}
+
 /* A daemon holds thousands of fds; its commands still get their own limit
  * and none of its fds. */
 static void test_exec_from_a_caller_with_many_fds(void **state)
@@ -475,6 +535,7 @@ int main(void)
 	    cmocka_unit_test(test_files_api_on_live_sandbox),
 	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
 	    cmocka_unit_test(test_exec_from_a_caller_with_many_fds),
+	    cmocka_unit_test(test_exec_ctl_kills_the_tree),
 	    cmocka_unit_test(test_kill_then_exec_is_refused),
 	    cmocka_unit_test(test_bad_spec_names_field),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
