@@ -290,17 +290,13 @@ void wrd_api_cmd_kill(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
-	/* The command may not exist yet (just started): retry briefly. */
-	for (int i = 0; i < 200; i++) {
-		pthread_mutex_lock(&c->lock);
-		c->kill_requested = true;
-		int k = c->done ? 0 : c->tid > 0 ? wrd_cmd_kill_tree(c) : -ESRCH;
-		bool done = c->done;
-		pthread_mutex_unlock(&c->lock);
-		if (k == 0 || done)
-			break;
-		usleep(10 * 1000);
-	}
+	/* Sticky: a command that has not started yet never will. */
+	pthread_mutex_lock(&c->lock);
+	c->kill_requested = true;
+	bool done = c->done;
+	pthread_mutex_unlock(&c->lock);
+	if (!done)
+		wrd_cmd_kill_tree(c);
 	wrd_reply_empty(r, 204);
 	wrd_cmd_put(c);
 	wrd_api_done(sb, false);

@@ -36,6 +36,7 @@ struct wrd_cmd {
 	int stdin_w;
 	pid_t tid; /* thread running the tier's exec */
 	bool kill_requested;
+	struct wr_exec_ctl ctl; /* kill / pidfd of the running command (the tier's) */
 	/* the exec request */
 	char **argv;
 	struct wr_env_kv *env;
@@ -71,12 +72,12 @@ void wrd_result_fields(json_t *o, const struct wr_exec_result *res);
  * next chunk) and the final exit (or error) line. */
 void wrd_nd_data(struct ndjson *o, int stream, const char *buf, size_t len, bool final);
 void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char *error);
-/* In-sandbox pid of a running command (0 if unknown); kill its tree.
- * Caller holds c->lock and the command is not done. */
+/* In-sandbox pid of a running command (0 if unknown); kill its tree (now,
+ * or before it starts). Thread-safe. */
 pid_t wrd_cmd_ns_pid(struct wrd_cmd *c);
 int wrd_cmd_kill_tree(struct wrd_cmd *c);
-/* A pidfd of the running command, from the thread running its exec (-ESRCH
- * once it has exited). Caller holds c->lock. */
+/* A pidfd of the running command (-ESRCH before it runs and once it has
+ * exited). Thread-safe. */
 int wrd_cmd_pidfd(struct wrd_cmd *c);
 
 /* A new command record (one reference), argv etc. filled by the caller. */

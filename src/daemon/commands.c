@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -45,6 +44,7 @@ void wrd_cmd_put(struct wrd_cmd *c)
 	free(c->env);
 	free(c->cwd);
 	pthread_mutex_destroy(&c->lock);
+	wr_exec_ctl_destroy(&c->ctl);
 	pthread_cond_destroy(&c->cv);
 	free(c);
 }
@@ -184,211 +184,23 @@ void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char 
 	nd_line(o, j);
 }
 
-/* ---- finding a running command's processes ------------------------------ */
+/* ---- a running command, through the tier's control ------------------- */
 
-/* The command is the child of the thread running the tier's exec (the
- * tier's helper clones it with CLONE_PARENT); its cgroup is the leaf
- * <sandbox>/cmd-N. Caller holds c->lock and the command is not done, so
- * the thread (and its tid) is alive. */
-/* A child of ours: is it a zombie, and is it inside a sandbox's PID
- * namespace (NSpid has more than one level)? */
-static int child_kind(pid_t pid, bool *zombie, bool *inside)
+pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
 {
-	char path[64], *st = NULL;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (wr_read_file_at(AT_FDCWD, path, &st, 65536, NULL) < 0)
-		return -ESRCH;
-	char *s = strstr(st, "\nState:");
-	*zombie = s && (strchr(s + 7, 'Z') && strchr(s + 7, 'Z') < strchr(s + 1, '\n'));
-	char *n = strstr(st, "\nNSpid:");
-	char *e = n ? strchr(n + 1, '\n') : NULL;
-	if (e)
-		*e = 0;
-	/* "\nNSpid:\t<host pid>[\t<pid in a child namespace>...]" */
-	*inside = n && strchr(n + 8, '\t') != NULL;
-	free(st);
-	return 0;
+	return wr_exec_ctl_ns_pid(&c->ctl);
 }
 
-/* The exec thread's live command (cloned by the tier's helper with
- * CLONE_PARENT, so it is the thread's child) in the leaf <sbid>/cmd-N.
- * -EAGAIN while the helper still runs: until it has reported the command's
- * pid to the tier, killing either would leave the command unreaped (and its
- * sandbox's PID 1 unable to exit). */
-static int thread_cmd_proc(pid_t tid, const char *sbid, pid_t *host, char *v2path, size_t v2n,
-			   char *v1path, size_t v1n)
+/* The tier kills the command's leaf cgroup (v2 cgroup.kill, or freeze and
+ * kill on pure v1); a kill before the command starts means it never runs. */
+int wrd_cmd_kill_tree(struct wrd_cmd *c)
 {
-	char path[96];
-	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)tid);
-	char *kids = NULL;
-	if (wr_read_file_at(AT_FDCWD, path, &kids, 4096, NULL) < 0)
-		return -ESRCH;
-	char needle[48];
-	snprintf(needle, sizeof(needle), "/%s/cmd-", sbid);
-	int r = -ESRCH;
-	bool helper = false;
-	char *save = NULL;
-	for (char *t = strtok_r(kids, " \n", &save); t; t = strtok_r(NULL, " \n", &save)) {
-		pid_t pid = (pid_t)atoi(t);
-		bool zombie, inside;
-		if (pid <= 0 || child_kind(pid, &zombie, &inside) < 0 || zombie)
-			continue;
-		char *cg = NULL;
-		snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-		if (wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) < 0)
-			continue;
-		char v2[512] = "", v1[512] = "";
-		char *s2 = NULL;
-		for (char *l = strtok_r(cg, "\n", &s2); l; l = strtok_r(NULL, "\n", &s2)) {
-			char *p = strchr(l, ':');
-			p = p ? strchr(p + 1, ':') : NULL;
-			if (p == NULL || strstr(p, needle) == NULL)
-				continue;
-			if (strncmp(l, "0::", 3) == 0)
-				snprintf(v2, sizeof(v2), "%s", p + 1);
-			else if (strstr(l, ":pids:"))
-				snprintf(v1, sizeof(v1), "%s", p + 1);
-		}
-		free(cg);
-		if (!v2[0] && !v1[0])
-			continue;
-		if (!inside) {
-			helper = true;
-			continue;
-		}
-		*host = pid;
-		snprintf(v2path, v2n, "%s", v2);
-		snprintf(v1path, v1n, "%s", v1);
-		r = 0;
-	}
-	free(kids);
-	return helper ? -EAGAIN : r;
-}
-
-static int cmd_proc(struct wrd_cmd *c, pid_t *host, char *v2path, size_t v2n, char *v1path,
-		    size_t v1n)
-{
-	return thread_cmd_proc(c->tid, c->sb->rec.id, host, v2path, v2n, v1path, v1n);
-}
-
-/* The tier's exec is not safe against itself in one sandbox while it
- * creates the command's leaf cgroup (wr_cgroup_create_leaf grows the
- * sandbox cgroup's child list without a lock). So execs in one sandbox go
- * through their start one at a time: the next may start once the previous
- * one's helper or command (a child of that exec's thread) sits in its
- * leaf, or that exec has returned. Commands still run concurrently. */
-static void gate_enter(struct wrd_sbx *sb)
-{
-	pid_t me = gettid();
-	for (;;) {
-		pthread_mutex_lock(&sb->lock);
-		pid_t t = sb->exec_gate;
-		if (t == 0)
-			sb->exec_gate = me;
-		pthread_mutex_unlock(&sb->lock);
-		if (t == 0)
-			return;
-		pid_t host;
-		char v2[512], v1[512];
-		int k = thread_cmd_proc(t, sb->rec.id, &host, v2, sizeof(v2), v1, sizeof(v1));
-		if (k == 0 || k == -EAGAIN) { /* its helper or command is in its leaf */
-			pthread_mutex_lock(&sb->lock);
-			bool took = sb->exec_gate == t;
-			if (took)
-				sb->exec_gate = me;
-			pthread_mutex_unlock(&sb->lock);
-			if (took)
-				return;
-		}
-		usleep(1000);
-	}
-}
-
-static void gate_leave(struct wrd_sbx *sb)
-{
-	pthread_mutex_lock(&sb->lock);
-	if (sb->exec_gate == gettid())
-		sb->exec_gate = 0;
-	pthread_mutex_unlock(&sb->lock);
+	return wr_exec_ctl_kill(&c->ctl);
 }
 
 int wrd_cmd_pidfd(struct wrd_cmd *c)
 {
-	pid_t host;
-	char v2[512], v1[512];
-	int r = c->tid > 0 ? cmd_proc(c, &host, v2, sizeof(v2), v1, sizeof(v1)) : -ESRCH;
-	if (r < 0)
-		return r;
-	int fd = wr_pidfd_open(host, 0);
-	return fd < 0 ? -errno : fd;
-}
-
-pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
-{
-	pid_t host;
-	char v2[512], v1[512];
-	if (c->tid <= 0 || cmd_proc(c, &host, v2, sizeof(v2), v1, sizeof(v1)) < 0)
-		return 0;
-	char path[64], *st = NULL;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)host);
-	if (wr_read_file_at(AT_FDCWD, path, &st, 65536, NULL) < 0)
-		return 0;
-	pid_t ns = 0;
-	char *l = strstr(st, "\nNSpid:");
-	if (l) {
-		char *e = strchr(l + 1, '\n');
-		if (e)
-			*e = 0;
-		char *last = strrchr(l, '\t');
-		ns = last ? (pid_t)atoi(last + 1) : 0;
-	}
-	free(st);
-	return ns;
-}
-
-static bool is_cgroup2(const char *dir)
-{
-	struct statfs sf;
-	return statfs(dir, &sf) == 0 && sf.f_type == 0x63677270; /* CGROUP2_SUPER_MAGIC */
-}
-
-/* Kill the command's whole tree: cgroup.kill on its leaf (v2 or the
- * hybrid unified hierarchy), else SIGKILL every task of the v1 leaf until
- * it is empty. Caller holds c->lock. */
-int wrd_cmd_kill_tree(struct wrd_cmd *c)
-{
-	pid_t host;
-	char v2[512], v1[512], path[1100];
-	int r = cmd_proc(c, &host, v2, sizeof(v2), v1, sizeof(v1));
-	if (r < 0)
-		return r;
-	const char *mnt = is_cgroup2("/sys/fs/cgroup/unified") ? "/sys/fs/cgroup/unified"
-			  : is_cgroup2("/sys/fs/cgroup")       ? "/sys/fs/cgroup"
-							       : NULL;
-	if (mnt && v2[0]) {
-		snprintf(path, sizeof(path), "%s%s/cgroup.kill", mnt, v2);
-		if (wr_write_file_at(AT_FDCWD, path, "1", NULL) == 0)
-			return 0;
-	}
-	if (!v1[0])
-		return -ENOENT;
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/pids%s/cgroup.procs", v1);
-	for (int round = 0; round < 100; round++) {
-		char *procs = NULL;
-		if (wr_read_file_at(AT_FDCWD, path, &procs, 1 << 20, NULL) < 0)
-			return 0;
-		bool any = false;
-		char *save = NULL;
-		for (char *t = strtok_r(procs, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
-			kill((pid_t)atoi(t), SIGKILL);
-			any = true;
-		}
-		free(procs);
-		if (!any)
-			return 0;
-		usleep(10 * 1000);
-	}
-	return 0;
+	return wr_exec_ctl_pidfd(&c->ctl);
 }
 
 /* ---- running ------------------------------------------------------------ */
@@ -455,6 +267,7 @@ void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 	    .pty_rows = c->rows,
 	    .pty_cols = c->cols,
 	    .on_pty = c->on_pty,
+	    .ctl = &c->ctl,
 	};
 	if (c->pty) {
 		spec.ctx = c->pty_ctx;
@@ -470,9 +283,7 @@ void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 	pthread_mutex_unlock(&c->lock);
 	struct wr_exec_result res;
 	_cleanup_err_ wr_err err = NULL;
-	gate_enter(sb);
 	int r = sb->ops->exec(sb->tsb, &spec, &res, &err);
-	gate_leave(sb);
 	if (c->stdin_r >= 0) {
 		close(c->stdin_r);
 		c->stdin_r = -1;
@@ -747,6 +558,7 @@ struct wrd_cmd *wrd_cmd_new(void)
 		return NULL;
 	atomic_init(&c->refs, 1);
 	pthread_mutex_init(&c->lock, NULL);
+	wr_exec_ctl_init(&c->ctl);
 	pthread_cond_init(&c->cv, NULL);
 	c->stdin_r = c->stdin_w = -1;
 	c->user = -1;

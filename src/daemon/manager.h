@@ -44,7 +44,6 @@ struct wrd_sbx {
 	int64_t last_active_ms;
 	uint64_t disk_bytes;
 	uint64_t ev_seq;
-	pid_t exec_gate; /* thread whose exec is starting (commands.c), 0 = none */
 	/* commands (commands.c), under lock */
 	struct wrd_cmd *cmds;
 	unsigned n_cmds, next_cmd;

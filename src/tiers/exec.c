@@ -437,6 +437,10 @@ static void ctl_set(struct wr_exec_ctl *c, struct wr_cgroup *leaf, pid_t pid)
 	pthread_mutex_lock(&c->lock);
 	c->leaf = leaf;
 	c->pid = pid;
+	/* A kill that came while the helper was still joining the leaf did not
+	 * reach it: repeat it now that the command is in. */
+	if (c->kill && leaf && pid > 0)
+		wr_cgroup_kill(leaf, NULL);
 	pthread_mutex_unlock(&c->lock);
 }
 
