@@ -623,17 +623,17 @@ int wr_cgroup_destroy(struct wr_cgroup **pcg, wr_err *err)
 	if (kr == 0 && cg->v2_fd >= 0)
 		wr_cg_v2_wait_event(cg->v2_fd, "populated", 0, DESTROY_TIMEOUT_MS);
 	/* The directories go as soon as the last task has exited. */
-	unsigned todo = cg->hiers | (cg->v2_fd >= 0 ? 1u << WR_CG_NCTRL : 0);
+	unsigned pending = cg->hiers | (cg->v2_fd >= 0 ? 1u << WR_CG_NCTRL : 0);
 	unsigned delay = 200; /* us */
 	int busy_errno = 0;
 	for (;;) {
 		for (int h = 0; h <= WR_CG_NCTRL; h++) {
-			if (!(todo & (1u << h)))
+			if (!(pending & (1u << h)))
 				continue;
 			bool v2 = h == WR_CG_NCTRL;
 			int r = rm_cg_dir(cg, v2 ? root->v2_base_fd : root->hier[h].base_fd);
 			if (r == 0) {
-				todo &= ~(1u << h);
+				pending &= ~(1u << h);
 			} else if (r != -EBUSY) {
 				return wr_err_set(
 				    err, -r, "destroy cgroup %s: cgroup %s: rmdir %s/%s: %s",
@@ -643,7 +643,7 @@ int wr_cgroup_destroy(struct wr_cgroup **pcg, wr_err *err)
 				busy_errno = EBUSY;
 			}
 		}
-		if (todo == 0)
+		if (pending == 0)
 			break;
 		if (wr_now_ns() > deadline) {
 			if (kr < 0 && err) {
