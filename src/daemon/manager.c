@@ -369,5 +369,10 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 	};
 	if (wr_container_init(&cc, err) < 0)
 		return -1;
+	/* Now, while the daemon is small: creates then never copy it. */
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+	if (wr_container_spawners_start(n, err) < 0)
+		return -1;
 	return 0;
 }

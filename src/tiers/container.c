@@ -548,6 +548,9 @@ fail:
 
 /* ---- adoption after a restart -------------------------------------------- */
 
+static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
+		 struct wr_sandbox **out, wr_err *err);
+
 /* True when /proc/<pid>/cgroup places pid in .../<id>/init (pure v2) or
  * .../<id> (v1, hybrid) in some hierarchy: that is how we know a recorded pid
  * is still our PID 1 and not a recycled pid. */
@@ -571,6 +574,35 @@ static bool pid_is_init_of(pid_t pid, const char *id)
 
 int wr_container_adopt(const struct wr_sandbox_spec *in, pid_t init_pid, struct wr_sandbox **out,
 		       wr_err *err)
+{
+	return adopt(in, init_pid, -1, out, err);
+}
+
+int wr_container_adopt_known(const struct wr_sandbox_spec *in, pid_t init_pid, uint32_t slot,
+			     struct wr_sandbox **out, wr_err *err)
+{
+	return adopt(in, init_pid, (int64_t)slot, out, err);
+}
+
+void wr_container_release(struct wr_sandbox **psb)
+{
+	struct wr_sandbox *sb = *psb;
+	if (sb == NULL)
+		return;
+	*psb = NULL;
+	close(sb->init_pidfd);
+	if (sb->root_fd >= 0)
+		close(sb->root_fd);
+	if (sb->init_cg)
+		wr_cgroup_close(sb->init_cg);
+	wr_cgroup_close(sb->cg);
+	sandbox_free(sb);
+}
+
+/* slot < 0: look the uid range up by owner (a restart); else it is known
+ * (a spawner just made the sandbox). */
+static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
+		 struct wr_sandbox **out, wr_err *err)
 {
 	struct wr_container_globals *g = &wr_cg_globals;
 	if (!g->ready)
@@ -618,8 +650,13 @@ int wr_container_adopt(const struct wr_sandbox_spec *in, pid_t init_pid, struct 
 			       sb->id);
 		goto fail;
 	}
-	if ((r = wr_idmap_find(g->state_dir, sb->id, &sb->idmap, err)) < 0)
+	if (slot >= 0) {
+		sb->idmap.slot = (uint32_t)slot;
+		sb->idmap.base = WR_IDMAP_BASE + (uint32_t)slot * WR_IDMAP_SIZE;
+		sb->idmap.count = WR_IDMAP_SIZE;
+	} else if ((r = wr_idmap_find(g->state_dir, sb->id, &sb->idmap, err)) < 0) {
 		goto fail;
+	}
 	if ((r = wr_cgroup_open(g->cgroot, sb->id, &sb->cg, err)) < 0)
 		goto fail;
 	char path[64];
@@ -759,7 +796,7 @@ uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb)
 
 const struct wr_tier_ops wr_container_tier = {
     .name = "container",
-    .create = wr_container_create,
+    .create = wr_container_create_spawned,
     .exec = wr_container_exec,
     .fs = wr_container_fs,
     .kill = wr_container_kill,

@@ -32,6 +32,22 @@ int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
  * destroy waits for it through its pidfd. */
 int wr_container_adopt(const struct wr_sandbox_spec *spec, pid_t init_pid, struct wr_sandbox **out,
 		       wr_err *err);
+/* The same when the uid range is known (no scan of the range files). */
+int wr_container_adopt_known(const struct wr_sandbox_spec *spec, pid_t init_pid, uint32_t slot,
+			     struct wr_sandbox **out, wr_err *err);
+/* Free a handle and leave the sandbox running (it is someone else's now). */
+void wr_container_release(struct wr_sandbox **sb);
+
+/* Spawners (spawner.c): creates done by small single-threaded helper
+ * processes forked now, so that a big multi-threaded caller (warrend) is
+ * never copied by a create. Call once, early, after wr_container_init and
+ * before the caller grows. */
+int wr_container_spawners_start(int n, wr_err *err);
+/* wr_container_create through a spawner when spawners run (else directly);
+ * the handle behaves as an adopted one (PID 1 is the spawner's child). */
+int wr_container_create_spawned(const struct wr_sandbox_spec *spec, struct wr_sandbox **out,
+				wr_err *err);
+
 /* Kill and remove every sandbox cgroup and uid range whose id keep() does not
  * recognise (left by a crash mid-create, or by sandboxes whose record is
  * gone). Returns the number removed. */

@@ -525,6 +525,45 @@ static void test_cycles_leave_nothing_behind(void **state)
 	assert_int_equal(count_sandbox_cgroups(), cgroups);
 }
 
+/* Creates through a spawner process: the sandbox is not our child, works
+ * the same, and is torn down completely. */
+static void test_spawned_sandboxes(void **state)
+{
+	(void)state;
+	wr_err err = NULL;
+	assert_int_equal(wr_container_spawners_start(1, &err), 0);
+	int ranges_before = 0;
+	char idmap[300];
+	snprintf(idmap, sizeof(idmap), "%s/state/idmap", g_tmp);
+	ranges_before = count_dir(idmap);
+	for (int i = 0; i < 20; i++) {
+		struct wr_sandbox_spec spec = {.image = g_image, .hostname = "spawned"};
+		struct wr_sandbox *sb = NULL;
+		int r = wr_container_create_spawned(&spec, &sb, &err);
+		if (r < 0)
+			fprintf(stderr, "create: %s\n", err->msg);
+		assert_int_equal(r, 0);
+		char path[64], *st = NULL;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)wr_sandbox_init_pid(sb));
+		assert_true(wr_read_file_at(AT_FDCWD, path, &st, 4096, NULL) > 0);
+		int ppid = 0;
+		sscanf(strrchr(st, ')') + 2, "%*c %d", &ppid);
+		free(st);
+		assert_int_not_equal(ppid, (int)getpid()); /* the spawner's child */
+		struct wr_exec_result res = run(sb, 0, "hostname; id -u");
+		assert_string_equal(res.out, "spawned\n0\n");
+		wr_exec_result_free(&res);
+		destroy(&sb);
+	}
+	assert_int_equal(count_dir(idmap), ranges_before);
+	/* bad input is reported as from a direct create, field included */
+	struct wr_sandbox_spec bad = {.image = g_image, .memory_bytes = 1024};
+	struct wr_sandbox *sb = NULL;
+	assert_true(wr_container_create_spawned(&bad, &sb, &err) < 0);
+	assert_string_equal(err->field, "memory");
+	wr_err_free(&err);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -539,6 +578,7 @@ int main(void)
 	    cmocka_unit_test(test_kill_then_exec_is_refused),
 	    cmocka_unit_test(test_bad_spec_names_field),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
+	    cmocka_unit_test(test_spawned_sandboxes),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
