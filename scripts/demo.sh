@@ -20,6 +20,8 @@ cleanup() {
 		wait "$DAEMON_PID" 2>/dev/null || true
 	fi
 	rm -rf "$DEMO"
+	# the daemon leaves its (empty) cgroup base behind: ours, remove it
+	find /sys/fs/cgroup -depth -type d -name warren-demo -exec rmdir {} + 2>/dev/null || true
 }
 trap cleanup EXIT
 
