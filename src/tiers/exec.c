@@ -520,9 +520,6 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	if (envp == NULL)
 		return wr_err_wrap(err, "exec");
 
-	struct wr_cgroup_stats before = {0};
-	wr_cgroup_stats(sb->cg, &before, NULL);
-
 	/* Leaf names are unique per sandbox; after an adoption a leaf of the
 	 * previous process may still hold a name, so skip taken ones. */
 	for (int tries = 0;; tries++) {
@@ -730,9 +727,11 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		wr_cgroup_kill(leaf, NULL);
 
 	res->duration_ns = wr_now_ns() - t0;
-	struct wr_cgroup_stats cst = {0}, after = {0};
+	/* The command's own cgroup: its usage, and whether the OOM killer took
+	 * one of its processes (the leaf's counter counts only its own victims,
+	 * not those of other commands of the sandbox). */
+	struct wr_cgroup_stats cst = {0};
 	wr_cgroup_stats(leaf, &cst, NULL);
-	wr_cgroup_stats(sb->cg, &after, NULL);
 	res->cpu_ns = cst.cpu_usage_ns;
 	res->memory_peak = cst.memory_peak;
 	if (si.si_code == CLD_EXITED) {
@@ -742,7 +741,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		res->signal = si.si_status;
 		res->exit_code = 128 + si.si_status;
 		res->reason = WR_EXIT_SIGNALED;
-		if (si.si_status == SIGKILL && after.oom_kills > before.oom_kills)
+		if (si.si_status == SIGKILL && cst.oom_kills > 0)
 			res->reason = WR_EXIT_OOM;
 	}
 	if (timed_out)
