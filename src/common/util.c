@@ -255,3 +255,22 @@ int wr_recv_fd(int sock)
 	memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	return fd;
 }
+
+#include <linux/securebits.h>
+#include <sys/fsuid.h>
+#include <sys/prctl.h>
+
+void wr_fscred_enter(uid_t uid, gid_t gid, struct wr_fscred *saved)
+{
+	int bits = prctl(PR_GET_SECUREBITS);
+	if (bits >= 0 && !(bits & SECBIT_NO_SETUID_FIXUP))
+		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
+	saved->gid = setfsgid(gid);
+	saved->uid = setfsuid(uid);
+}
+
+void wr_fscred_leave(const struct wr_fscred *saved)
+{
+	setfsuid((uid_t)saved->uid);
+	setfsgid((gid_t)saved->gid);
+}

@@ -38,6 +38,15 @@ int wr_mkdir_p(const char *path, mode_t mode, wr_err *err);
 
 #endif
 
+/* Act on a sandbox's filesystems as its user: the calling thread's
+ * fsuid/fsgid become uid/gid (host ids) and SECBIT_NO_SETUID_FIXUP keeps
+ * its capabilities meanwhile. Per thread; restore with wr_fscred_leave. */
+struct wr_fscred {
+	int uid, gid; /* the previous ids */
+};
+void wr_fscred_enter(uid_t uid, gid_t gid, struct wr_fscred *saved);
+void wr_fscred_leave(const struct wr_fscred *saved);
+
 /* Pass one fd over a Unix socket (SCM_RIGHTS) with a one-byte payload.
  * Child-half safe: no allocation. wr_recv_fd returns the received fd
  * (close-on-exec), -EPIPE on EOF, -errno on failure. */

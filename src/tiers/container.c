@@ -260,10 +260,7 @@ static void sandbox_free(struct wr_sandbox *sb)
 {
 	if (sb == NULL)
 		return;
-	if (sb->env)
-		for (size_t i = 0; i < sb->n_env; i++)
-			free(sb->env[i]);
-	free(sb->env);
+	wr_env_free(sb->env);
 	free(sb->workdir);
 	pthread_mutex_destroy(&sb->leaves_lock);
 	free(sb);
@@ -277,36 +274,8 @@ static int copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, w
 	    "TERM=xterm",
 	    "LANG=C.UTF-8",
 	};
-	size_t n = WR_ARRAY_SIZE(base) + spec->n_env;
-	sb->env = calloc(n + 1, sizeof(char *));
-	if (sb->env == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	for (size_t i = 0; i < WR_ARRAY_SIZE(base); i++)
-		sb->env[sb->n_env++] = strdup(base[i]);
-	for (size_t i = 0; i < spec->n_env; i++) {
-		const struct wr_env_kv *kv = &spec->env[i];
-		if (kv->key == NULL || *kv->key == 0 || strchr(kv->key, '='))
-			return wr_err_field(err, "env", "invalid environment variable name '%s'",
-					    kv->key ? kv->key : "");
-		char *s = NULL;
-		if (asprintf(&s, "%s=%s", kv->key, kv->value ? kv->value : "") < 0)
-			return wr_err_set(err, ENOMEM, "out of memory");
-		size_t klen = strlen(kv->key);
-		size_t j;
-		for (j = 0; j < sb->n_env; j++)
-			if (strncmp(sb->env[j], s, klen + 1) == 0)
-				break;
-		if (j < sb->n_env) {
-			free(sb->env[j]);
-			sb->env[j] = s;
-		} else {
-			sb->env[sb->n_env++] = s;
-		}
-	}
-	for (size_t i = 0; i < sb->n_env; i++)
-		if (sb->env[i] == NULL)
-			return wr_err_set(err, ENOMEM, "out of memory");
-	return 0;
+	sb->env = wr_env_merge(base, WR_ARRAY_SIZE(base), spec->env, spec->n_env, &sb->n_env, err);
+	return sb->env ? 0 : -1;
 }
 
 /* Validate and fill defaults. Errors name the field. */

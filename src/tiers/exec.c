@@ -314,58 +314,6 @@ static void leaves_reap(struct wr_sandbox *sb)
 	pthread_mutex_unlock(&sb->leaves_lock);
 }
 
-static char **build_env(const struct wr_sandbox *sb, const struct wr_exec_spec *spec, wr_err *err)
-{
-	size_t n = sb->n_env + spec->n_env;
-	char **env = calloc(n + 1, sizeof(char *));
-	if (env == NULL)
-		return NULL;
-	size_t k = 0;
-	for (size_t i = 0; i < sb->n_env; i++)
-		env[k++] = strdup(sb->env[i]);
-	for (size_t i = 0; i < spec->n_env; i++) {
-		const struct wr_env_kv *kv = &spec->env[i];
-		if (kv->key == NULL || *kv->key == 0 || strchr(kv->key, '=')) {
-			wr_err_field(err, "env", "invalid environment variable name '%s'",
-				     kv->key ? kv->key : "");
-			goto fail;
-		}
-		char *s = NULL;
-		if (asprintf(&s, "%s=%s", kv->key, kv->value ? kv->value : "") < 0)
-			goto oom;
-		size_t klen = strlen(kv->key), j;
-		for (j = 0; j < k; j++)
-			if (env[j] && strncmp(env[j], s, klen + 1) == 0)
-				break;
-		if (j < k) {
-			free(env[j]);
-			env[j] = s;
-		} else {
-			env[k++] = s;
-		}
-	}
-	for (size_t i = 0; i < k; i++)
-		if (env[i] == NULL)
-			goto oom;
-	return env;
-oom:
-	wr_err_set(err, ENOMEM, "out of memory");
-fail:
-	for (size_t i = 0; i < n; i++)
-		free(env[i]);
-	free(env);
-	return NULL;
-}
-
-static void free_env(char **env)
-{
-	if (env == NULL)
-		return;
-	for (size_t i = 0; env[i]; i++)
-		free(env[i]);
-	free(env);
-}
-
 static int pipe_nb(int p[2], wr_err *err)
 {
 	if (pipe2(p, O_CLOEXEC) < 0)
@@ -467,14 +415,11 @@ static int open_pty(struct wr_sandbox *sb, const struct wr_exec_spec *spec, int 
 	gid_t gid = sb->idmap.base + (spec->group >= 0	? (gid_t)spec->group
 				      : spec->user >= 0 ? (gid_t)spec->user
 							: sb->group);
-	int bits = prctl(PR_GET_SECUREBITS);
-	if (bits >= 0 && !(bits & SECBIT_NO_SETUID_FIXUP))
-		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
-	int ogid = setfsgid(gid), ouid = setfsuid(uid);
+	struct wr_fscred cred;
+	wr_fscred_enter(uid, gid, &cred);
 	*master = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
 	int saved = errno;
-	setfsuid((uid_t)ouid);
-	setfsgid((gid_t)ogid);
+	wr_fscred_leave(&cred);
 	if (*master < 0) {
 		errno = saved;
 		return wr_err_sys(err, "open the sandbox's pty multiplexer");
@@ -516,7 +461,9 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1, pty_master = -1, pty_slave = -1;
 	struct stream so = {.fd = -1, .no = 1}, se = {.fd = -1, .no = 2};
 	struct wr_cgroup *leaf = NULL;
-	char **envp = build_env(sb, spec, err);
+	size_t n_envp;
+	char **envp = wr_env_merge((const char *const *)sb->env, sb->n_env, spec->env, spec->n_env,
+				   &n_envp, err);
 	if (envp == NULL)
 		return wr_err_wrap(err, "exec");
 
@@ -792,7 +739,7 @@ out:
 		else
 			leaf_park(sb, leaf);
 	}
-	free_env(envp);
+	wr_env_free(envp);
 	if (r < 0)
 		wr_err_wrap(err, "exec in %s", sb->id);
 	return r;

@@ -34,6 +34,7 @@
 
 #include "common/cleanup.h"
 #include "common/compat.h"
+#include "common/util.h"
 #include "tiers/fsops_internal.h"
 
 #define CHUNK (64 * 1024)
@@ -667,32 +668,14 @@ static int fs_write_from_fd_unguarded(const struct wr_fs *fs, const char *path, 
  * capabilities while it does (the host side acts with full access, as the
  * owner of the sandbox; what it creates belongs to the sandbox user).
  * fsuid is per thread, so concurrent operations on other threads and other
- * sandboxes are unaffected; the previous ids are restored on the way out. */
-struct fs_cred {
-	int uid, gid;
-};
-
-static void fs_cred_enter(const struct wr_fs *fs, struct fs_cred *saved)
-{
-	int bits = prctl(PR_GET_SECUREBITS);
-	if (bits >= 0 && !(bits & SECBIT_NO_SETUID_FIXUP))
-		prctl(PR_SET_SECUREBITS, bits | SECBIT_NO_SETUID_FIXUP);
-	saved->gid = setfsgid(fs->gid);
-	saved->uid = setfsuid(fs->uid);
-}
-
-static void fs_cred_leave(const struct fs_cred *saved)
-{
-	setfsuid((uid_t)saved->uid);
-	setfsgid((gid_t)saved->gid);
-}
-
+ * sandboxes are unaffected; the previous ids are restored on the way out
+ * (wr_fscred_enter/leave, shared with the pty set-up in exec.c). */
 #define GUARDED(call)                                                                              \
 	do {                                                                                       \
-		struct fs_cred c_;                                                                 \
-		fs_cred_enter(fs, &c_);                                                            \
+		struct wr_fscred c_;                                                               \
+		wr_fscred_enter(fs->uid, fs->gid, &c_);                                            \
 		int r_ = call;                                                                     \
-		fs_cred_leave(&c_);                                                                \
+		wr_fscred_leave(&c_);                                                              \
 		return r_;                                                                         \
 	} while (0)
 

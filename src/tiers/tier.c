@@ -1,5 +1,8 @@
 #include "tiers/tier.h"
 
+#include <errno.h>
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,4 +33,51 @@ const struct wr_tier_ops *wr_tier_lookup(const char *name)
 	if (name == NULL || strcmp(name, "container") == 0)
 		return &wr_container_tier;
 	return NULL;
+}
+
+char **wr_env_merge(const char *const *base, size_t nbase, const struct wr_env_kv *kv, size_t nkv,
+		    size_t *n, wr_err *err)
+{
+	char **env = calloc(nbase + nkv + 1, sizeof(char *));
+	size_t k = 0;
+	if (env == NULL)
+		goto oom;
+	for (size_t i = 0; i < nbase; i++)
+		if ((env[k++] = strdup(base[i])) == NULL)
+			goto oom;
+	for (size_t i = 0; i < nkv; i++) {
+		if (kv[i].key == NULL || *kv[i].key == 0 || strchr(kv[i].key, '=')) {
+			wr_err_field(err, "env", "invalid environment variable name '%s'",
+				     kv[i].key ? kv[i].key : "");
+			goto fail;
+		}
+		char *s = NULL;
+		if (asprintf(&s, "%s=%s", kv[i].key, kv[i].value ? kv[i].value : "") < 0)
+			goto oom;
+		size_t klen = strlen(kv[i].key), j;
+		for (j = 0; j < k; j++)
+			if (strncmp(env[j], s, klen + 1) == 0)
+				break;
+		if (j < k)
+			free(env[j]);
+		else
+			k++;
+		env[j] = s;
+	}
+	*n = k;
+	return env;
+oom:
+	wr_err_set(err, ENOMEM, "out of memory");
+fail:
+	wr_env_free(env);
+	return NULL;
+}
+
+void wr_env_free(char **env)
+{
+	if (env == NULL)
+		return;
+	for (size_t i = 0; env[i]; i++)
+		free(env[i]);
+	free(env);
 }

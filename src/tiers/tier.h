@@ -129,4 +129,12 @@ struct wr_tier_ops {
 
 const struct wr_tier_ops *wr_tier_lookup(const char *name);
 
+/* For tier implementations: base ("K=V" strings) with kv added, a key given
+ * again replacing the earlier value. Keys must be non-empty without '='
+ * (error names the field "env"). Returns a NULL-terminated malloc'd array
+ * (count in *n) or NULL; free with wr_env_free. */
+char **wr_env_merge(const char *const *base, size_t nbase, const struct wr_env_kv *kv, size_t nkv,
+		    size_t *n, wr_err *err);
+void wr_env_free(char **env);
+
 #endif
