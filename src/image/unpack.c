@@ -213,6 +213,10 @@ static int open_parent(struct wri_unpack *u, struct pathset *ps, const char *pat
 		}
 		if (nfd < 0) {
 			int e2 = errno;
+			struct stat sb;
+			if (e2 == ENOTDIR && fstatat(fd, comp, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISLNK(sb.st_mode))
+				e2 = ELOOP;
 			close(fd);
 			if (e2 == ELOOP || e2 == EXDEV)
 				return wr_err_set(err, EPERM,
