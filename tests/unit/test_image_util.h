@@ -11,6 +11,8 @@
 #include <ftw.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/sysmacros.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -276,6 +278,19 @@ static inline bool blob_hardlinked(struct fixture *f, const char *digest, const 
 {
 	long x = blob_nid(f, digest, a), y = blob_nid(f, digest, b);
 	return x >= 0 && x == y;
+}
+
+/* Run SQL on a store's database (simulating age or a crash). */
+static inline int db_exec(struct fixture *f, const char *sql)
+{
+	char p[160];
+	snprintf(p, sizeof(p), "%s/store.db", f->store);
+	sqlite3 *db = NULL;
+	int rc = sqlite3_open(p, &db);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	sqlite3_close(db);
+	return rc == SQLITE_OK ? 0 : -1;
 }
 
 /* lstat of a path inside a blob, through a real mount made in a child's
