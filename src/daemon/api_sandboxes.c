@@ -9,6 +9,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "daemon/api.h"
+#include "daemon/images.h"
 #include "daemon/jsonutil.h"
 #include "daemon/metrics.h"
 
@@ -250,6 +251,23 @@ void wrd_api_sb_create(struct wrd_req *r)
 	if (spec == NULL)
 		return;
 	const char *path = wrd_config_image(wrd_mgr_cfg, image);
+	/* image store refs (images.c): held by the sandbox from here on */
+	_cleanup_free_ char *store_path = NULL;
+	struct wr_image *simg = NULL;
+	char holder[40] = "";
+	if (path == NULL) {
+		_cleanup_err_ wr_err ierr = NULL;
+		int a = wrd_images_acquire_for_create(image, &store_path, &simg, holder, &ierr);
+		if (a < 0) {
+			wrd_reply_err(r, ierr);
+			json_decref(spec);
+			return;
+		}
+		if (a == 1) {
+			path = store_path;
+			wrd_images_apply_defaults(simg, r->json, spec);
+		}
+	}
 	if (path == NULL && image[0] == '/') {
 		/* A host path as rootfs is the node operator's choice only:
 		 * remote tenants could otherwise read any host directory. */
@@ -268,6 +286,9 @@ void wrd_api_sb_create(struct wrd_req *r)
 				"image: '%s' is not a configured image or an existing rootfs "
 				"directory or EROFS file",
 				image);
+		if (simg)
+			wrd_images_drop(simg->digest, holder);
+		wr_image_free(&simg);
 		json_decref(spec);
 		return;
 	}
@@ -283,10 +304,15 @@ void wrd_api_sb_create(struct wrd_req *r)
 		if (err && err->errnum == EINVAL && err->field == NULL)
 			err->errnum = EIO; /* the kernel's EINVAL is not the client's fault */
 		wrd_reply_err(r, err);
+		if (simg)
+			wrd_images_drop(simg->digest, holder);
 	} else {
+		if (simg)
+			wrd_images_adopt(simg->digest, holder, sb->rec.id);
 		wrd_reply_json(r, 201, wrd_record_json(&sb->rec));
 		wrd_mgr_put(sb);
 	}
+	wr_image_free(&simg);
 	json_decref(spec);
 }
 

@@ -1,4 +1,5 @@
 #include "daemon/config.h"
+#include "daemon/images.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -171,7 +172,11 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = load_tokens(v, cfg, err);
 		else if (strcmp(k, "images") == 0)
 			r = load_images(v, cfg, err);
-		else if (strcmp(k, "defaults") == 0)
+		else if (strcmp(k, "image_store") == 0) {
+			r = wrd_images_check_config(v, err);
+			if (r == 0 && (cfg->image_store = json_dumps(v, 0)) == NULL)
+				r = wr_err_set(err, ENOMEM, "out of memory");
+		} else if (strcmp(k, "defaults") == 0)
 			r = load_defaults(v, &cfg->defaults, err);
 		else if (strcmp(k, "workers") == 0)
 			r = cfg_uint(v, k, 1, 1024, &cfg->workers, err);
@@ -295,6 +300,7 @@ void wrd_config_free(struct wrd_config *cfg)
 		free(cfg->images[i].path);
 	}
 	free(cfg->images);
+	free(cfg->image_store);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -42,6 +42,7 @@ struct wrd_config {
 	struct wrd_image *images;
 	size_t n_images;
 	struct wrd_limits defaults;
+	char *image_store;	   /* the "image_store" object as JSON text, or NULL */
 	unsigned workers;	   /* worker threads for short kernel work */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */

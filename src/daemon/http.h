@@ -51,7 +51,7 @@ struct wrd_route {
 
 struct wrd_req {
 	const struct wrd_route *route;
-	char id[65];  /* {id} */
+	char id[160]; /* {id}: a sandbox id or an image ref (digests are 71 bytes) */
 	char cid[65]; /* {cid} */
 	const char *tenant;
 	bool tcp;      /* came in over TCP (else the Unix socket) */

@@ -19,6 +19,7 @@
 #include "common/util.h"
 #include "daemon/api.h"
 #include "daemon/config.h"
+#include "daemon/images.h"
 #include "daemon/db.h"
 #include "daemon/manager.h"
 #include "daemon/metrics.h"
@@ -111,8 +112,12 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
+	if (wrd_images_open_config(&cfg, &err) < 0) {
+		wr_log_err(err);
+		goto out;
+	}
 	wrd_metrics_init(wrd_route_labels, wrd_n_route_labels);
-	struct wrd_http_hooks hooks = {.upload_limit = wrd_mgr_upload_limit};
+	struct wrd_http_hooks hooks = {.upload_limit = wrd_images_or_mgr_upload_limit};
 	if (wrd_http_start(&cfg, wrd_routes, wrd_n_routes, &hooks, &err) < 0) {
 		wr_log_err(err);
 		goto out;
@@ -134,6 +139,7 @@ int main(int argc, char **argv)
 	wrd_mgr_stop_monitor();
 	status = 0;
 out:
+	wrd_images_close();
 	wrd_db_close();
 	free(db);
 	wrd_config_free(&cfg);

@@ -2,6 +2,7 @@
  * the metrics label (index into wrd_route_labels). A path that matches a
  * pattern with another method is 405; no pattern at all is 404. */
 #include "daemon/api.h"
+#include "daemon/api_images.h"
 #include "daemon/commands.h"
 #include "daemon/pty.h"
 
@@ -26,7 +27,14 @@
 #define P16 "/v1/sandboxes/{id}/files/rename"
 #define P17 "/v1/sandboxes/{id}/files/tar"
 #define P18 "/v1/sandboxes/{id}/pty"
-#define P19 "other"
+#define P19 "/v1/images"
+#define P20 "/v1/images/import"
+#define P21 "/v1/images/gc"
+#define P22 "/v1/images/{id}"
+#define P23 "/v1/images/{id}/tag"
+#define P24 "/v1/images/{id}/pin"
+#define P25 "/v1/images/{id}/unpin"
+#define P26 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -48,7 +56,14 @@ const char *const wrd_route_labels[] = {
     P16, /* 16 */
     P17, /* 17 */
     P18, /* 18 */
-    P19, /* 19: no route */
+    P19, /* 19 */
+    P20, /* 20 */
+    P21, /* 21 */
+    P22, /* 22 */
+    P23, /* 23 */
+    P24, /* 24 */
+    P25, /* 25 */
+    P26, /* 26: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -86,5 +101,14 @@ const struct wrd_route wrd_routes[] = {
     R("PUT", 17, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_tar_put),
     R("GET", 17, WRD_BODY_NONE, WRD_LONG, wrd_api_tar_get),
     R("GET", 18, WRD_BODY_NONE, WRD_LONG, wrd_api_pty),
+    /* images (api_images.c) */
+    R("GET", 19, WRD_BODY_NONE, WRD_POOL, wrd_api_img_list),
+    R("POST", 20, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_img_import),
+    R("POST", 21, WRD_BODY_NONE, WRD_LONG, wrd_api_img_gc),
+    R("GET", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_get),
+    R("DELETE", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_remove),
+    R("POST", 23, WRD_BODY_JSON, WRD_POOL, wrd_api_img_tag),
+    R("POST", 24, WRD_BODY_NONE, WRD_POOL, wrd_api_img_pin),
+    R("POST", 25, WRD_BODY_NONE, WRD_POOL, wrd_api_img_unpin),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

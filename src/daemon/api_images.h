@@ -1,0 +1,20 @@
+/* Handlers of /v1/images (api_images.c). */
+#ifndef WARREN_DAEMON_API_IMAGES_H
+#define WARREN_DAEMON_API_IMAGES_H
+
+#include <jansson.h>
+
+#include "daemon/http.h"
+#include "image/image.h"
+
+json_t *wrd_image_json(const struct wr_image *img);
+void wrd_api_img_import(struct wrd_req *r);
+void wrd_api_img_list(struct wrd_req *r);
+void wrd_api_img_get(struct wrd_req *r);
+void wrd_api_img_tag(struct wrd_req *r);
+void wrd_api_img_remove(struct wrd_req *r);
+void wrd_api_img_pin(struct wrd_req *r);
+void wrd_api_img_unpin(struct wrd_req *r);
+void wrd_api_img_gc(struct wrd_req *r);
+
+#endif

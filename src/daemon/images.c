@@ -1,0 +1,235 @@
+/* warrend's image store glue: config, open, sandbox holders, auto gc. */
+#include "daemon/images.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/db.h"
+#include "daemon/jsonutil.h"
+#include "daemon/manager.h"
+
+static struct wr_image_store *g_store;
+static uint64_t g_upload_max = 64ull << 30;
+
+struct wr_image_store *wrd_images(void)
+{
+	return g_store;
+}
+
+uint64_t wrd_images_upload_limit(void)
+{
+	return g_upload_max;
+}
+
+static int size_key(json_t *v, const char *k, uint64_t *out, wr_err *err)
+{
+	if (json_is_integer(v) && json_integer_value(v) >= 0) {
+		*out = (uint64_t)json_integer_value(v);
+		return 0;
+	}
+	if (json_is_string(v) && wr_parse_size(json_string_value(v), out) == 0)
+		return 0;
+	return wr_err_field(err, k, "image_store.%s: a byte count or a size like \"20G\"", k);
+}
+
+static int parse(json_t *v, struct wr_image_store_opts *o, wr_err *err)
+{
+	if (v == NULL)
+		return 0;
+	if (!json_is_object(v))
+		return wr_err_field(err, "image_store", "image_store: must be an object");
+	const char *k;
+	json_t *x;
+	json_object_foreach(v, k, x)
+	{
+		int64_t n;
+		int r;
+		if (strcmp(k, "quota") == 0)
+			r = size_key(x, k, &o->quota_bytes, err);
+		else if (strcmp(k, "max_unpacked") == 0)
+			r = size_key(x, k, &o->max_unpacked_bytes, err);
+		else if (strcmp(k, "high_water_pct") == 0 || strcmp(k, "low_water_pct") == 0) {
+			r = wrd_j_int(x, k, 1, 100, &n, err);
+			if (k[0] == 'h')
+				o->high_water_pct = (unsigned)n;
+			else
+				o->low_water_pct = (unsigned)n;
+		} else if (strcmp(k, "grace") == 0) {
+			uint64_t ms = 0;
+			if (json_is_integer(x) && json_integer_value(x) >= 0) {
+				ms = (uint64_t)json_integer_value(x) * 1000;
+				r = 0;
+			} else if (json_is_string(x) &&
+				   wr_parse_duration_ms(json_string_value(x), &ms) == 0) {
+				r = 0;
+			} else {
+				r = wr_err_field(err, k,
+						 "image_store.grace: seconds or a duration like "
+						 "\"10m\"");
+			}
+			o->grace_sec = (int64_t)(ms / 1000);
+		} else if (strcmp(k, "max_entries") == 0) {
+			r = wrd_j_int(x, k, 1, 100000000, &n, err);
+			o->max_entries = (uint64_t)n;
+		} else {
+			r = wr_err_field(err, k, "image_store.%s: unknown key", k);
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int wrd_images_check_config(json_t *v, wr_err *err)
+{
+	struct wr_image_store_opts o = {0};
+	return parse(v, &o, err);
+}
+
+static bool live(void *ctx, const char *holder)
+{
+	(void)ctx;
+	/* create-* holders belong to creates in flight */
+	return strncmp(holder, "create-", 7) == 0 || wrd_table_has(holder);
+}
+
+int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
+{
+	struct wr_image_store_opts o = {.grace_sec = 600};
+	int r = parse(conf, &o, err);
+	if (r < 0)
+		return r;
+	_cleanup_free_ char *dir = NULL;
+	if (asprintf(&dir, "%s/images", cfg->state_dir) < 0)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	o.dir = dir;
+	if ((r = wr_image_store_open(&o, &g_store, err)) < 0)
+		return r;
+	if (o.max_unpacked_bytes)
+		g_upload_max = o.max_unpacked_bytes;
+	/* Restart: holders of sandboxes that did not survive go. */
+	if (wr_image_release_except(g_store, live, NULL, err) < 0)
+		return -EIO;
+	return 0;
+}
+
+void wrd_images_close(void)
+{
+	wr_image_store_close(&g_store);
+}
+
+static bool is_store_ref(const char *image)
+{
+	if (image[0] == '/' || image[0] == '.')
+		return false;
+	return strchr(image, ':') || strchr(image, '@') || strchr(image, '/') ||
+	       strncmp(image, "sha256:", 7) == 0;
+}
+
+int wrd_images_acquire_for_create(const char *image, char **path, struct wr_image **img,
+				  char holder[40], wr_err *err)
+{
+	if (g_store == NULL || image[0] == '/')
+		return 0;
+	char id[17];
+	if (wr_random_id(id) < 0)
+		return wr_err_sys(err, "random id");
+	snprintf(holder, 40, "create-%s", id);
+	_cleanup_err_ wr_err e = NULL;
+	int r = wr_image_acquire(g_store, image, holder, path, img, &e);
+	if (r == 0)
+		return 1;
+	/* A bare word that is no store name: a configured image, maybe. */
+	if (r == -ENOENT && !is_store_ref(image))
+		return 0;
+	if (r == -EINVAL && !is_store_ref(image))
+		return 0;
+	*err = steal_ptr(&e);
+	if (*err && (*err)->field == NULL)
+		(*err)->field = strdup("image");
+	return r;
+}
+
+void wrd_images_adopt(const char *digest, const char *holder, const char *sandbox_id)
+{
+	_cleanup_err_ wr_err err = NULL;
+	char *p = NULL;
+	if (wr_image_acquire(g_store, digest, sandbox_id, &p, NULL, &err) < 0)
+		wr_log_err(err);
+	free(p);
+	wr_image_release(g_store, digest, holder, NULL);
+}
+
+void wrd_images_drop(const char *digest, const char *holder)
+{
+	wr_image_release(g_store, digest, holder, NULL);
+}
+
+void wrd_images_reconcile(void)
+{
+	_cleanup_err_ wr_err err = NULL;
+	if (g_store && wr_image_release_except(g_store, live, NULL, &err) < 0)
+		wr_log_err(err);
+}
+
+static void log_removal(void *ctx, const struct wr_image_gc_event *ev)
+{
+	(void)ctx;
+	wr_info("image gc: removed %s (%llu bytes, %s)", ev->digest, (unsigned long long)ev->size,
+		wr_image_gc_reason_name(ev->reason));
+}
+
+void wrd_images_gc_auto(void)
+{
+	_cleanup_err_ wr_err err = NULL;
+	wrd_images_reconcile();
+	struct wr_image_gc_opts o = {.on_remove = log_removal};
+	if (wr_image_gc_auto(g_store, &o, NULL, &err) < 0)
+		wr_log_err(err);
+}
+
+int wrd_images_open_config(const struct wrd_config *cfg, wr_err *err)
+{
+	json_t *conf = cfg->image_store ? json_loads(cfg->image_store, 0, NULL) : NULL;
+	int r = wrd_images_open(cfg, conf, err);
+	json_decref(conf);
+	return r < 0 ? wr_err_wrap(err, "image store") : 0;
+}
+
+uint64_t wrd_images_or_mgr_upload_limit(const char *tenant, const char *id)
+{
+	/* The only upload route without a sandbox id is the image import. */
+	if (id == NULL || id[0] == '\0')
+		return g_store ? g_upload_max : 0;
+	return wrd_mgr_upload_limit(tenant, id);
+}
+
+void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t *spec)
+{
+	const struct wr_image_config *c = &img->config;
+	if (c->workdir && json_object_get(body, "workdir") == NULL)
+		json_object_set_new(spec, "workdir", json_string(c->workdir));
+	json_t *env = json_object_get(spec, "env");
+	for (size_t i = 0; json_is_object(env) && i < c->n_env; i++) {
+		const char *eq = strchr(c->env[i], '=');
+		_cleanup_free_ char *k = eq ? strndup(c->env[i], (size_t)(eq - c->env[i])) : NULL;
+		if (k && json_object_get(env, k) == NULL)
+			json_object_set_new(env, k, json_string(eq + 1));
+	}
+	/* OCI "User": a numeric uid (or uid:gid) applies; a user name would
+	 * need the image's /etc/passwd, which the host does not read. */
+	uint64_t uid;
+	if (c->user && json_object_get(body, "user") == NULL) {
+		_cleanup_free_ char *u = strdup(c->user);
+		char *colon = u ? strchr(u, ':') : NULL;
+		if (colon)
+			*colon = '\0';
+		if (u && wr_parse_u64(u, 65535, &uid) == 0)
+			json_object_set_new(spec, "user", json_integer((json_int_t)uid));
+	}
+}

@@ -1,0 +1,49 @@
+/* warrend's image store: one wr_image_store at <state_dir>/images with the
+ * policy of the config's "image_store" object, and the glue sandboxes use
+ * (acquire at create, holders reconciled with live sandboxes). */
+#ifndef WARREN_DAEMON_IMAGES_H
+#define WARREN_DAEMON_IMAGES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "daemon/config.h"
+#include "image/image.h"
+
+/* Validate the "image_store" config object (errors name the key). */
+int wrd_images_check_config(json_t *v, wr_err *err);
+/* Open the store (after the manager recovered sandboxes): holders of
+ * sandboxes that are not live any more are released. */
+int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err);
+/* The same, from cfg->image_store (main.c). */
+int wrd_images_open_config(const struct wrd_config *cfg, wr_err *err);
+void wrd_images_close(void);
+/* The HTTP upload-limit hook: image imports (no sandbox id) or a
+ * sandbox's disk quota. */
+uint64_t wrd_images_or_mgr_upload_limit(const char *tenant, const char *id);
+struct wr_image_store *wrd_images(void);
+
+/* Is `image` a store reference ("name:tag", "name@sha256:", "sha256:")
+ * that the store knows? Then acquire it for a sandbox being created:
+ * *path is the blob to mount, *img its record (config defaults), and
+ * *holder a temporary holder id to hand over with wrd_images_adopt once
+ * the sandbox id is known (or drop with wrd_images_drop on failure).
+ * Returns 1 when acquired, 0 when `image` is not a store ref (the caller
+ * falls back to configured names and paths), <0 on error. */
+int wrd_images_acquire_for_create(const char *image, char **path, struct wr_image **img,
+				  char holder[40], wr_err *err);
+/* The image's config as the sandbox's defaults where the request body is
+ * silent: workdir, env (request keys win), numeric user. */
+void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t *spec);
+void wrd_images_adopt(const char *digest, const char *holder, const char *sandbox_id);
+void wrd_images_drop(const char *digest, const char *holder);
+/* Release holders whose sandbox is not live (before gc and listings). */
+void wrd_images_reconcile(void);
+/* Automatic reclamation after an import; removals are logged. */
+void wrd_images_gc_auto(void);
+/* Upload limit of the import route (body bytes). */
+uint64_t wrd_images_upload_limit(void);
+
+#endif
