@@ -144,7 +144,6 @@ void wrd_api_img_import(struct wrd_req *r)
 					"required");
 			goto out;
 		}
-		o.source = "upload";
 		lseek(r->upload_fd, 0, SEEK_SET);
 		rc = wr_image_import_fd(wrd_images(), r->upload_fd, &o, &img, &err);
 	}

@@ -145,12 +145,13 @@ static int import_oci(struct wr_image_store *s, struct wri_stage *st, int lfd, c
 		if ((r = blob_path(d, path, sizeof(path), kind, err)) < 0)
 			return r;
 		snprintf(digest, sizeof(digest), "%s", d);
+		bool nested = is_index(mt); /* mt lives in idx, released below */
 		json_t *next = NULL;
 		if ((r = read_json(lfd, path, digest, kind, &next, NULL, err)) < 0)
 			return r;
 		json_decref(idx);
 		idx = next;
-		if (!is_index(mt) && !json_is_array(json_object_get(idx, "manifests")))
+		if (!nested && !json_is_array(json_object_get(idx, "manifests")))
 			break;
 		if (depth == 4)
 			return wr_err_set(err, ELOOP, "%s: indexes nested too deep", kind);

@@ -408,7 +408,7 @@ int wr_image_import_fd(struct wr_image_store *s, int fd, const struct wr_image_i
 	}
 	if (fmt == WR_IMAGE_FMT_AUTO && (r = wri_detect(in, &fmt, err)) < 0)
 		goto out;
-	r = wri_import_format(s, &st, in, -1, "stream", fmt, o, out, err);
+	r = wri_import_format(s, &st, in, -1, "upload", fmt, o, out, err);
 out:
 	wri_stage_drop(s, &st);
 	return r < 0 ? wr_err_wrap(err, "import stream") : 0;
