@@ -158,6 +158,8 @@ int wr_image_gc(struct wr_image_store *s, const struct wr_image_gc_opts *o,
 	if (rep == NULL)
 		rep = &local;
 	memset(rep, 0, sizeof(*rep));
+	_cleanup_free_ struct cand *c = NULL;
+	size_t n = 0;
 	pthread_mutex_lock(&s->gc_lock);
 	struct wr_image_usage u;
 	int r = wr_image_usage(s, &u, err);
@@ -174,8 +176,6 @@ int wr_image_gc(struct wr_image_store *s, const struct wr_image_gc_opts *o,
 		rep->cache_freed_bytes = freed;
 		used -= freed < used ? freed : used;
 	}
-	_cleanup_free_ struct cand *c = NULL;
-	size_t n;
 	pthread_mutex_lock(&s->lock);
 	r = load_cands(s, &c, &n, err);
 	pthread_mutex_unlock(&s->lock);

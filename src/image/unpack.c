@@ -446,7 +446,7 @@ static int apply_entry(struct wri_unpack *u, struct pathset *ps, struct archive 
 		const char *victim = base + 4;
 		if (victim[0] == '\0' || strcmp(victim, ".") == 0 || strcmp(victim, "..") == 0)
 			return wr_err_set(err, EPERM, "%s: entry '%s': bad whiteout", what, path);
-		char vpath[MAX_PATH + 1];
+		char vpath[2 * MAX_PATH + 2]; /* fits: it is path less ".wh." */
 		snprintf(vpath, sizeof(vpath), "%s%s%s", dir, dir[0] ? "/" : "", victim);
 		if (set_has(ps, vpath))
 			return 0; /* same layer: whiteouts hide lower layers only */

@@ -186,7 +186,7 @@ static void on_remove(void *ctx, const struct wr_image_gc_event *ev)
 
 static void set_last_used(struct fixture *f, const char *digest, long t)
 {
-	char sql[256];
+	char sql[512];
 	snprintf(sql, sizeof(sql), "UPDATE images SET last_used=%ld, created=%ld WHERE digest='%s'",
 		 t, t, digest);
 	assert_int_equal(db_exec(f, sql), 0);

@@ -307,7 +307,7 @@ static inline int blob_stat(struct fixture *f, const char *digest, const char *p
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(p[0]);
-		char mnt[160], blob[256], target[512];
+		char mnt[160], blob[512], target[4096];
 		snprintf(mnt, sizeof(mnt), "%s/mnt-%d", f->base, getpid());
 		snprintf(blob, sizeof(blob), "%s/blobs/sha256/%s", f->store, digest + 7);
 		snprintf(target, sizeof(target), "%s/%s", mnt, path);
