@@ -106,7 +106,8 @@ typedef struct {
 #define WARREN_SANDBOX_OPTS_VERSION 1
 typedef struct {
 	unsigned int version;
-	const char *image; /* required: a configured image name or a node path */
+	const char *image; /* required: a store ref (name:tag, digest), a configured image
+			      name or a node path */
 	const char *tier;  /* NULL: the daemon's default ("container") */
 	double cpu;	   /* 0: no cap */
 	int64_t memory_mb; /* 0: default */
@@ -398,6 +399,69 @@ WARREN_API void warren_event_list_free(warren_event_list *l);
 /* Events with seq > since, at most limit (0: the daemon's default). */
 WARREN_API int warren_sandbox_events(warren_sandbox *sb, int64_t since, int limit,
 				     warren_event_list **out, warren_error **err);
+
+/* ---- images (the node's image store; API.md "Images") ----------------- */
+
+/* A reference is "name[:tag]" (tag "latest" by default), "name@sha256:..."
+ * or "sha256:..." (a unique prefix of >= 12 hex digits works). */
+typedef struct {
+	char *digest; /* "sha256:<64 hex>" */
+	int64_t size; /* bytes of the EROFS blob */
+	char *source;
+	char *created_at;
+	char *last_used_at; /* NULL: never used */
+	bool pinned;
+	bool complete; /* false while a lazily pulled blob is not local */
+	int64_t holders;
+	char **refs; /* names pointing at it */
+	size_t n_refs;
+	char *json; /* the image object as received */
+} warren_image;
+WARREN_API void warren_image_free(warren_image *img);
+
+typedef struct {
+	size_t count;
+	warren_image *images; /* newest first */
+	int64_t blob_bytes, cache_bytes, quota_bytes;
+} warren_image_list;
+WARREN_API void warren_image_list_free(warren_image_list *l);
+WARREN_API int warren_image_list_get(warren_client *client, warren_image_list **out,
+				     warren_error **err);
+
+#define WARREN_IMAGE_IMPORT_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *ref;    /* name[:tag] to point at the result, or NULL */
+	const char *format; /* NULL/"auto", "dir", "tar", "oci-layout", "oci-archive",
+			       "docker-archive" */
+	/* One of: a path on the daemon's node (Unix socket only), or a file
+	 * descriptor streamed as the body (a tar, plain/gz/zstd, or an
+	 * archive), read to EOF. */
+	const char *node_path;
+	int fd; /* -1: none */
+} warren_image_import_opts;
+#define WARREN_IMAGE_IMPORT_OPTS_INIT                                                              \
+	{                                                                                          \
+		WARREN_IMAGE_IMPORT_OPTS_VERSION, .fd = -1                                         \
+	}
+WARREN_API int warren_image_import(warren_client *client, const warren_image_import_opts *opts,
+				   warren_image **out, warren_error **err);
+WARREN_API int warren_image_get(warren_client *client, const char *ref, warren_image **out,
+				warren_error **err);
+/* Point new_ref (name[:tag]) at the image ref names; out may be NULL. */
+WARREN_API int warren_image_tag(warren_client *client, const char *ref, const char *new_ref,
+				warren_image **out, warren_error **err);
+/* Remove a name (and the image when nothing else keeps it) or, by digest,
+ * the image (force: also when named or pinned; never while in use).
+ * *removed (may be NULL) tells whether the image itself went. */
+WARREN_API int warren_image_remove(warren_client *client, const char *ref, bool force,
+				   bool *removed, warren_error **err);
+WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pinned,
+				warren_image **out, warren_error **err);
+/* One reclamation pass; *report_json (free with warren_free) is the API's
+ * answer (removed images, freed bytes, skips). */
+WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,
+			       char **report_json, warren_error **err);
 
 #ifdef __cplusplus
 }

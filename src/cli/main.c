@@ -25,6 +25,7 @@ static const struct {
     {"set-timeout", cmd_set_timeout, "make a sandbox expire DUR from now"},
     {"events", cmd_events, "show a sandbox's event log"},
     {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},
+    {"image", cmd_image, "the node's images: import, ls, inspect, tag, rm, pin, gc"},
 };
 
 static void usage(FILE *f)

@@ -59,6 +59,19 @@ static void reply_store_err(struct wrd_req *r, wr_err err, const char *field)
 	wrd_reply_err(r, err);
 }
 
+/* {ref} of the path; "-" takes it from ?ref= instead (names with a '/',
+ * which a path segment cannot hold). NULL with the reply set. */
+static const char *path_ref(struct wrd_req *r)
+{
+	if (strcmp(r->id, "-") != 0)
+		return r->id;
+	const char *q = wrd_query(r, "ref");
+	if (q == NULL || q[0] == '\0')
+		wrd_reply_error(r, "invalid_argument", "ref",
+				"ref: the path names '-', so ?ref= is required");
+	return q && q[0] ? q : NULL;
+}
+
 static bool store_ready(struct wrd_req *r)
 {
 	if (wrd_images() == NULL) {
@@ -182,14 +195,17 @@ void wrd_api_img_list(struct wrd_req *r)
 	wrd_reply_json(r, 200, json_pack("{s:o, s:o}", "images", a, "usage", usage));
 }
 
+static const char *const ref_only[] = {"ref", NULL};
+
 void wrd_api_img_get(struct wrd_req *r)
 {
-	if (wrd_query_check(r, NULL) < 0 || !store_ready(r))
+	const char *ref;
+	if (wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (ref = path_ref(r)) == NULL)
 		return;
 	wrd_images_reconcile();
 	struct wr_image *img = NULL;
 	_cleanup_err_ wr_err err = NULL;
-	if (wr_image_resolve(wrd_images(), r->id, &img, &err) < 0) {
+	if (wr_image_resolve(wrd_images(), ref, &img, &err) < 0) {
 		reply_store_err(r, err, "ref");
 		return;
 	}
@@ -199,7 +215,8 @@ void wrd_api_img_get(struct wrd_req *r)
 
 void wrd_api_img_tag(struct wrd_req *r)
 {
-	if (wrd_query_check(r, NULL) < 0 || !store_ready(r))
+	const char *target;
+	if (wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (target = path_ref(r)) == NULL)
 		return;
 	static const char *const keys[] = {"ref", NULL};
 	const char *ref = NULL;
@@ -216,7 +233,7 @@ void wrd_api_img_tag(struct wrd_req *r)
 		return;
 	}
 	struct wr_image *img = NULL;
-	if (wr_image_tag(wrd_images(), r->id, ref, &err) < 0 ||
+	if (wr_image_tag(wrd_images(), target, ref, &err) < 0 ||
 	    wr_image_resolve(wrd_images(), ref, &img, &err) < 0) {
 		reply_store_err(r, err, NULL);
 		return;
@@ -227,37 +244,39 @@ void wrd_api_img_tag(struct wrd_req *r)
 
 void wrd_api_img_remove(struct wrd_req *r)
 {
-	static const char *const allowed[] = {"force", NULL};
+	static const char *const allowed[] = {"force", "ref", NULL};
 	bool force = false, removed = false;
+	const char *ref;
 	if (wrd_query_check(r, allowed) < 0 || wrd_query_bool(r, "force", false, &force) < 0 ||
-	    !store_ready(r))
+	    !store_ready(r) || (ref = path_ref(r)) == NULL)
 		return;
 	wrd_images_reconcile();
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
-	if (wr_image_resolve(wrd_images(), r->id, &img, &err) < 0) {
+	if (wr_image_resolve(wrd_images(), ref, &img, &err) < 0) {
 		reply_store_err(r, err, "ref");
 		return;
 	}
-	if (wr_image_remove(wrd_images(), r->id, force, &removed, &err) < 0) {
+	if (wr_image_remove(wrd_images(), ref, force, &removed, &err) < 0) {
 		reply_store_err(r, err, NULL);
 	} else {
 		wrd_reply_json(r, 200,
 			       json_pack("{s:s, s:b}", "digest", img->digest, "removed", removed));
 		if (removed)
-			wr_info("image %s removed (%s)", img->digest, r->id);
+			wr_info("image %s removed (%s)", img->digest, ref);
 	}
 	wr_image_free(&img);
 }
 
 static void pin(struct wrd_req *r, bool on)
 {
-	if (wrd_query_check(r, NULL) < 0 || !store_ready(r))
+	const char *ref;
+	if (wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (ref = path_ref(r)) == NULL)
 		return;
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
-	if (wr_image_pin(wrd_images(), r->id, on, &err) < 0 ||
-	    wr_image_resolve(wrd_images(), r->id, &img, &err) < 0) {
+	if (wr_image_pin(wrd_images(), ref, on, &err) < 0 ||
+	    wr_image_resolve(wrd_images(), ref, &img, &err) < 0) {
 		reply_store_err(r, err, "ref");
 		return;
 	}

@@ -114,8 +114,10 @@ def imp_path(api, path, expect=201, **kw):
 
 def test_import_dir_and_run(api, warrend):
     img = imp_path(api, warrend.images / "busybox", ref="bb:dir")
-    assert img["digest"].startswith("sha256:") and img["refs"] == ["bb:dir"]
-    assert img["source"].startswith("dir:")
+    assert img["digest"].startswith("sha256:") and "bb:dir" in img["refs"]
+    # the first import of this content names the source (the session's
+    # daemon may have seen the same tree as a tar first)
+    assert img["source"].split(":")[0] in ("dir", "tar")
     got = api.get("/v1/images/bb:dir").json()
     assert got["digest"] == img["digest"] and got["size"] > 0
     sid = api.create(image="bb:dir")

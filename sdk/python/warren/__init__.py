@@ -25,6 +25,8 @@ from .exceptions import (AuthenticationError, CommandExitError,  # noqa: E402
                          WarrenError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # noqa: E402
                      SandboxInfo, UploadResult)
+from . import images  # noqa: E402
+from .images import AsyncImages, ImageInfo, Images  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
                             AsyncFiles, AsyncSandbox)
@@ -36,6 +38,7 @@ __all__ = [
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
     "SandboxInfo", "CommandResult", "CommandInfo", "EntryInfo", "FileType", "Event",
     "UploadResult", "ConnectionConfig",
+    "images", "Images", "AsyncImages", "ImageInfo",
     "close_shared_clients", "aclose_shared_clients",
     "WarrenError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
     "MethodNotAllowedError", "ConflictError", "PayloadTooLargeError",
