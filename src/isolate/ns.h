@@ -19,6 +19,15 @@
  * Returns 0 in the child, the child's pid in the parent (*pidfd set). */
 pid_t wr_ns_clone(uint64_t flags, int cgroup_fd, int *pidfd, wr_err *err);
 
+/* clone(CLONE_VM | CLONE_PIDFD | flags): fn(arg) runs in a child that
+ * shares this process's memory (no page tables copied, nothing to tear
+ * down at its exec) on the stack below stack_top, concurrently with the
+ * caller. Returns the child's pid (*pidfd set). The caller keeps the memory
+ * fn uses, stack included, alive until the child has exec'd or died, and
+ * fn never allocates and never returns (it execs or _exits). */
+pid_t wr_ns_spawn(uint64_t flags, int (*fn)(void *), void *arg, void *stack_top, int *pidfd,
+		  wr_err *err);
+
 /* Child half: join every sandbox namespace of the process behind pidfd in
  * one atomic setns (user, mount, pid for children, ipc, uts, net). */
 int wr_ns_join(int pidfd, struct wr_cerr *e);

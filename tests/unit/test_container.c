@@ -284,6 +284,58 @@ static void test_background_outlives_command_until_destroy(void **state)
 	assert_int_equal(count_inits(), before - 1);
 }
 
+/* A command's leaf exists only where the command is accounted or acted on
+ * by itself (memory, unified); in pids and cpu its processes join the
+ * sandbox's cgroup, whose limits apply there. */
+static void test_command_cgroups(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 5000, "sleep 1000 >/dev/null 2>&1 &");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	wr_exec_result_free(&res);
+	char needle[160], cmd_needle[180];
+	snprintf(needle, sizeof(needle), "/%s/%s", g_base, wr_sandbox_id(sb));
+	snprintf(cmd_needle, sizeof(cmd_needle), "%s/cmd-", needle);
+	int found = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char path[300], comm[64] = {0}, *cg = NULL;
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+		if (wr_read_file_at(AT_FDCWD, path, &cg, 4096, NULL) < 0)
+			continue;
+		snprintf(comm, sizeof(comm), "%s", cg);
+		free(cg);
+		cg = NULL;
+		snprintf(path, sizeof(path), "/proc/%s/cgroup", de->d_name);
+		if (strncmp(comm, "sleep", 5) != 0 ||
+		    wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) < 0 || !strstr(cg, needle)) {
+			free(cg);
+			continue;
+		}
+		found++;
+		for (char *line = strtok(cg, "\n"); line; line = strtok(NULL, "\n")) {
+			char *ctrl = strchr(line, ':') + 1, *where = strchr(ctrl, ':') + 1;
+			bool own = strncmp(ctrl, "memory:", 7) == 0 || strncmp(ctrl, ":", 1) == 0;
+			bool shared =
+			    strncmp(ctrl, "pids:", 5) == 0 || strncmp(ctrl, "cpu:", 4) == 0;
+			if (own)
+				assert_non_null(strstr(where, cmd_needle));
+			if (shared) {
+				assert_null(strstr(where, cmd_needle));
+				assert_non_null(strstr(where, needle));
+			}
+		}
+		free(cg);
+	}
+	closedir(d);
+	assert_int_equal(found, 1);
+	destroy(&sb);
+}
+
 static void test_oom_is_reported(void **state)
 {
 	(void)state;
@@ -570,6 +622,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
+	    cmocka_unit_test(test_command_cgroups),
 	    cmocka_unit_test(test_oom_is_reported),
 	    cmocka_unit_test(test_files_api_on_live_sandbox),
 	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
