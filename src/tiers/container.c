@@ -112,6 +112,61 @@ static int image_lower(const char *image, wr_err *err)
 	return fd;
 }
 
+/* ---- the "go" message: every lower layer in one SCM_RIGHTS message ------ */
+
+_Static_assert(WR_MAX_LAYERS <= WR_ROOTFS_MAX_LOWER, "rootfs takes every layer a spec may have");
+
+union lowers_cmsg {
+	char buf[CMSG_SPACE(sizeof(int) * WR_MAX_LAYERS)];
+	struct cmsghdr align;
+};
+
+static int send_lowers(int sock, const int *fds, size_t n)
+{
+	char byte = 'L';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union lowers_cmsg u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+	ssize_t r;
+	do
+		r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == 1 ? 0 : -errno;
+}
+
+/* Child half (no allocation): exactly n fds into fds, or -errno. */
+static int recv_lowers(int sock, int *fds, size_t n)
+{
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union lowers_cmsg u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof(u.buf);
+	ssize_t r;
+	do
+		r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	if (r == 0)
+		return -EPIPE;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int) * n) || (msg.msg_flags & MSG_CTRUNC))
+		return -EBADMSG;
+	memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
+	return 0;
+}
+
 /* ---- process-wide set-up ------------------------------------------------ */
 
 int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
@@ -170,8 +225,9 @@ struct child_args {
 	int sync;	  /* child's end of the sync socket */
 	int sync_p;	  /* the parent's end (our copy is closed first) */
 	int init_fd;	  /* O_PATH of warren-init */
-	const int *procs; /* cgroup.procs of PID 1's cgroups not joined by clone3 */
+	const int *procs; /* cgroup.procs of PID 1's cgroups */
 	int nprocs;
+	size_t n_lowers; /* lower layers that come with "go" */
 	bool die_with_parent;
 	const char *hostname;
 	const char *mountpoint;
@@ -220,10 +276,12 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "open %s", a->mountpoint);
 		child_fail(a->sync, &e);
 	}
-	/* "go": the parent has written our id maps and sends the image. */
-	int lower = wr_recv_fd(a->sync);
-	if (lower < 0) {
-		errno = -lower;
+	/* "go": the parent has written our id maps and sends the image's
+	 * layers, base first. */
+	int lowers[WR_MAX_LAYERS];
+	int lr = recv_lowers(a->sync, lowers, a->n_lowers);
+	if (lr < 0) {
+		errno = -lr;
 		wr_cerr_sys(&e, "wait for parent");
 		child_fail(a->sync, &e);
 	}
@@ -247,7 +305,7 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	}
 	if (wr_netns_loopback_up(&e) < 0)
 		child_fail(a->sync, &e);
-	if (wr_rootfs_setup(&rs, lower, &e) < 0) {
+	if (wr_rootfs_setup(&rs, lowers, a->n_lowers, &e) < 0) {
 		struct wr_cerr w;
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
@@ -334,9 +392,31 @@ static int copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, w
 static int normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s, wr_err *err)
 {
 	*s = *in;
-	if (s->image == NULL || *s->image == 0)
+	if (s->n_layers > 0) {
+		if (s->image != NULL && *s->image != 0)
+			return wr_err_field(err, "image", "give an image or layers, not both");
+		if (s->n_layers > WR_MAX_LAYERS)
+			return wr_err_field(err, "layers", "at most %d layers (got %zu)",
+					    WR_MAX_LAYERS, s->n_layers);
+		if (s->layers == NULL)
+			return wr_err_field(err, "layers", "%zu layers but no list", s->n_layers);
+		for (size_t i = 0; i < s->n_layers; i++) {
+			const char *l = s->layers[i];
+			struct stat st;
+			if (l == NULL || *l == 0)
+				return wr_err_field(err, "layers", "layer %zu: no path", i);
+			if (stat(l, &st) < 0)
+				return wr_err_field(err, "layers", "layer %zu (%s): %s", i, l,
+						    strerror(errno));
+			if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+				return wr_err_field(
+				    err, "layers",
+				    "layer %zu (%s): not a directory or an EROFS file", i, l);
+		}
+	} else if (s->image == NULL || *s->image == 0) {
 		return wr_err_field(err, "image",
 				    "an image is required (a rootfs directory or an EROFS file)");
+	}
 	if (s->memory_bytes == 0)
 		s->memory_bytes = 512ull << 20;
 	if (s->memory_bytes < (8ull << 20))
@@ -405,7 +485,12 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	bool have_idmap = false;
 	pid_t pid = -1;
 	int r;
-	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, lower = -1;
+	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1;
+	/* Lower layers, base first: borrowed base mounts, then our idmapped
+	 * clones of them. */
+	const char *const *layers = spec.n_layers ? spec.layers : &spec.image;
+	size_t n_layers = spec.n_layers ? spec.n_layers : 1, n_idm = 0;
+	int base_lower[WR_MAX_LAYERS], lower[WR_MAX_LAYERS];
 	char *stack = NULL;
 	int procs[8], nprocs = 0;
 	struct child_args ca = {.nprocs = 0};
@@ -432,10 +517,14 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	if ((r = copy_env(sb, &spec, err)) < 0)
 		goto fail;
 
-	int base_lower = image_lower(spec.image, err);
-	if (base_lower < 0) {
-		r = base_lower;
-		goto fail;
+	for (size_t i = 0; i < n_layers; i++) {
+		base_lower[i] = image_lower(layers[i], err);
+		if (base_lower[i] < 0) {
+			r = base_lower[i];
+			if (spec.n_layers)
+				wr_err_wrap(err, "layer %zu", i);
+			goto fail;
+		}
 	}
 	const struct wr_seccomp_prog *init_prog;
 	if ((r = wr_seccomp_get(WR_SECCOMP_INIT, &init_prog, err)) < 0)
@@ -488,6 +577,7 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	ca = (struct child_args){
 	    .sync = sync_c,
 	    .sync_p = sync_p,
+	    .n_lowers = n_layers,
 	    .init_fd = init_fd,
 	    .die_with_parent = in->die_with_parent,
 	    .hostname = spec.hostname ? spec.hostname : sb->id,
@@ -541,18 +631,23 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		r = wr_err_sys(err, "open %s", path);
 		goto fail;
 	}
-	lower = wr_rootfs_lower_for(base_lower, userns, err);
-	if (lower < 0) {
-		r = lower;
-		goto fail;
+	for (; n_idm < n_layers; n_idm++) {
+		lower[n_idm] = wr_rootfs_lower_for(base_lower[n_idm], userns, err);
+		if (lower[n_idm] < 0) {
+			r = lower[n_idm];
+			if (spec.n_layers)
+				wr_err_wrap(err, "layer %zu", n_idm);
+			goto fail;
+		}
 	}
-	int sr = wr_send_fd(sync_p, lower);
+	int sr = send_lowers(sync_p, lower, n_layers);
 	if (sr < 0) {
 		errno = -sr;
 		r = wr_err_sys(err, "start sandbox");
 		goto fail;
 	}
-	close(steal_fd(&lower));
+	for (; n_idm > 0; n_idm--)
+		close(lower[n_idm - 1]);
 	/* EOF: the child exec'd warren-init. A message: it failed. */
 	if ((r = wr_err_recv(sync_p, err)) < 0)
 		goto fail;
@@ -576,6 +671,8 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 
 fail:
 	wr_err_wrap(err, "create sandbox");
+	for (; n_idm > 0; n_idm--)
+		close(lower[n_idm - 1]);
 	for (; nprocs > 0; nprocs--)
 		close(procs[nprocs - 1]);
 	if (pid > 0) {
@@ -663,8 +760,12 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 		return wr_err_field(err, "id", "adoption needs the sandbox id");
 	struct wr_sandbox_spec spec;
 	struct wr_sandbox_spec tmp = *in;
+	/* The image is not reopened (the rootfs is live): its layers may be
+	 * gone or changed, and nothing here depends on them. */
+	tmp.layers = NULL;
+	tmp.n_layers = 0;
 	if (tmp.image == NULL)
-		tmp.image = "adopted"; /* the image is not reopened: the rootfs is live */
+		tmp.image = "adopted";
 	if (normalize(&tmp, &spec, err) < 0)
 		return wr_err_wrap(err, "adopt %s", in->id);
 	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
