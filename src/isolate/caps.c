@@ -88,19 +88,18 @@ int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
 	if (syscall(SYS_setresgid, gid, gid, gid) < 0)
 		return wr_cerr_sys(e, "caps: setresgid(%u)", (unsigned int)gid);
 
-	/* The kernel's last cap, probed without reading /proc: CAPBSET_READ
-	 * answers EINVAL past it. */
+	/* Drop every cap not kept, up to the kernel's last, found without
+	 * reading /proc: CAPBSET_DROP answers EINVAL past it (and 0 for a cap
+	 * already dropped), so one call per cap does, with no CAPBSET_READ. A
+	 * kept cap is always a valid one (keep is a subset of our own sets). */
 	for (int cap = 0;; cap++) {
-		int in = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
-		if (in < 0) {
-			if (errno == EINVAL && cap > 0)
-				break;
-			return wr_cerr_sys(e, "caps: read bounding cap %d", cap);
-		}
 		if (cap < 64 && (keep & WR_CAP_BIT(cap)))
 			continue;
-		if (in && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+			if (errno == EINVAL && cap > 0)
+				break;
 			return wr_cerr_sys(e, "caps: drop bounding cap %d", cap);
+		}
 	}
 
 	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)

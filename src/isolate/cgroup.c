@@ -196,6 +196,11 @@ int wr_cg_walk(int dfd, int (*fn)(int dirfd, void *ctx), void *ctx)
 	return walk(dfd, 0, fn, ctx);
 }
 
+int wr_cg_walk_cg(const struct wr_cgroup *cg, int dfd, int (*fn)(int dirfd, void *ctx), void *ctx)
+{
+	return cg->leaf ? fn(dfd, ctx) : walk(dfd, 0, fn, ctx);
+}
+
 void wr_cg_sleep_us(unsigned us)
 {
 	struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000L};
@@ -214,7 +219,7 @@ static struct wr_cgroup *cg_alloc(struct wr_cgroup_root *root, const char *paren
 	cg->root = root;
 	cg->v2_fd = -1;
 	for (int h = 0; h < WR_CG_NCTRL; h++)
-		cg->fd[h] = -1;
+		cg->fd[h] = cg->up_fd[h] = -1;
 	cg->name = strdup(name);
 	if (parent_rel) {
 		if (asprintf(&cg->rel, "%s/%s", parent_rel, name) < 0)
@@ -234,8 +239,10 @@ void wr_cgroup_close(struct wr_cgroup *cg)
 {
 	if (cg == NULL)
 		return;
-	for (int h = 0; h < WR_CG_NCTRL; h++)
+	for (int h = 0; h < WR_CG_NCTRL; h++) {
 		wr_closep(&cg->fd[h]);
+		wr_closep(&cg->up_fd[h]);
+	}
 	wr_closep(&cg->v2_fd);
 	for (size_t i = 0; i < cg->nchildren; i++)
 		free(cg->children[i]);
@@ -438,6 +445,40 @@ int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_
 	return 0;
 }
 
+/* Controllers whose accounting or control a command needs for itself. */
+#define CMD_CTRLS ((1u << WR_CG_MEMORY) | (1u << WR_CG_CPUACCT) | (1u << WR_CG_FREEZER))
+
+int wr_cgroup_create_cmd_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out,
+			      wr_err *err)
+{
+	if (!wr_cg_valid_name(name))
+		return wr_err_set(err, EINVAL, "cgroup: invalid leaf name \"%s\"",
+				  name ? name : "");
+	/* As wr_cgroup_create_leaf: the parent handle is not modified. */
+	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(parent->root, parent->rel, name);
+	if (cg == NULL)
+		return wr_err_set(err, ENOMEM, "create cgroup %s/%s: out of memory", parent->rel,
+				  name);
+	struct wr_cgroup_root *root = parent->root;
+	unsigned own = 0;
+	for (int h = 0; h < root->nhier; h++) {
+		if (!(parent->hiers & (1u << h)))
+			continue;
+		if (root->hier[h].ctrls & CMD_CTRLS) {
+			own |= 1u << h;
+			continue;
+		}
+		cg->up_fd[h] = fcntl(parent->fd[h], F_DUPFD_CLOEXEC, 3);
+		if (cg->up_fd[h] < 0)
+			return wr_err_sys(err, "create cgroup %s: dup %s fd", cg->rel,
+					  root->hier[h].label);
+	}
+	if (make_dirs(cg, own, parent->fd, parent->v2_fd, name, err) < 0)
+		return wr_err_wrap(err, "create cgroup %s", cg->rel);
+	*out = steal_ptr(&cg);
+	return 0;
+}
+
 /* Open <base>/<name>. strict: the memory (v1) or v2 directory must exist;
  * otherwise any directory of the name will do (sweep of half-made ones). */
 static int open_cg(struct wr_cgroup_root *root, const char *name, bool strict,
@@ -492,9 +533,10 @@ int wr_cgroup_attach(struct wr_cgroup *cg, pid_t pid, bool skip_v2, wr_err *err)
 	    wr_cg_write(cg->v2_fd, "v2", "cgroup.procs", buf, err) < 0)
 		return wr_err_wrap(err, "attach %d to cgroup %s", (int)pid, cg->rel);
 	for (int h = 0; h < cg->root->nhier; h++) {
-		if (cg->fd[h] < 0)
+		int fd = cg->fd[h] >= 0 ? cg->fd[h] : cg->up_fd[h];
+		if (fd < 0)
 			continue;
-		if (wr_cg_write(cg->fd[h], cg->root->hier[h].label, "cgroup.procs", buf, err) < 0)
+		if (wr_cg_write(fd, cg->root->hier[h].label, "cgroup.procs", buf, err) < 0)
 			return wr_err_wrap(err, "attach %d to cgroup %s", (int)pid, cg->rel);
 	}
 	return 0;
@@ -512,14 +554,15 @@ int wr_cgroup_procs_fds(struct wr_cgroup *cg, bool skip_v2, int *fds, int max, w
 		n++;
 	}
 	for (int h = 0; h < cg->root->nhier; h++) {
-		if (cg->fd[h] < 0)
+		int dfd = cg->fd[h] >= 0 ? cg->fd[h] : cg->up_fd[h];
+		if (dfd < 0)
 			continue;
 		if (n >= max) {
 			while (n > 0)
 				close(fds[--n]);
 			return wr_err_set(err, E2BIG, "cgroup %s: too many hierarchies", cg->rel);
 		}
-		fds[n] = openat(cg->fd[h], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+		fds[n] = openat(dfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
 		if (fds[n] < 0) {
 			int r = wr_err_sys(err, "cgroup %s: open %s/cgroup.procs",
 					   cg->root->hier[h].label, cg->rel);

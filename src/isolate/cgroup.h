@@ -104,6 +104,15 @@ int wr_cgroup_create(struct wr_cgroup_root *root, const char *name,
 /* Create a leaf <parent>/<name> without limits of its own. */
 int wr_cgroup_create_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out,
 			  wr_err *err);
+/* A leaf for one command: directories only in the hierarchies that account
+ * or act per command (v2 or unified: kill, cpu time, BPF; memory: peak and
+ * OOM kills; cpuacct and freezer where there is no unified hierarchy). In
+ * the others (pids, cpu, blkio: limits, which the parent carries anyway)
+ * its processes join the parent itself: wr_cgroup_attach and
+ * wr_cgroup_procs_fds place them so. Saves a mkdir and an rmdir per such
+ * hierarchy and command. Its stats have no pids counts. */
+int wr_cgroup_create_cmd_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out,
+			      wr_err *err);
 /* Open an existing <base>/<name> (daemon restart adoption). ENOENT if gone. */
 int wr_cgroup_open(struct wr_cgroup_root *root, const char *name, struct wr_cgroup **out,
 		   wr_err *err);

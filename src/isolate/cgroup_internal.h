@@ -93,7 +93,11 @@ struct wr_cgroup {
 	unsigned hiers;	     /* hier[] indexes this cgroup has a directory in */
 	int fd[WR_CG_NCTRL]; /* per hier index, O_PATH|O_DIRECTORY; -1: none */
 	int v2_fd;	     /* O_RDONLY|O_DIRECTORY (usable by clone3); -1: none */
-	char **children;     /* leaves created through this handle */
+	/* A command leaf (wr_cgroup_create_cmd_leaf): per hier index without a
+	 * directory of its own, the parent's directory (O_PATH), which its
+	 * processes join instead; -1 otherwise. */
+	int up_fd[WR_CG_NCTRL];
+	char **children; /* leaves created through this handle */
 	size_t nchildren;
 };
 
@@ -114,6 +118,10 @@ int wr_cg_for_each_pid(int dfd, const char *file, int (*fn)(pid_t pid, void *ctx
 /* Call fn(dirfd) for dfd and every descendant directory, depth-first,
  * parents before children. 0 or the first negative fn result / -errno. */
 int wr_cg_walk(int dfd, int (*fn)(int dirfd, void *ctx), void *ctx);
+/* wr_cg_walk over cg's directory dfd, or fn(dfd) alone when cg is a leaf:
+ * nothing makes cgroups below a leaf (processes live there, and no sandbox
+ * mounts a cgroup filesystem), so a leaf needs no directory scan. */
+int wr_cg_walk_cg(const struct wr_cgroup *cg, int dfd, int (*fn)(int dirfd, void *ctx), void *ctx);
 /* Sleep for us microseconds. */
 void wr_cg_sleep_us(unsigned us);
 

@@ -308,7 +308,7 @@ int wr_cg_v1_nprocs(struct wr_cgroup *cg, wr_err *err)
 	if (fd < 0)
 		return fd;
 	struct countctx c = {.file = "cgroup.procs"};
-	int r = wr_cg_walk(fd, count_dir, &c);
+	int r = wr_cg_walk_cg(cg, fd, count_dir, &c);
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup %s: read cgroup.procs: %s",
 				  label_of(cg, WR_CG_MEMORY), strerror(-r));
@@ -361,7 +361,7 @@ int wr_cg_v1_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err
 			return read_err(err, cg, WR_CG_MEMORY, "memory.max_usage_in_bytes", r);
 		/* v1 counts an OOM kill only in the victim's own cgroup */
 		struct sumctx s = {.file = "memory.oom_control", .key = "oom_kill"};
-		if ((r = wr_cg_walk(fd, sum_dir, &s)) < 0)
+		if ((r = wr_cg_walk_cg(cg, fd, sum_dir, &s)) < 0)
 			return read_err(err, cg, WR_CG_MEMORY, "memory.oom_control", r);
 		st->oom_kills = s.sum;
 	}
@@ -370,7 +370,7 @@ int wr_cg_v1_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err
 			return read_err(err, cg, WR_CG_PIDS, "pids.current", r);
 		/* and a refused fork only in the forking task's cgroup */
 		struct sumctx s = {.file = "pids.events", .key = "max"};
-		if ((r = wr_cg_walk(fd, sum_dir, &s)) < 0)
+		if ((r = wr_cg_walk_cg(cg, fd, sum_dir, &s)) < 0)
 			return read_err(err, cg, WR_CG_PIDS, "pids.events", r);
 		st->pids_max_hits = s.sum;
 	}

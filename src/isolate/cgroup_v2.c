@@ -281,7 +281,7 @@ int wr_cg_v2_nprocs(struct wr_cgroup *cg, wr_err *err)
 	if (populated == 0)
 		return 0;
 	int total = 0;
-	r = wr_cg_walk(cg->v2_fd, count_dir, &total);
+	r = wr_cg_walk_cg(cg, cg->v2_fd, count_dir, &total);
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup v2: read cgroup.procs: %s", strerror(-r));
 	return total;
@@ -304,10 +304,11 @@ static int sum_dir(int dfd, void *ctx)
 }
 
 /* Sum "key N" of file over dfd's subtree; 0 when there is no such file. */
-static int sum_subtree(int dfd, const char *file, const char *key, uint64_t *out)
+static int sum_subtree(const struct wr_cgroup *cg, int dfd, const char *file, const char *key,
+		       uint64_t *out)
 {
 	struct sumctx s = {.file = file, .key = key};
-	int r = wr_cg_walk(dfd, sum_dir, &s);
+	int r = wr_cg_walk_cg(cg, dfd, sum_dir, &s);
 	*out = s.sum;
 	return r;
 }
@@ -342,7 +343,7 @@ int wr_cg_v2_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err
 	 * the mount options make memory.events show: its sum over the subtree
 	 * is the total. Kernels without it count memory.events upwards. */
 	if (has_file(fd, "memory.events.local"))
-		READ_OPT(sum_subtree(fd, "memory.events.local", "oom_kill", &st->oom_kills),
+		READ_OPT(sum_subtree(cg, fd, "memory.events.local", "oom_kill", &st->oom_kills),
 			 "memory.events.local");
 	else
 		READ_OPT(wr_cg_read_key(fd, "memory.events", "oom_kill", &st->oom_kills),
@@ -352,6 +353,6 @@ int wr_cg_v2_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err
 	 * (before 6.12, or with pids_localevents) or, since, in the cgroup
 	 * whose pids.max refused it and upwards. Only the sandbox cgroup has
 	 * a pids.max, so the sum over the subtree counts each once either way. */
-	READ_OPT(sum_subtree(fd, "pids.events", "max", &st->pids_max_hits), "pids.events");
+	READ_OPT(sum_subtree(cg, fd, "pids.events", "max", &st->pids_max_hits), "pids.events");
 	return 0;
 }

@@ -198,21 +198,27 @@ static int mask_paths(int rootfd, struct wr_cerr *e)
 	return 0;
 }
 
-int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr *e)
+int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t n_lower,
+		    struct wr_cerr *e)
 {
+	if (n_lower == 0 || n_lower > WR_ROOTFS_MAX_LOWER)
+		return wr_cerr_set(e, EINVAL, "%zu image layers", n_lower);
 	/* Nothing we mount from here on may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return wr_cerr_sys(e, "make / private");
 
 	/* Overlayfs clones its lower layers, which it may only do for mounts in
-	 * the caller's own mount namespace; the lower arrives as a detached tree
-	 * made by the host, so attach it first. The overlay is then stacked on
-	 * the same mountpoint and the lower stays hidden under it. */
-	if (wr_move_mount(lower_fd, "", s->mountpoint_fd, "",
-			  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-		return wr_cerr_sys(e, "attach image");
-	/* lower_fd now names the attached lower's root */
-	int lower = lower_fd;
+	 * the caller's own mount namespace; the layers arrive as detached trees
+	 * made by the host, so attach them first, each stacked on the last at
+	 * the mountpoint. The overlay is then stacked on top of them all, and
+	 * they stay hidden under it. */
+	for (size_t i = 0; i < n_lower; i++)
+		if (wr_move_mount(lower_fds[i], "", s->mountpoint_fd, "",
+				  MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+			return wr_cerr_sys(e, "attach image layer %zu", i);
+	/* each lower_fds[i] now names its attached layer's root; the last one
+	 * is the top of the stack */
+	int lower = lower_fds[n_lower - 1];
 	_cleanup_close_ int oldroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (oldroot < 0)
 		return wr_cerr_sys(e, "open /");
@@ -237,18 +243,21 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, int lower_fd, struct wr_cerr
 	if (ovl < 0)
 		return wr_cerr_sys(e, "fsopen overlay");
 	/* Overlay records each layer's path as the caller sees it, and shows it
-	 * in the sandbox's /proc/self/mountinfo: look at the lower from a
+	 * in the sandbox's /proc/self/mountinfo: look at each layer from a
 	 * chroot into it, so it is recorded as "/" and no host path (such as our
-	 * run directory) is revealed. */
-	if (fchdir(lower) < 0 || chroot(".") < 0)
-		return wr_cerr_sys(e, "enter lower");
-	int lr = wr_fsconfig(ovl, FSCONFIG_SET_FD, "lowerdir+", NULL, lower);
-	int lerr = errno;
-	if (fchdir(oldroot) < 0 || chroot(".") < 0)
-		return wr_cerr_sys(e, "leave lower");
-	errno = lerr;
-	if (lr < 0)
-		return wr_cerr_sys(e, "overlay lower");
+	 * run directory) is revealed. lowerdir+ takes the top-most layer first,
+	 * so the layers go in from the last to the base. */
+	for (size_t i = n_lower; i-- > 0;) {
+		if (fchdir(lower_fds[i]) < 0 || chroot(".") < 0)
+			return wr_cerr_sys(e, "enter image layer %zu", i);
+		int lr = wr_fsconfig(ovl, FSCONFIG_SET_FD, "lowerdir+", NULL, lower_fds[i]);
+		int lerr = errno;
+		if (fchdir(oldroot) < 0 || chroot(".") < 0)
+			return wr_cerr_sys(e, "leave image layer %zu", i);
+		errno = lerr;
+		if (lr < 0)
+			return wr_cerr_sys(e, "overlay lower layer %zu", i);
+	}
 	if (wr_fsconfig(ovl, FSCONFIG_SET_STRING, "source", "warren", 0) < 0 ||
 	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "upperdir", NULL, upper) < 0 ||
 	    wr_fsconfig(ovl, FSCONFIG_SET_FD, "workdir", NULL, work) < 0 ||

@@ -7,7 +7,8 @@
  *                to the sandbox's user namespace so the image's root-owned
  *                files belong to root inside without chowning anything.
  *   child half   wr_rootfs_setup(): in the sandbox's fresh mount namespace,
- *                as root of its user namespace: overlay(lower, tmpfs upper
+ *                as root of its user namespace: overlay(lower layers, base
+ *                first; tmpfs upper
  *                with a hard size and inode limit), /proc with masked and
  *                read-only paths, read-only /sys, a minimal /dev with its own
  *                devpts and a size-limited /dev/shm, then pivot_root.
@@ -15,6 +16,7 @@
 #ifndef WARREN_ISOLATE_ROOTFS_H
 #define WARREN_ISOLATE_ROOTFS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -34,10 +36,15 @@ struct wr_rootfs_spec {
 	uint64_t shm_bytes;   /* /dev/shm size= */
 };
 
-/* Child half. lower_fd: from wr_rootfs_lower_for (received over a socket);
- * consumed (it becomes the attached lower). On return the caller's root and
- * cwd are the new root. */
-int wr_rootfs_setup(const struct wr_rootfs_spec *spec, int lower_fd, struct wr_cerr *e);
+#define WR_ROOTFS_MAX_LOWER 16
+
+/* Child half. lower_fds: n_lower (1..WR_ROOTFS_MAX_LOWER) layers from
+ * wr_rootfs_lower_for (received over a socket), base first: a later layer
+ * shadows the earlier ones, and its whiteouts hide their files. Consumed
+ * (they become the attached layers). On return the caller's root and cwd
+ * are the new root. */
+int wr_rootfs_setup(const struct wr_rootfs_spec *spec, const int *lower_fds, size_t n_lower,
+		    struct wr_cerr *e);
 
 /* The /proc and /sys paths hidden or made read-only (tests, docs). */
 extern const char *const wr_rootfs_masked_paths[];

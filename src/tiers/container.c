@@ -2,11 +2,13 @@
  *
  * Create pipeline (parent P = this process, child C = the sandbox's PID 1):
  *
- *   P  validate -> uid range -> cgroup (limits) + leaf "init"
+ *   P  validate -> uid range -> cgroup (limits) + leaf "init" (pure v2)
  *      -> image lower (cached detached mount) -> seccomp program (cached)
- *      -> clone3(user|mnt|pid|ipc|uts|net, CLONE_INTO_CGROUP init leaf)
- *   P  attach C to the v1 controllers -> write uid/gid maps
- *      -> idmap a clone of the lower to C's userns -> send it to C ("go")
+ *      -> open cgroup.procs of PID 1's cgroups
+ *      -> clone(CLONE_VM, user|mnt|pid|ipc|uts|net) onto a stack of its own
+ *   C  join the cgroups (write "0" to those fds) -> open the mountpoint
+ *   P  meanwhile: write uid/gid maps -> idmap a clone of the lower to C's
+ *      userns -> send it to C ("go")
  *   C  wait for "go" -> become root of the userns -> unshare cgroupns
  *      -> hostname, loopback -> rootfs (overlay, /proc, /sys, /dev, masks,
  *      pivot_root) -> stdio /dev/null -> drop caps -> no_new_privs
@@ -14,6 +16,11 @@
  *      -> execveat(warren-init)
  *   P  sync socket EOF (closed by exec) = ready; error message = failure
  *      -> keep a pidfd and an O_PATH fd of the root for file operations.
+ *
+ * C shares P's memory until its exec (as posix_spawn's child does): the
+ * create copies no page tables and its exec tears none down, which was the
+ * dearest part of a create. P keeps what C reads alive until C has exec'd
+ * or is reaped.
  *
  * Every failure in P undoes what was done (kill + reap C, remove cgroups,
  * free the uid range); mounts live only in C's mount namespace and vanish
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +52,10 @@
 #include "isolate/ns.h"
 #include "isolate/rootfs.h"
 #include "tiers/container_internal.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 struct wr_container_globals wr_cg_globals;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -98,6 +110,61 @@ static int image_lower(const char *image, wr_err *err)
 	g_images = e;
 	pthread_mutex_unlock(&g_images_lock);
 	return fd;
+}
+
+/* ---- the "go" message: every lower layer in one SCM_RIGHTS message ------ */
+
+_Static_assert(WR_MAX_LAYERS <= WR_ROOTFS_MAX_LOWER, "rootfs takes every layer a spec may have");
+
+union lowers_cmsg {
+	char buf[CMSG_SPACE(sizeof(int) * WR_MAX_LAYERS)];
+	struct cmsghdr align;
+};
+
+static int send_lowers(int sock, const int *fds, size_t n)
+{
+	char byte = 'L';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union lowers_cmsg u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+	ssize_t r;
+	do
+		r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == 1 ? 0 : -errno;
+}
+
+/* Child half (no allocation): exactly n fds into fds, or -errno. */
+static int recv_lowers(int sock, int *fds, size_t n)
+{
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union lowers_cmsg u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof(u.buf);
+	ssize_t r;
+	do
+		r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	if (r == 0)
+		return -EPIPE;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int) * n) || (msg.msg_flags & MSG_CTRUNC))
+		return -EBADMSG;
+	memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
+	return 0;
 }
 
 /* ---- process-wide set-up ------------------------------------------------ */
@@ -155,8 +222,12 @@ out:
 /* ---- the child half ----------------------------------------------------- */
 
 struct child_args {
-	int sync;    /* child's end of the sync socket */
-	int init_fd; /* O_PATH of warren-init */
+	int sync;	  /* child's end of the sync socket */
+	int sync_p;	  /* the parent's end (our copy is closed first) */
+	int init_fd;	  /* O_PATH of warren-init */
+	const int *procs; /* cgroup.procs of PID 1's cgroups */
+	int nprocs;
+	size_t n_lowers; /* lower layers that come with "go" */
 	bool die_with_parent;
 	const char *hostname;
 	const char *mountpoint;
@@ -164,18 +235,36 @@ struct child_args {
 	const struct wr_seccomp_prog *seccomp;
 };
 
-static __attribute__((noreturn)) void child_fail(int sync, struct wr_cerr *e)
+/* C runs on a stack ASan does not know: its entry points are not
+ * instrumented (ASan would warn about a stack switch at every _exit). */
+#define CHILD_FN __attribute__((no_sanitize_address))
+
+static CHILD_FN __attribute__((noreturn)) void child_fail(int sync, struct wr_cerr *e)
 {
 	wr_cerr_send(sync, e);
 	_exit(1);
 }
 
-static __attribute__((noreturn)) void child_main(const struct child_args *a)
+/* Runs on its own stack in the caller's memory (wr_ns_spawn): no allocation,
+ * and nothing written outside its own stack but the wr_cerr it sends. */
+static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args *a)
 {
 	struct wr_cerr e = {0};
+	/* Our copy of the parent's end would keep us from seeing EOF if the
+	 * parent died before "go". */
+	close(a->sync_p);
 	if (a->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
 		wr_cerr_sys(&e, "set parent-death signal");
 		child_fail(a->sync, &e);
+	}
+	/* Join our cgroups in the hierarchies clone3 could not place us in
+	 * (v1), while the parent writes our id maps: the fds were opened by the
+	 * parent, whose credentials the kernel checks. */
+	for (int i = 0; i < a->nprocs; i++) {
+		if (write(a->procs[i], "0", 1) != 1) {
+			wr_cerr_sys(&e, "join the sandbox's cgroup");
+			child_fail(a->sync, &e);
+		}
 	}
 	/* The mountpoint is opened while our kuid is still the host's root
 	 * (before setresuid below): its parent directories may be private to
@@ -187,10 +276,12 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 		wr_cerr_sys(&e, "open %s", a->mountpoint);
 		child_fail(a->sync, &e);
 	}
-	/* "go": the parent has written our id maps and sends the image. */
-	int lower = wr_recv_fd(a->sync);
-	if (lower < 0) {
-		errno = -lower;
+	/* "go": the parent has written our id maps and sends the image's
+	 * layers, base first. */
+	int lowers[WR_MAX_LAYERS];
+	int lr = recv_lowers(a->sync, lowers, a->n_lowers);
+	if (lr < 0) {
+		errno = -lr;
 		wr_cerr_sys(&e, "wait for parent");
 		child_fail(a->sync, &e);
 	}
@@ -202,8 +293,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 		wr_cerr_sys(&e, "become root of the user namespace");
 		child_fail(a->sync, &e);
 	}
-	/* The parent placed us in our leaf cgroups before "go": the new cgroup
-	 * namespace is rooted there and hides every host cgroup path. */
+	/* We joined our cgroups above, before "go": the new cgroup namespace
+	 * is rooted there and hides every host cgroup path. */
 	if (unshare(CLONE_NEWCGROUP) < 0) {
 		wr_cerr_sys(&e, "cgroup namespace");
 		child_fail(a->sync, &e);
@@ -214,7 +305,7 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	}
 	if (wr_netns_loopback_up(&e) < 0)
 		child_fail(a->sync, &e);
-	if (wr_rootfs_setup(&rs, lower, &e) < 0) {
+	if (wr_rootfs_setup(&rs, lowers, a->n_lowers, &e) < 0) {
 		struct wr_cerr w;
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
@@ -254,7 +345,26 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 	child_fail(a->sync, &e);
 }
 
+static CHILD_FN int child_main(void *arg)
+{
+	child_run(arg);
+}
+
 /* ---- create ------------------------------------------------------------- */
+
+#define INIT_STACK (512 * 1024)
+
+static void unmap_stack(char **stack)
+{
+	if (*stack == NULL)
+		return;
+#if defined(__SANITIZE_ADDRESS__)
+	/* Frames that ended in exec never unpoisoned their red zones. */
+	__asan_unpoison_memory_region(*stack, INIT_STACK);
+#endif
+	munmap(*stack, INIT_STACK);
+	*stack = NULL;
+}
 
 static void sandbox_free(struct wr_sandbox *sb)
 {
@@ -282,9 +392,31 @@ static int copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, w
 static int normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s, wr_err *err)
 {
 	*s = *in;
-	if (s->image == NULL || *s->image == 0)
+	if (s->n_layers > 0) {
+		if (s->image != NULL && *s->image != 0)
+			return wr_err_field(err, "image", "give an image or layers, not both");
+		if (s->n_layers > WR_MAX_LAYERS)
+			return wr_err_field(err, "layers", "at most %d layers (got %zu)",
+					    WR_MAX_LAYERS, s->n_layers);
+		if (s->layers == NULL)
+			return wr_err_field(err, "layers", "%zu layers but no list", s->n_layers);
+		for (size_t i = 0; i < s->n_layers; i++) {
+			const char *l = s->layers[i];
+			struct stat st;
+			if (l == NULL || *l == 0)
+				return wr_err_field(err, "layers", "layer %zu: no path", i);
+			if (stat(l, &st) < 0)
+				return wr_err_field(err, "layers", "layer %zu (%s): %s", i, l,
+						    strerror(errno));
+			if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+				return wr_err_field(
+				    err, "layers",
+				    "layer %zu (%s): not a directory or an EROFS file", i, l);
+		}
+	} else if (s->image == NULL || *s->image == 0) {
 		return wr_err_field(err, "image",
 				    "an image is required (a rootfs directory or an EROFS file)");
+	}
 	if (s->memory_bytes == 0)
 		s->memory_bytes = 512ull << 20;
 	if (s->memory_bytes < (8ull << 20))
@@ -353,7 +485,15 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	bool have_idmap = false;
 	pid_t pid = -1;
 	int r;
-	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, lower = -1;
+	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1;
+	/* Lower layers, base first: borrowed base mounts, then our idmapped
+	 * clones of them. */
+	const char *const *layers = spec.n_layers ? spec.layers : &spec.image;
+	size_t n_layers = spec.n_layers ? spec.n_layers : 1, n_idm = 0;
+	int base_lower[WR_MAX_LAYERS], lower[WR_MAX_LAYERS];
+	char *stack = NULL;
+	int procs[8], nprocs = 0;
+	struct child_args ca = {.nprocs = 0};
 
 	if (spec.id) {
 		snprintf(sb->id, sizeof(sb->id), "%s", spec.id);
@@ -377,10 +517,14 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	if ((r = copy_env(sb, &spec, err)) < 0)
 		goto fail;
 
-	int base_lower = image_lower(spec.image, err);
-	if (base_lower < 0) {
-		r = base_lower;
-		goto fail;
+	for (size_t i = 0; i < n_layers; i++) {
+		base_lower[i] = image_lower(layers[i], err);
+		if (base_lower[i] < 0) {
+			r = base_lower[i];
+			if (spec.n_layers)
+				wr_err_wrap(err, "layer %zu", i);
+			goto fail;
+		}
 	}
 	const struct wr_seccomp_prog *init_prog;
 	if ((r = wr_seccomp_get(WR_SECCOMP_INIT, &init_prog, err)) < 0)
@@ -394,7 +538,10 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	wr_cgroup_limits_default(&lim);
 	lim.memory_bytes = spec.memory_bytes;
 	lim.pids = spec.pids;
-	lim.cpu_weight = spec.cpu_weight;
+	/* 100 is what a new cgroup has (v2 cpu.weight; v1 shares 1024): no
+	 * write for the default. */
+	if (spec.cpu_weight != 100)
+		lim.cpu_weight = spec.cpu_weight;
 	if (spec.cpus > 0) {
 		lim.cpu_period_us = 100000;
 		lim.cpu_quota_us = (uint64_t)(spec.cpus * 100000.0);
@@ -427,8 +574,10 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	sync_p = sp[0];
 	sync_c = sp[1];
 
-	struct child_args ca = {
+	ca = (struct child_args){
 	    .sync = sync_c,
+	    .sync_p = sync_p,
+	    .n_lowers = n_layers,
 	    .init_fd = init_fd,
 	    .die_with_parent = in->die_with_parent,
 	    .hostname = spec.hostname ? spec.hostname : sb->id,
@@ -439,21 +588,40 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		       .shm_bytes = spec.shm_bytes},
 	    .seccomp = init_prog,
 	};
-	int v2fd = wr_cgroup_v2_fd(init_cg);
-	pid = wr_ns_clone(WR_NS_SANDBOX, v2fd, &sb->init_pidfd, err);
+	nprocs = wr_cgroup_procs_fds(init_cg, false, procs, (int)WR_ARRAY_SIZE(procs), err);
+	if (nprocs < 0) {
+		nprocs = 0;
+		r = -1;
+		goto fail;
+	}
+	ca.procs = procs;
+	ca.nprocs = nprocs;
+	stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED) {
+		stack = NULL;
+		r = wr_err_sys(err, "create sandbox process: stack");
+		goto fail;
+	}
+	/* C shares our memory until it execs: no copy of this process's page
+	 * tables, none to tear down at the exec. It only reads ca (on this
+	 * frame, which outlives it: every path below either sees C exec
+	 * (sync EOF) or kills and reaps it) and writes its own stack.
+	 * Invariant: until "go", C only joins its cgroups, opens the
+	 * mountpoint and waits, while we write its maps; after "go" we only
+	 * wait on the sync socket. So the two never both run library code that
+	 * could fail at once (they share the thread's errno). */
+	pid = wr_ns_spawn(WR_NS_SANDBOX, child_main, &ca, stack + INIT_STACK, &sb->init_pidfd, err);
 	if (pid < 0) {
 		r = wr_err_wrap(err, "create sandbox process");
 		goto fail;
 	}
-	if (pid == 0) {
-		close(sync_p);
-		child_main(&ca);
-	}
 	sb->init_pid = pid;
 	close(steal_fd(&sync_c));
+	/* C has copies of these (and of every fd); ca stays untouched. */
+	for (; nprocs > 0; nprocs--)
+		close(procs[nprocs - 1]);
 
-	if ((r = wr_cgroup_attach(init_cg, pid, v2fd >= 0, err)) < 0)
-		goto fail;
 	if ((r = wr_idmap_write(pid, &sb->idmap, err)) < 0)
 		goto fail;
 	char path[64];
@@ -463,21 +631,27 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		r = wr_err_sys(err, "open %s", path);
 		goto fail;
 	}
-	lower = wr_rootfs_lower_for(base_lower, userns, err);
-	if (lower < 0) {
-		r = lower;
-		goto fail;
+	for (; n_idm < n_layers; n_idm++) {
+		lower[n_idm] = wr_rootfs_lower_for(base_lower[n_idm], userns, err);
+		if (lower[n_idm] < 0) {
+			r = lower[n_idm];
+			if (spec.n_layers)
+				wr_err_wrap(err, "layer %zu", n_idm);
+			goto fail;
+		}
 	}
-	int sr = wr_send_fd(sync_p, lower);
+	int sr = send_lowers(sync_p, lower, n_layers);
 	if (sr < 0) {
 		errno = -sr;
 		r = wr_err_sys(err, "start sandbox");
 		goto fail;
 	}
-	close(steal_fd(&lower));
+	for (; n_idm > 0; n_idm--)
+		close(lower[n_idm - 1]);
 	/* EOF: the child exec'd warren-init. A message: it failed. */
 	if ((r = wr_err_recv(sync_p, err)) < 0)
 		goto fail;
+	unmap_stack(&stack);
 	siginfo_t alive = {0};
 	if (waitid(P_PIDFD, (id_t)sb->init_pidfd, &alive, WEXITED | WNOHANG | WNOWAIT) == 0 &&
 	    alive.si_pid != 0) {
@@ -497,12 +671,18 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 
 fail:
 	wr_err_wrap(err, "create sandbox");
+	for (; n_idm > 0; n_idm--)
+		close(lower[n_idm - 1]);
+	for (; nprocs > 0; nprocs--)
+		close(procs[nprocs - 1]);
 	if (pid > 0) {
 		wr_pidfd_send_signal(sb->init_pidfd, SIGKILL, NULL, 0);
 		siginfo_t si;
 		while (waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
 			;
 	}
+	/* C is gone (reaped above) or never ran: its stack is free. */
+	unmap_stack(&stack);
 	if (sb->init_pidfd >= 0)
 		close(sb->init_pidfd);
 	if (sb->init_cg)
@@ -580,8 +760,12 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 		return wr_err_field(err, "id", "adoption needs the sandbox id");
 	struct wr_sandbox_spec spec;
 	struct wr_sandbox_spec tmp = *in;
+	/* The image is not reopened (the rootfs is live): its layers may be
+	 * gone or changed, and nothing here depends on them. */
+	tmp.layers = NULL;
+	tmp.n_layers = 0;
 	if (tmp.image == NULL)
-		tmp.image = "adopted"; /* the image is not reopened: the rootfs is live */
+		tmp.image = "adopted";
 	if (normalize(&tmp, &spec, err) < 0)
 		return wr_err_wrap(err, "adopt %s", in->id);
 	struct wr_sandbox *sb = calloc(1, sizeof(*sb));

@@ -473,7 +473,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		char name[32];
 		wr_err lerr = NULL;
 		snprintf(name, sizeof(name), "cmd-%u", atomic_fetch_add(&sb->cmd_seq, 1) + 1);
-		r = wr_cgroup_create_leaf(sb->cg, name, &leaf, &lerr);
+		r = wr_cgroup_create_cmd_leaf(sb->cg, name, &leaf, &lerr);
 		if (r >= 0)
 			break;
 		if (wr_err_code(lerr) != EEXIST || tries > 100) {

@@ -38,11 +38,14 @@
 #define MSG_MAX (256 * 1024)
 
 /* The request: fixed fields, then NUL-terminated strings in this order:
- * image, hostname, workdir, id, then key and value of each env entry. */
+ * image, hostname, workdir, id, key and value of each env entry, then each
+ * of the n_layer_strs layers (none when n_layers is over the limit or the
+ * list is missing: the create refuses that before it looks at them). */
 struct spawn_req {
 	uint64_t memory_bytes, disk_bytes, disk_inodes, pids, cpu_weight, shm_bytes, nofile;
+	uint64_t n_layers;
 	double cpus;
-	uint32_t user, group, capset, n_env;
+	uint32_t user, group, capset, n_env, n_layer_strs;
 	uint8_t has_hostname, has_workdir;
 };
 
@@ -68,7 +71,8 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 
 /* ---- the spawner process ----------------------------------------------- */
 
-static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr_env_kv **env)
+static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr_env_kv **env,
+		  const char **layers)
 {
 	if (len < sizeof(struct spawn_req))
 		return -EBADMSG;
@@ -98,8 +102,20 @@ static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr
 			(*env)[i / 2].value = p;
 		p = z + 1;
 	}
+	size_t nl = q.n_layer_strs;
+	if (nl > WR_MAX_LAYERS || (nl && nl != q.n_layers))
+		return -EBADMSG;
+	for (size_t i = 0; i < nl; i++) {
+		char *z = memchr(p, 0, (size_t)(end - p));
+		if (z == NULL)
+			return -EBADMSG;
+		layers[i] = p;
+		p = z + 1;
+	}
 	*spec = (struct wr_sandbox_spec){
-	    .image = s[0],
+	    .image = s[0][0] ? s[0] : NULL,
+	    .layers = nl ? layers : NULL,
+	    .n_layers = (size_t)q.n_layers,
 	    .hostname = q.has_hostname ? s[1] : NULL,
 	    .workdir = q.has_workdir ? s[2] : NULL,
 	    .id = s[3][0] ? s[3] : NULL,
@@ -128,7 +144,8 @@ static void serve(int sock, int sfd, char *buf)
 	struct spawn_reply rep = {0};
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
-	int r = unpack(buf, (size_t)n, &spec, &env);
+	const char *layers[WR_MAX_LAYERS];
+	int r = unpack(buf, (size_t)n, &spec, &env, layers);
 	if (r < 0) {
 		rep.errnum = -r;
 		snprintf(rep.msg, sizeof(rep.msg), "spawner: malformed request");
@@ -247,6 +264,9 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 	    .group = spec->group,
 	    .capset = spec->capset,
 	    .n_env = (uint32_t)spec->n_env,
+	    .n_layers = spec->n_layers,
+	    .n_layer_strs =
+		spec->n_layers <= WR_MAX_LAYERS && spec->layers ? (uint32_t)spec->n_layers : 0,
 	    .has_hostname = spec->hostname != NULL,
 	    .has_workdir = spec->workdir != NULL,
 	};
@@ -256,10 +276,13 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 	memcpy(buf, &q, sizeof(q));
 	const char *strs[4] = {spec->image ? spec->image : "", spec->hostname ? spec->hostname : "",
 			       spec->workdir ? spec->workdir : "", spec->id ? spec->id : ""};
-	for (int i = 0; i < 4 + 2 * (int)spec->n_env; i++) {
-		const char *str = i < 4	       ? strs[i]
-				  : i % 2 == 0 ? spec->env[(i - 4) / 2].key
-					       : spec->env[(i - 4) / 2].value;
+	size_t nl = q.n_layer_strs;
+	int n_env = 2 * (int)spec->n_env;
+	for (int i = 0; i < 4 + n_env + (int)nl; i++) {
+		const char *str = i < 4		   ? strs[i]
+				  : i >= 4 + n_env ? spec->layers[i - 4 - n_env]
+				  : i % 2 == 0	   ? spec->env[(i - 4) / 2].key
+						   : spec->env[(i - 4) / 2].value;
 		if (str == NULL)
 			str = "";
 		size_t l = strlen(str) + 1;

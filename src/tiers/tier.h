@@ -14,6 +14,7 @@
 #include "tiers/fsops.h"
 
 #define WR_DEFAULT_OUTPUT_CAP (16ull << 20) /* bytes per stream */
+#define WR_MAX_LAYERS 16		    /* lower layers of a sandbox's rootfs */
 
 struct wr_env_kv {
 	const char *key;
@@ -22,7 +23,13 @@ struct wr_env_kv {
 
 /* What a caller asks for when creating a sandbox. Zero/NULL means default. */
 struct wr_sandbox_spec {
-	const char *image;	     /* rootfs directory or EROFS image file */
+	const char *image; /* rootfs directory or EROFS image file: one layer */
+	/* Or a stack of lower layers (n_layers > 0, image NULL), base first,
+	 * each a directory or an EROFS file; a later layer shadows the earlier
+	 * ones, and its whiteouts (0/0 character devices) hide their files. At
+	 * most WR_MAX_LAYERS. The writable layer goes on top. */
+	const char *const *layers;
+	size_t n_layers;
 	uint64_t memory_bytes;	     /* default 512 MiB */
 	uint64_t disk_bytes;	     /* writable layer quota, default 1 GiB */
 	uint64_t disk_inodes;	     /* default disk_bytes / 4096, capped at 1,000,000 */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -284,6 +285,58 @@ static void test_background_outlives_command_until_destroy(void **state)
 	assert_int_equal(count_inits(), before - 1);
 }
 
+/* A command's leaf exists only where the command is accounted or acted on
+ * by itself (memory, unified); in pids and cpu its processes join the
+ * sandbox's cgroup, whose limits apply there. */
+static void test_command_cgroups(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 5000, "sleep 1000 >/dev/null 2>&1 &");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	wr_exec_result_free(&res);
+	char needle[160], cmd_needle[180];
+	snprintf(needle, sizeof(needle), "/%s/%s", g_base, wr_sandbox_id(sb));
+	snprintf(cmd_needle, sizeof(cmd_needle), "%s/cmd-", needle);
+	int found = 0;
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char path[300], comm[64] = {0}, *cg = NULL;
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
+		if (wr_read_file_at(AT_FDCWD, path, &cg, 4096, NULL) < 0)
+			continue;
+		snprintf(comm, sizeof(comm), "%s", cg);
+		free(cg);
+		cg = NULL;
+		snprintf(path, sizeof(path), "/proc/%s/cgroup", de->d_name);
+		if (strncmp(comm, "sleep", 5) != 0 ||
+		    wr_read_file_at(AT_FDCWD, path, &cg, 65536, NULL) < 0 || !strstr(cg, needle)) {
+			free(cg);
+			continue;
+		}
+		found++;
+		for (char *line = strtok(cg, "\n"); line; line = strtok(NULL, "\n")) {
+			char *ctrl = strchr(line, ':') + 1, *where = strchr(ctrl, ':') + 1;
+			bool own = strncmp(ctrl, "memory:", 7) == 0 || strncmp(ctrl, ":", 1) == 0;
+			bool shared =
+			    strncmp(ctrl, "pids:", 5) == 0 || strncmp(ctrl, "cpu:", 4) == 0;
+			if (own)
+				assert_non_null(strstr(where, cmd_needle));
+			if (shared) {
+				assert_null(strstr(where, cmd_needle));
+				assert_non_null(strstr(where, needle));
+			}
+		}
+		free(cg);
+	}
+	closedir(d);
+	assert_int_equal(found, 1);
+	destroy(&sb);
+}
+
 static void test_oom_is_reported(void **state)
 {
 	(void)state;
@@ -502,6 +555,144 @@ static void test_bad_spec_names_field(void **state)
 	wr_err_free(&err);
 }
 
+/* ---- image layers ------------------------------------------------------ */
+
+static void put_file(const char *dir, const char *rel, const char *content)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	char *slash = strrchr(path, '/');
+	*slash = 0;
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", path);
+	assert_int_equal(system(cmd), 0);
+	*slash = '/';
+	if (content == NULL) { /* an overlay whiteout */
+		assert_int_equal(mknod(path, S_IFCHR | 0600, makedev(0, 0)), 0);
+		return;
+	}
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+static struct wr_sandbox *mk_layers(const char *const *layers, size_t n)
+{
+	struct wr_sandbox_spec spec = {.layers = layers, .n_layers = n};
+	struct wr_sandbox *sb = NULL;
+	wr_err err = NULL;
+	int r = wr_container_create(&spec, &sb, &err);
+	if (r < 0)
+		fprintf(stderr, "create: %s\n", err->msg);
+	assert_int_equal(r, 0);
+	return sb;
+}
+
+/* base (the test image) < toolkit < workspace < the writable layer. */
+static void test_layers_stack_in_order(void **state)
+{
+	(void)state;
+	char toolkit[300], ws[300];
+	snprintf(toolkit, sizeof(toolkit), "%s/layer-toolkit", g_tmp);
+	snprintf(ws, sizeof(ws), "%s/layer-ws", g_tmp);
+	put_file(toolkit, "etc/hostname", "toolkit\n");
+	put_file(toolkit, "opt/tool", "tool\n");
+	put_file(toolkit, "opt/both", "toolkit\n");
+	put_file(toolkit, "opt/gone", "toolkit\n");
+	put_file(ws, "opt/both", "workspace\n");
+	put_file(ws, "opt/gone", NULL);	 /* hides the toolkit's file */
+	put_file(ws, "etc/group", NULL); /* hides the base's file */
+	const char *layers[] = {g_image, toolkit, ws};
+	struct wr_sandbox *sb = mk_layers(layers, 3);
+	struct wr_exec_result res =
+	    run(sb, 0,
+		"test -s /etc/passwd && echo base-only; cat /etc/hostname /opt/tool /opt/both; "
+		"test -e /opt/gone || echo gone-hidden; test -e /etc/group || echo group-hidden; "
+		"ls /opt");
+	assert_int_equal(res.exit_code, 0);
+	assert_string_equal(res.out, "base-only\ntoolkit\ntool\nworkspace\ngone-hidden\n"
+				     "group-hidden\nboth\ntool\n");
+	wr_exec_result_free(&res);
+	/* the writable layer is on top: new files, and copy-up of a lower one */
+	res = run(sb, 0,
+		  "echo new > /opt/both && echo mine > /opt/new && cat /opt/both /opt/new && "
+		  "echo again > /opt/gone && cat /opt/gone");
+	assert_int_equal(res.exit_code, 0);
+	assert_string_equal(res.out, "new\nmine\nagain\n");
+	wr_exec_result_free(&res);
+	/* no host path of a layer shows in the sandbox's mount table */
+	res = run(sb, 0, "grep -c layer- /proc/self/mountinfo");
+	assert_string_equal(res.out, "0\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	/* the layers themselves are untouched */
+	char path[400], *got = NULL;
+	snprintf(path, sizeof(path), "%s/opt/both", ws);
+	assert_true(wr_read_file_at(AT_FDCWD, path, &got, 4096, NULL) > 0);
+	assert_string_equal(got, "workspace\n");
+	free(got);
+	/* an EROFS file is a layer like a directory */
+	char erofs[300];
+	snprintf(erofs, sizeof(erofs), "%s.erofs", g_image);
+	struct stat st;
+	if (stat(erofs, &st) == 0) {
+		const char *mixed[] = {erofs, ws};
+		sb = mk_layers(mixed, 2);
+		res = run(sb, 0,
+			  "cat /opt/both; test -e /etc/group || echo group-hidden; "
+			  "test -x /bin/busybox && echo busybox");
+		assert_string_equal(res.out, "workspace\ngroup-hidden\nbusybox\n");
+		wr_exec_result_free(&res);
+		destroy(&sb);
+	}
+}
+
+static void test_layers_validated(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = NULL;
+	wr_err err = NULL;
+	const char *many[WR_MAX_LAYERS + 1];
+	char dirs[WR_MAX_LAYERS + 1][300];
+	many[0] = g_image;
+	for (size_t i = 1; i < WR_ARRAY_SIZE(many); i++) {
+		char name[32];
+		snprintf(dirs[i], sizeof(dirs[i]), "%s/many-%zu", g_tmp, i);
+		snprintf(name, sizeof(name), "opt/l%zu", i);
+		put_file(dirs[i], name, "x\n");
+		many[i] = dirs[i];
+	}
+	struct wr_sandbox_spec spec = {.layers = many, .n_layers = WR_ARRAY_SIZE(many)};
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_string_equal(err->field, "layers");
+	assert_non_null(strstr(err->msg, "at most 16"));
+	wr_err_free(&err);
+	/* sixteen is fine */
+	spec.n_layers = WR_MAX_LAYERS;
+	sb = NULL;
+	assert_int_equal(wr_container_create(&spec, &sb, &err), 0);
+	struct wr_exec_result res = run(sb, 0, "ls /opt | wc -l");
+	assert_string_equal(res.out, "15\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	const char *missing[] = {g_image, "/nonexistent-layer"};
+	spec = (struct wr_sandbox_spec){.layers = missing, .n_layers = 2};
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_string_equal(err->field, "layers");
+	assert_non_null(strstr(err->msg, "layer 1 (/nonexistent-layer)"));
+	wr_err_free(&err);
+	const char *dev[] = {"/dev/null"};
+	spec = (struct wr_sandbox_spec){.layers = dev, .n_layers = 1};
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_non_null(strstr(err->msg, "layer 0 (/dev/null): not a directory"));
+	wr_err_free(&err);
+	spec = (struct wr_sandbox_spec){.image = g_image, .layers = missing, .n_layers = 1};
+	assert_true(wr_container_create(&spec, &sb, &err) < 0);
+	assert_string_equal(err->field, "image");
+	wr_err_free(&err);
+}
+
 static void test_cycles_leave_nothing_behind(void **state)
 {
 	(void)state;
@@ -562,6 +753,23 @@ static void test_spawned_sandboxes(void **state)
 	assert_true(wr_container_create_spawned(&bad, &sb, &err) < 0);
 	assert_string_equal(err->field, "memory");
 	wr_err_free(&err);
+	/* layers travel to the spawner, in order, and their errors back */
+	char ws[300];
+	snprintf(ws, sizeof(ws), "%s/layer-spawned", g_tmp);
+	put_file(ws, "opt/where", "spawned layer\n");
+	const char *layers[] = {g_image, ws};
+	struct wr_sandbox_spec ls = {.layers = layers, .n_layers = 2};
+	assert_int_equal(wr_container_create_spawned(&ls, &sb, &err), 0);
+	struct wr_exec_result res = run(sb, 0, "cat /opt/where");
+	assert_string_equal(res.out, "spawned layer\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	const char *missing[] = {g_image, "/nonexistent-layer"};
+	ls = (struct wr_sandbox_spec){.layers = missing, .n_layers = 2};
+	assert_true(wr_container_create_spawned(&ls, &sb, &err) < 0);
+	assert_string_equal(err->field, "layers");
+	assert_non_null(strstr(err->msg, "layer 1"));
+	wr_err_free(&err);
 }
 
 int main(void)
@@ -570,6 +778,7 @@ int main(void)
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
+	    cmocka_unit_test(test_command_cgroups),
 	    cmocka_unit_test(test_oom_is_reported),
 	    cmocka_unit_test(test_files_api_on_live_sandbox),
 	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
@@ -577,6 +786,8 @@ int main(void)
 	    cmocka_unit_test(test_exec_ctl_kills_the_tree),
 	    cmocka_unit_test(test_kill_then_exec_is_refused),
 	    cmocka_unit_test(test_bad_spec_names_field),
+	    cmocka_unit_test(test_layers_stack_in_order),
+	    cmocka_unit_test(test_layers_validated),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
 	    cmocka_unit_test(test_spawned_sandboxes),
 	};
