@@ -107,8 +107,8 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier",    "image", "cpu",	  "memory_mb", "disk_mb",      "pids",	     "env",
-    "workdir", "user",	"labels", "timeout",   "idle_timeout", "on_timeout", NULL};
+    "tier", "image",  "cpu",	 "memory_mb",	 "disk_mb",    "pids",	 "env", "workdir",
+    "user", "labels", "timeout", "idle_timeout", "on_timeout", "layers", NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -251,23 +251,17 @@ void wrd_api_sb_create(struct wrd_req *r)
 	if (spec == NULL)
 		return;
 	const char *path = wrd_config_image(wrd_mgr_cfg, image);
-	/* image store refs (images.c): held by the sandbox from here on */
+	/* image store refs and layers (images.c): held by the sandbox */
 	_cleanup_free_ char *store_path = NULL;
-	struct wr_image *simg = NULL;
-	char holder[40] = "";
-	if (path == NULL) {
-		_cleanup_err_ wr_err ierr = NULL;
-		int a = wrd_images_acquire_for_create(image, &store_path, &simg, holder, &ierr);
-		if (a < 0) {
-			wrd_reply_err(r, ierr);
-			json_decref(spec);
-			return;
-		}
-		if (a == 1) {
-			path = store_path;
-			wrd_images_apply_defaults(simg, r->json, spec);
-		}
+	struct wrd_image_holds holds = {0};
+	_cleanup_err_ wr_err ierr = NULL;
+	if (path == NULL && wrd_images_hold(&holds, image, r->json, spec, &store_path, &ierr) < 0) {
+		wrd_reply_err(r, ierr);
+		json_decref(spec);
+		return;
 	}
+	if (store_path)
+		path = store_path;
 	if (path == NULL && image[0] == '/') {
 		/* A host path as rootfs is the node operator's choice only:
 		 * remote tenants could otherwise read any host directory. */
@@ -286,9 +280,13 @@ void wrd_api_sb_create(struct wrd_req *r)
 				"image: '%s' is not a configured image or an existing rootfs "
 				"directory or EROFS file",
 				image);
-		if (simg)
-			wrd_images_drop(simg->digest, holder);
-		wr_image_free(&simg);
+		wrd_images_holds_drop(&holds);
+		json_decref(spec);
+		return;
+	}
+	if (wrd_images_stack(&holds, wrd_mgr_cfg, r->json, r->tcp, path, spec, &ierr) < 0) {
+		wrd_reply_err(r, ierr);
+		wrd_images_holds_drop(&holds);
 		json_decref(spec);
 		return;
 	}
@@ -304,15 +302,12 @@ void wrd_api_sb_create(struct wrd_req *r)
 		if (err && err->errnum == EINVAL && err->field == NULL)
 			err->errnum = EIO; /* the kernel's EINVAL is not the client's fault */
 		wrd_reply_err(r, err);
-		if (simg)
-			wrd_images_drop(simg->digest, holder);
+		wrd_images_holds_drop(&holds);
 	} else {
-		if (simg)
-			wrd_images_adopt(simg->digest, holder, sb->rec.id);
+		wrd_images_holds_adopt(&holds, sb->rec.id);
 		wrd_reply_json(r, 201, wrd_record_json(&sb->rec));
 		wrd_mgr_put(sb);
 	}
-	wr_image_free(&simg);
 	json_decref(spec);
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
@@ -214,11 +215,14 @@ void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t 
 	const struct wr_image_config *c = &img->config;
 	if (c->workdir && json_object_get(body, "workdir") == NULL)
 		json_object_set_new(spec, "workdir", json_string(c->workdir));
+	/* A later image's value replaces an earlier one's; the request's
+	 * own keys always win. */
 	json_t *env = json_object_get(spec, "env");
+	json_t *asked = json_object_get(body, "env");
 	for (size_t i = 0; json_is_object(env) && i < c->n_env; i++) {
 		const char *eq = strchr(c->env[i], '=');
 		_cleanup_free_ char *k = eq ? strndup(c->env[i], (size_t)(eq - c->env[i])) : NULL;
-		if (k && json_object_get(env, k) == NULL)
+		if (k && json_object_get(asked, k) == NULL)
 			json_object_set_new(env, k, json_string(eq + 1));
 	}
 	/* OCI "User": a numeric uid (or uid:gid) applies; a user name would
@@ -232,4 +236,85 @@ void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t 
 		if (u && wr_parse_u64(u, 65535, &uid) == 0)
 			json_object_set_new(spec, "user", json_integer((json_int_t)uid));
 	}
+}
+
+int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, json_t *spec,
+		    char **store_path, wr_err *err)
+{
+	if (h->n == WRD_MAX_HOLDS)
+		return wr_err_set(err, E2BIG, "too many images");
+	struct wr_image *img = NULL;
+	int a = wrd_images_acquire_for_create(image, store_path, &img, h->holder[h->n], err);
+	if (a <= 0)
+		return a;
+	snprintf(h->digest[h->n], sizeof(h->digest[0]), "%s", img->digest);
+	h->n++;
+	wrd_images_apply_defaults(img, body, spec);
+	wr_image_free(&img);
+	return 1;
+}
+
+int wrd_images_stack(struct wrd_image_holds *h, const struct wrd_config *cfg, json_t *body,
+		     bool tcp, const char *base_path, json_t *spec, wr_err *err)
+{
+	json_t *ls = json_object_get(body, "layers");
+	if (ls == NULL)
+		return 0;
+	size_t n = json_array_size(ls);
+	if (!json_is_array(ls) || n == 0 || n > WRD_MAX_HOLDS - 1)
+		return wr_err_field(err, "layers", "layers: an array of 1 to %d image references",
+				    WRD_MAX_HOLDS - 1);
+	json_t *paths = json_array();
+	json_array_append_new(paths, json_string(base_path));
+	int r = 0;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		char field[16];
+		snprintf(field, sizeof(field), "layers[%zu]", i);
+		const char *ref = json_string_value(json_array_get(ls, i));
+		if (ref == NULL || ref[0] == '\0' || strlen(ref) > 4095) {
+			r = wr_err_field(err, field, "%s: must be a non-empty string", field);
+			break;
+		}
+		_cleanup_free_ char *sp = NULL;
+		const char *path = wrd_config_image(cfg, ref);
+		if (path == NULL) {
+			int a = wrd_images_hold(h, ref, body, spec, &sp, err);
+			if (a < 0) {
+				free((*err)->field);
+				(*err)->field = strdup(field);
+				r = a;
+				break;
+			}
+			path = a ? sp : NULL;
+		}
+		struct stat st;
+		if (path == NULL && ref[0] == '/' && !tcp)
+			path = ref;
+		if (path == NULL || stat(path, &st) < 0 ||
+		    !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode))) {
+			r = wr_err_field(
+			    err, field, "%s: '%s' is not a store image, a configured image%s",
+			    field, ref, tcp ? "" : " or an existing rootfs or EROFS file");
+			break;
+		}
+		json_array_append_new(paths, json_string(path));
+	}
+	if (r == 0)
+		json_object_set(spec, "layers", paths);
+	json_decref(paths);
+	return r;
+}
+
+void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id)
+{
+	for (size_t i = 0; i < h->n; i++)
+		wrd_images_adopt(h->digest[i], h->holder[i], sandbox_id);
+	h->n = 0;
+}
+
+void wrd_images_holds_drop(struct wrd_image_holds *h)
+{
+	for (size_t i = 0; i < h->n; i++)
+		wrd_images_drop(h->digest[i], h->holder[i]);
+	h->n = 0;
 }

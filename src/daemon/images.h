@@ -39,6 +39,27 @@ int wrd_images_acquire_for_create(const char *image, char **path, struct wr_imag
 void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t *spec);
 void wrd_images_adopt(const char *digest, const char *holder, const char *sandbox_id);
 void wrd_images_drop(const char *digest, const char *holder);
+/* The store images a sandbox being created holds, under temporary holder
+ * ids until wrd_images_holds_adopt (create succeeded) or _drop. */
+#define WRD_MAX_HOLDS 17 /* the image and up to 16 layers */
+struct wrd_image_holds {
+	size_t n;
+	char digest[WRD_MAX_HOLDS][WR_IMAGE_DIGEST_LEN + 1];
+	char holder[WRD_MAX_HOLDS][40];
+};
+/* Resolve one image reference for a create: a store ref is acquired into
+ * holds (its config applied to spec where body is silent) and its blob
+ * path returned in *store_path; 0 when `image` is no store ref. */
+int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, json_t *spec,
+		    char **store_path, wr_err *err);
+/* The create body's "layers" (1..16 refs, stacked on `base_path` in order):
+ * each a store ref, a configured image name or (Unix socket only) a node
+ * path; the resolved stack, base first, goes to spec "layers". No
+ * "layers" key: nothing to do. Errors name the field ("layers[2]"). */
+int wrd_images_stack(struct wrd_image_holds *h, const struct wrd_config *cfg, json_t *body,
+		     bool tcp, const char *base_path, json_t *spec, wr_err *err);
+void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
+void wrd_images_holds_drop(struct wrd_image_holds *h);
 /* Release holders whose sandbox is not live (before gc and listings). */
 void wrd_images_reconcile(void);
 /* Automatic reclamation after an import; removals are logged. */

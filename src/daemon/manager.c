@@ -223,9 +223,21 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	spec->die_with_parent = false; /* sandboxes outlive a daemon restart */
 	json_t *e = json_object_get(s, "env");
 	size_t n = json_object_size(e);
-	*env = calloc(n ? n : 1, sizeof(**env));
+	/* One allocation, freed by the caller as *env, also holds the layer
+	 * path pointers (image store stacks: spec "layers", base first). */
+	json_t *layers = json_object_get(s, "layers");
+	size_t nl = json_array_size(layers);
+	*env = calloc(1, (n ? n : 1) * sizeof(**env) + nl * sizeof(char *));
 	if (*env == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
+	if (nl) {
+		const char **lp = (const char **)(void *)(*env + (n ? n : 1));
+		for (size_t l = 0; l < nl; l++)
+			lp[l] = json_string_value(json_array_get(layers, l));
+		spec->layers = lp;
+		spec->n_layers = nl;
+		spec->image = NULL;
+	}
 	const char *k;
 	json_t *v;
 	size_t i = 0;

@@ -266,3 +266,32 @@ def test_pin_and_gc(api, warrend):
     assert all(e["digest"] != keep["digest"] for e in rep["removed"])
     assert api.get(f"/v1/images/{img['digest']}").status in (200, 404)
     assert api.post(f"/v1/images/{keep['digest']}/unpin").json()["pinned"] is False
+
+
+def test_layers_stack_through_api(api, warrend):
+    imp(api, tar_of_dir(warrend.images / "busybox"), ref="stack/base")
+    tk = imp(api, tar_of([("opt/", None, 0o755), ("opt/tool", b"tool v1\n", 0o644),
+                          ("etc/", None, 0o755), ("etc/motd", b"toolkit\n", 0o644)]),
+             ref="stack/toolkit:1")
+    ws = imp(api, tar_of([("work/", None, 0o755), ("work/file", b"ws\n", 0o644),
+                          ("etc/", None, 0o755), ("etc/motd", b"workspace\n", 0o644)]),
+             ref="stack-ws")
+    sid = api.create(image="stack/base", layers=["stack/toolkit:1", ws["digest"]])
+    try:
+        out = api.run(sid, ["sh", "-c", "cat /opt/tool /work/file /etc/motd; "
+                                        "echo new > /work/file && cat /work/file"])
+        assert out["stdout"] == "tool v1\nws\nworkspace\nnew\n", out
+        for ref in ("stack/toolkit:1", "stack-ws"):
+            r = api.get(f"/v1/images/-?ref={q(ref)}")
+            assert r.status == 200 and r.json()["holders"] == 1, r
+        r = api.delete(f"/v1/images/{tk['digest']}?force=1")
+        assert r.status == 409, r
+    finally:
+        api.kill(sid)
+    # bad layers name the entry
+    r = api.create(expect=404, image="stack/base", layers=["stack-ws", "nosuch:1"])
+    assert r.json()["error"]["field"] == "layers[1]", r
+    r = api.create(expect=400, image="stack/base", layers="stack-ws")
+    assert r.json()["error"]["field"] == "layers", r
+    r = api.create(expect=400, image="stack/base", layers=["stack-ws"] * 17)
+    assert r.json()["error"]["field"] == "layers", r
