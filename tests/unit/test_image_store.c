@@ -279,6 +279,37 @@ static void test_layers_whiteouts(void **state)
 	wr_image_store_close(&s);
 }
 
+/* A symlink of one layer never carries a write of a later layer out. */
+static void test_symlink_across_layers(void **state)
+{
+	struct fixture *f = *state;
+	struct wr_image_store *s = open_store(f, 0, 0);
+	char outside[200];
+	snprintf(outside, sizeof(outside), "%s/outside", f->base);
+	assert_int_equal(mkdir(outside, 0755), 0);
+	struct tentry l0[] = {
+	    {"escape", 'l', 0777, NULL, outside}, {"rel", 'l', 0777, NULL, "../../.."}, {NULL}};
+	struct tentry l1[] = {{"escape/pwned", 'f', 0644, "x"}, {NULL}};
+	struct tentry l2[] = {{"rel/pwned", 'f', 0644, "x"}, {NULL}};
+	struct tentry l3[] = {{"h", 'h', 0, NULL, "escape/x"}, {NULL}};
+	make_tar(fpath(f, "l0.tar"), l0, "none");
+	make_tar(fpath(f, "l1.tar"), l1, "none");
+	make_tar(fpath(f, "l2.tar"), l2, "none");
+	make_tar(fpath(f, "l3.tar"), l3, "none");
+	const char *tops[] = {"l1.tar", "l2.tar", "l3.tar"};
+	for (int i = 0; i < 3; i++) {
+		_cleanup_close_ int f0 = open(fpath(f, "l0.tar"), O_RDONLY | O_CLOEXEC);
+		_cleanup_close_ int f1 = open(fpath(f, tops[i]), O_RDONLY | O_CLOEXEC);
+		struct wr_image_layer ls[] = {{f0, NULL, NULL}, {f1, NULL, NULL}};
+		_cleanup_err_ wr_err err = NULL;
+		assert_int_equal(wr_image_import_layers(s, ls, 2, NULL, NULL, NULL, &err), -EPERM);
+		assert_non_null(strstr(err->msg, "is a symlink"));
+		assert_int_equal(count_entries(f->base, "outside"), 0);
+		assert_int_equal(count_entries(f->store, "tmp"), 0);
+	}
+	wr_image_store_close(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +318,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_tar_attacks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_limits, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_layers_whiteouts, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_symlink_across_layers, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
