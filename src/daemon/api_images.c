@@ -164,8 +164,8 @@ void wrd_api_img_import(struct wrd_req *r)
 		reply_store_err(r, err, j ? "path" : "body");
 		goto out;
 	}
+	wrd_images_gc_auto(img->digest);
 	wrd_reply_json(r, 201, wrd_image_json(img));
-	wrd_images_gc_auto();
 out:
 	wr_image_free(&img);
 	json_decref(j);

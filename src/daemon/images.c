@@ -92,12 +92,16 @@ int wrd_images_check_config(json_t *v, wr_err *err)
 	return parse(v, &o, err);
 }
 
+/* ctx != NULL: running, where create-* holders belong to creates (and
+ * imports) in flight; at start-up there are none, so a crash's leftovers go. */
 static bool live(void *ctx, const char *holder)
 {
-	(void)ctx;
-	/* create-* holders belong to creates in flight */
-	return strncmp(holder, "create-", 7) == 0 || wrd_table_has(holder);
+	if (ctx && strncmp(holder, "create-", 7) == 0)
+		return true;
+	return wrd_table_has(holder);
 }
+
+static int g_running = 1;
 
 int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 {
@@ -174,7 +178,7 @@ void wrd_images_drop(const char *digest, const char *holder)
 void wrd_images_reconcile(void)
 {
 	_cleanup_err_ wr_err err = NULL;
-	if (g_store && wr_image_release_except(g_store, live, NULL, &err) < 0)
+	if (g_store && wr_image_release_except(g_store, live, &g_running, &err) < 0)
 		wr_log_err(err);
 }
 
@@ -185,13 +189,25 @@ static void log_removal(void *ctx, const struct wr_image_gc_event *ev)
 		wr_image_gc_reason_name(ev->reason));
 }
 
-void wrd_images_gc_auto(void)
+void wrd_images_gc_auto(const char *keep)
 {
 	_cleanup_err_ wr_err err = NULL;
 	wrd_images_reconcile();
+	/* The image just imported is held through the pass: its caller is
+	 * about to use it, whatever the grace period. */
+	char holder[40] = "", *p = NULL;
+	char id[17];
+	if (keep && wr_random_id(id) == 0) {
+		snprintf(holder, sizeof(holder), "create-import-%s", id);
+		if (wr_image_acquire(g_store, keep, holder, &p, NULL, NULL) < 0)
+			holder[0] = '\0';
+		free(p);
+	}
 	struct wr_image_gc_opts o = {.on_remove = log_removal};
 	if (wr_image_gc_auto(g_store, &o, NULL, &err) < 0)
 		wr_log_err(err);
+	if (holder[0])
+		wr_image_release(g_store, keep, holder, NULL);
 }
 
 int wrd_images_open_config(const struct wrd_config *cfg, wr_err *err)

@@ -62,8 +62,9 @@ void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
 void wrd_images_holds_drop(struct wrd_image_holds *h);
 /* Release holders whose sandbox is not live (before gc and listings). */
 void wrd_images_reconcile(void);
-/* Automatic reclamation after an import; removals are logged. */
-void wrd_images_gc_auto(void);
+/* Automatic reclamation after an import (keep: the digest just imported,
+ * held through the pass); removals are logged. */
+void wrd_images_gc_auto(const char *keep);
 /* Upload limit of the import route (body bytes). */
 uint64_t wrd_images_upload_limit(void);
 

@@ -1,0 +1,80 @@
+"""The image store across daemon restarts and under a quota (each test
+runs a warrend of its own)."""
+import json
+import subprocess
+import time
+
+from test_images import imp, tar_of, tar_of_dir
+
+
+def small(i):
+    return tar_of([("./", None, 0o755), (f"./file{i}", b"x" * 100 * (i + 1), 0o644)])
+
+
+def test_holders_survive_restart(fresh_daemon):
+    d = fresh_daemon().start()
+    api = d.client()
+    img = imp(api, tar_of_dir(d.images / "busybox"), ref="keep:1")
+    sid = api.create(image="keep:1")
+    api.close()
+    d.kill9()
+    d.start()
+    api = d.client()
+    try:
+        # the sandbox survived and still holds its image
+        assert api.run(sid, ["echo", "alive"])["stdout"] == "alive\n"
+        assert api.get("/v1/images/keep:1").json()["holders"] == 1
+        r = api.delete(f"/v1/images/{img['digest']}?force=1")
+        assert r.status == 409, r
+        api.kill(sid)
+        # a sandbox that ended holds nothing
+        assert api.get("/v1/images/keep:1").json()["holders"] == 0
+        r = api.delete(f"/v1/images/{img['digest']}?force=1")
+        assert r.status == 200 and r.json()["removed"] is True, r
+        assert api.get(f"/v1/images/{img['digest']}").status == 404
+    finally:
+        api.close()
+
+
+def test_quota_auto_gc_respects_pins_and_use(fresh_daemon):
+    d = fresh_daemon(extra={"image_store": {"quota": 1, "grace": 0,
+                                            "high_water_pct": 90}}).start()
+    api = d.client()
+    try:
+        pinned = imp(api, small(0), ref="q:pinned")
+        api.post("/v1/images/q:pinned/pin")
+        base = imp(api, tar_of_dir(d.images / "busybox"), ref="q:used")
+        sid = api.create(image="q:used")
+        # every import passes the high-water mark: the automatic pass removes
+        # what it may (the earlier unpinned, unused images), never these two
+        for i in range(1, 4):
+            imp(api, small(i), ref=f"q:{i}")
+            time.sleep(1.1)  # distinct last-use seconds for LRU
+        names = {r for i in api.get("/v1/images").json()["images"] for r in i["refs"]}
+        assert {"q:pinned", "q:used"} <= names
+        assert "q:1" not in names and "q:2" not in names
+        assert api.get(f"/v1/images/{pinned['digest']}").json()["pinned"] is True
+        assert api.get(f"/v1/images/{base['digest']}").json()["holders"] == 1
+        assert "image gc: removed" in d.log_text()
+        rep = api.post("/v1/images/gc").json()
+        assert rep["skipped_pinned"] >= 1 and rep["skipped_in_use"] >= 1, rep
+        api.kill(sid)
+        rep = api.post("/v1/images/gc").json()
+        assert base["digest"] in [e["digest"] for e in rep["removed"]], rep
+    finally:
+        api.close()
+
+
+def test_bad_image_store_config(build, tmp_path):
+    for cfg, needle in [({"image_store": {"quota": "lots"}}, "image_store.quota"),
+                        ({"image_store": {"grace": "soon"}}, "image_store.grace"),
+                        ({"image_store": {"colour": 1}}, "image_store.colour"),
+                        ({"image_store": []}, "image_store")]:
+        p = tmp_path / "c.json"
+        p.write_text(json.dumps(cfg))
+        r = subprocess.run([str(build / "warrend"), "--config", str(p)], capture_output=True,
+                           text=True, timeout=30,
+                           env={"WARREN_STATE_DIR": str(tmp_path / "s"),
+                                "WARREN_RUN_DIR": str(tmp_path / "r")})
+        assert r.returncode == 2, (cfg, r.stderr)
+        assert needle in r.stderr, (cfg, r.stderr)
