@@ -1,6 +1,7 @@
 /* /v1/images: import, list, inspect, tag, remove, pin, gc. Thin: parse,
  * dispatch into src/image, shape the answer. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,9 @@
 #include "daemon/api.h"
 #include "daemon/api_images.h"
 #include "daemon/images.h"
+#include "daemon/db.h"
 #include "daemon/jsonutil.h"
+#include "common/util.h"
 
 static json_t *strv_json(char **v, size_t n)
 {
@@ -164,6 +167,10 @@ void wrd_api_img_import(struct wrd_req *r)
 		reply_store_err(r, err, j ? "path" : "body");
 		goto out;
 	}
+	wrd_images_event("image_imported",
+			 json_pack("{s:s, s:I, s:s, s:o}", "digest", img->digest, "size",
+				   (json_int_t)img->size, "source", img->source, "refs",
+				   strv_json(img->refs, img->n_refs)));
 	wrd_images_gc_auto(img->digest);
 	wrd_reply_json(r, 201, wrd_image_json(img));
 out:
@@ -262,8 +269,13 @@ void wrd_api_img_remove(struct wrd_req *r)
 	} else {
 		wrd_reply_json(r, 200,
 			       json_pack("{s:s, s:b}", "digest", img->digest, "removed", removed));
-		if (removed)
+		if (removed) {
 			wr_info("image %s removed (%s)", img->digest, ref);
+			wrd_images_event("image_removed",
+					 json_pack("{s:s, s:I, s:s, s:s}", "digest", img->digest,
+						   "size", (json_int_t)img->size, "reason",
+						   "removed", "ref", ref));
+		}
 	}
 	wr_image_free(&img);
 }
@@ -300,9 +312,7 @@ static void on_removed(void *ctx, const struct wr_image_gc_event *ev)
 					     (json_int_t)ev->size, "reason",
 					     wr_image_gc_reason_name(ev->reason), "dry_run",
 					     ev->dry_run));
-	if (!ev->dry_run)
-		wr_info("image gc: removed %s (%llu bytes, %s)", ev->digest,
-			(unsigned long long)ev->size, wr_image_gc_reason_name(ev->reason));
+	wrd_images_gc_event(NULL, ev);
 }
 
 void wrd_api_img_gc(struct wrd_req *r)
@@ -332,4 +342,30 @@ void wrd_api_img_gc(struct wrd_req *r)
 		      "skipped_in_use", (json_int_t)rep.skipped_in_use, "skipped_pinned",
 		      (json_int_t)rep.skipped_pinned, "skipped_grace",
 		      (json_int_t)rep.skipped_grace));
+}
+
+void wrd_api_img_events(struct wrd_req *r)
+{
+	static const char *const allowed[] = {"since", "limit", NULL};
+	if (wrd_query_check(r, allowed) < 0)
+		return;
+	uint64_t since = 0, limit = 100;
+	const char *s;
+	if ((s = wrd_query(r, "since")) && wr_parse_u64(s, INT64_MAX, &since) < 0) {
+		wrd_reply_error(r, "invalid_argument", "since",
+				"since: must be a non-negative integer");
+		return;
+	}
+	if ((s = wrd_query(r, "limit")) && (wr_parse_u64(s, 1000, &limit) < 0 || limit < 1)) {
+		wrd_reply_error(r, "invalid_argument", "limit", "limit: must be 1 to 1000");
+		return;
+	}
+	_cleanup_err_ wr_err err = NULL;
+	json_t *arr = json_array();
+	if (wrd_db_events(WRD_IMAGES_EVENTS_ID, (int64_t)since, (int)limit, arr, &err) < 0) {
+		json_decref(arr);
+		wrd_reply_err(r, err);
+		return;
+	}
+	wrd_reply_json(r, 200, json_pack("{s:o}", "events", arr));
 }

@@ -16,5 +16,6 @@ void wrd_api_img_remove(struct wrd_req *r);
 void wrd_api_img_pin(struct wrd_req *r);
 void wrd_api_img_unpin(struct wrd_req *r);
 void wrd_api_img_gc(struct wrd_req *r);
+void wrd_api_img_events(struct wrd_req *r);
 
 #endif

@@ -2,6 +2,7 @@
 #include "daemon/images.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,17 @@
 #include "daemon/manager.h"
 
 static struct wr_image_store *g_store;
+/* Node-level image events: the events table under sandbox id "" (no
+ * sandbox has it), seq dense from 1 like a sandbox's. */
+static pthread_mutex_t g_evlock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_evseq;
+
+void wrd_images_event(const char *type, json_t *detail)
+{
+	pthread_mutex_lock(&g_evlock);
+	wrd_db_event(WRD_IMAGES_EVENTS_ID, ++g_evseq, type, detail);
+	pthread_mutex_unlock(&g_evlock);
+}
 static uint64_t g_upload_max = 64ull << 30;
 
 struct wr_image_store *wrd_images(void)
@@ -115,6 +127,7 @@ int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 	o.dir = dir;
 	if ((r = wr_image_store_open(&o, &g_store, err)) < 0)
 		return r;
+	g_evseq = (uint64_t)wrd_db_last_event_seq(WRD_IMAGES_EVENTS_ID);
 	if (o.max_unpacked_bytes)
 		g_upload_max = o.max_unpacked_bytes;
 	/* Restart: holders of sandboxes that did not survive go. */
@@ -182,9 +195,14 @@ void wrd_images_reconcile(void)
 		wr_log_err(err);
 }
 
-static void log_removal(void *ctx, const struct wr_image_gc_event *ev)
+void wrd_images_gc_event(void *ctx, const struct wr_image_gc_event *ev)
 {
 	(void)ctx;
+	if (ev->dry_run)
+		return;
+	wrd_images_event("image_removed", json_pack("{s:s, s:I, s:s}", "digest", ev->digest, "size",
+						    (json_int_t)ev->size, "reason",
+						    wr_image_gc_reason_name(ev->reason)));
 	wr_info("image gc: removed %s (%llu bytes, %s)", ev->digest, (unsigned long long)ev->size,
 		wr_image_gc_reason_name(ev->reason));
 }
@@ -203,7 +221,7 @@ void wrd_images_gc_auto(const char *keep)
 			holder[0] = '\0';
 		free(p);
 	}
-	struct wr_image_gc_opts o = {.on_remove = log_removal};
+	struct wr_image_gc_opts o = {.on_remove = wrd_images_gc_event};
 	if (wr_image_gc_auto(g_store, &o, NULL, &err) < 0)
 		wr_log_err(err);
 	if (holder[0])

@@ -65,6 +65,12 @@ void wrd_images_reconcile(void);
 /* Automatic reclamation after an import (keep: the digest just imported,
  * held through the pass); removals are logged. */
 void wrd_images_gc_auto(const char *keep);
+/* Node-level events of the store (image_imported, image_removed) go to
+ * the events table under this id; GET /v1/images/events reads them. */
+#define WRD_IMAGES_EVENTS_ID ""
+void wrd_images_event(const char *type, json_t *detail); /* steals detail */
+/* A gc on_remove callback that records and logs each removal. */
+void wrd_images_gc_event(void *ctx, const struct wr_image_gc_event *ev);
 /* Upload limit of the import route (body bytes). */
 uint64_t wrd_images_upload_limit(void);
 

@@ -34,7 +34,8 @@
 #define P23 "/v1/images/{id}/tag"
 #define P24 "/v1/images/{id}/pin"
 #define P25 "/v1/images/{id}/unpin"
-#define P26 "other"
+#define P26 "/v1/images/events"
+#define P27 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -63,7 +64,8 @@ const char *const wrd_route_labels[] = {
     P23, /* 23 */
     P24, /* 24 */
     P25, /* 25 */
-    P26, /* 26: no route */
+    P26, /* 26 */
+    P27, /* 27: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -105,6 +107,7 @@ const struct wrd_route wrd_routes[] = {
     R("GET", 19, WRD_BODY_NONE, WRD_POOL, wrd_api_img_list),
     R("POST", 20, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_img_import),
     R("POST", 21, WRD_BODY_NONE, WRD_LONG, wrd_api_img_gc),
+    R("GET", 26, WRD_BODY_NONE, WRD_POOL, wrd_api_img_events), /* before {id} */
     R("GET", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_get),
     R("DELETE", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_remove),
     R("POST", 23, WRD_BODY_JSON, WRD_POOL, wrd_api_img_tag),

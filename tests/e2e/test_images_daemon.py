@@ -16,6 +16,8 @@ def test_holders_survive_restart(fresh_daemon):
     api = d.client()
     img = imp(api, tar_of_dir(d.images / "busybox"), ref="keep:1")
     sid = api.create(image="keep:1")
+    # a read flushes the batched events: they are durable before the crash
+    assert len(api.get("/v1/images/events").json()["events"]) == 1
     api.close()
     d.kill9()
     d.start()
@@ -32,6 +34,16 @@ def test_holders_survive_restart(fresh_daemon):
         r = api.delete(f"/v1/images/{img['digest']}?force=1")
         assert r.status == 200 and r.json()["removed"] is True, r
         assert api.get(f"/v1/images/{img['digest']}").status == 404
+        # node-level image events, seq dense across the restart
+        evs = api.get("/v1/images/events").json()["events"]
+        assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+        assert [e["type"] for e in evs] == ["image_imported", "image_removed"], evs
+        assert evs[0]["detail"]["refs"] == ["keep:1"]
+        assert evs[1]["detail"] == {"digest": img["digest"], "size": img["size"],
+                                    "reason": "removed", "ref": img["digest"]}
+        assert api.get("/v1/images/events?since=1").json()["events"] == evs[1:]
+        r = api.get("/v1/images/events?limit=0")
+        assert r.status == 400 and r.error == ("invalid_argument", "limit"), r
     finally:
         api.close()
 
@@ -56,6 +68,9 @@ def test_quota_auto_gc_respects_pins_and_use(fresh_daemon):
         assert api.get(f"/v1/images/{pinned['digest']}").json()["pinned"] is True
         assert api.get(f"/v1/images/{base['digest']}").json()["holders"] == 1
         assert "image gc: removed" in d.log_text()
+        evs = api.get("/v1/images/events").json()["events"]
+        gone = [e["detail"] for e in evs if e["type"] == "image_removed"]
+        assert gone and all(g["reason"] == "quota" for g in gone), evs
         rep = api.post("/v1/images/gc").json()
         assert rep["skipped_pinned"] >= 1 and rep["skipped_in_use"] >= 1, rep
         api.kill(sid)
