@@ -433,11 +433,19 @@ static int apply_entry(struct wri_unpack *u, struct pathset *ps, struct archive 
 		_cleanup_close_ int fd = fcntl(u->rootfd, F_DUPFD_CLOEXEC, 3);
 		return set_meta(u, ae, u->rootfd, ".", path, S_IFDIR, fd, what, err);
 	}
+	const char *slash = strrchr(path, '/');
+	bool whiteout = u->whiteouts && strncmp(slash ? slash + 1 : path, WH_PREFIX, 4) == 0;
 	const char *base;
-	_cleanup_close_ int pfd = open_parent(u, ps, path, true, what, &base, err);
+	/* A whiteout under a directory no layer made removes nothing and must
+	 * not make that directory. */
+	_cleanup_close_ int pfd = open_parent(u, ps, path, !whiteout, what, &base, err);
+	if (pfd < 0 && whiteout && wr_err_code(*err) == ENOENT) {
+		wr_err_free(err);
+		return 0;
+	}
 	if (pfd < 0)
 		return pfd;
-	if (u->whiteouts && strncmp(base, WH_PREFIX, 4) == 0) {
+	if (whiteout) {
 		size_t dl = (size_t)(base - path);
 		char dir[MAX_PATH + 1];
 		snprintf(dir, sizeof(dir), "%.*s", (int)(dl ? dl - 1 : 0), path);

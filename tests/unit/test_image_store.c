@@ -237,7 +237,8 @@ static void test_layers_whiteouts(void **state)
 	    {"opq/.wh..wh..opq", 'f', 0644},
 	    {"opq/new2", 'f', 0644, "n2"},
 	    {".wh.dir", 'f', 0644},
-	    {"etc/.wh.new", 'f', 0644}, /* whiteout of something not there */
+	    {"etc/.wh.new", 'f', 0644},	    /* whiteout of something not there */
+	    {"ghost/sub/.wh.x", 'f', 0644}, /* ... under directories not there */
 	    {NULL},
 	};
 	make_tar(fpath(f, "l0.tar"), l0, "gzip");
@@ -270,6 +271,7 @@ static void test_layers_whiteouts(void **state)
 	assert_true(exists(pathcat(x, "opq/new2")));
 	assert_false(exists(pathcat(x, "dir")));
 	assert_false(exists(pathcat(x, "opq/.wh..wh..opq")));
+	assert_false(exists(pathcat(x, "ghost")));
 	/* a wrong layer digest is refused */
 	wr_err_free(&err);
 	ls[1].digest = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
