@@ -83,6 +83,9 @@ def test_sdk_images_sync(conn, warrend):
     assert imgs.remove("sdk:2") is False  # other names keep it
     assert imgs.pin("sdk:1").pinned and not imgs.unpin("sdk:1").pinned
     assert imgs.gc(dry_run=True)["dry_run"] is True
+    evs = imgs.events(limit=1000)
+    assert any(e.type == "image_imported" and "sdk:1" in e.detail["refs"] for e in evs)
+    assert imgs.events(since=evs[-1].seq) == []
 
 
 def test_sdk_images_async(conn):
@@ -97,6 +100,8 @@ def test_sdk_images_async(conn):
         with pytest.raises(warren.NotFoundError):
             await imgs.get(img.digest)
         assert (await imgs.gc(dry_run=True))["dry_run"] is True
+        evs = await imgs.events(limit=1000)
+        assert evs[-1].type == "image_removed" and evs[-1].detail["digest"] == img.digest
         await warren.aclose_shared_clients()
 
     asyncio.run(main())

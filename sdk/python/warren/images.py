@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 from ._http import AsyncHTTP, ConnectionConfig, SyncHTTP, seg
-from .models import _dt
+from .models import Event, _dt
 
 __all__ = ["ImageInfo", "Images", "AsyncImages", "list", "import_", "get", "tag", "remove",
            "pin", "unpin", "gc"]
@@ -156,6 +156,12 @@ class Images:
                                params={"dry_run": "1" if dry_run else None,
                                        "prune_untagged": "1" if prune_untagged else None})
 
+    def events(self, since: int = 0, limit: Optional[int] = None) -> List[Event]:
+        """The node's image events (``image_imported``, ``image_removed``)
+        with seq > since."""
+        d = self._http.json("GET", "/images/events", params={"since": since, "limit": limit})
+        return [Event.from_json(e) for e in d.get("events", [])]
+
 
 class AsyncImages:
     """The same as :class:`Images`, with coroutines."""
@@ -212,6 +218,11 @@ class AsyncImages:
         return await self._http.json("POST", "/images/gc", timeout=None,
                                      params={"dry_run": "1" if dry_run else None,
                                              "prune_untagged": "1" if prune_untagged else None})
+
+    async def events(self, since: int = 0, limit: Optional[int] = None) -> List[Event]:
+        d = await self._http.json("GET", "/images/events",
+                                  params={"since": since, "limit": limit})
+        return [Event.from_json(e) for e in d.get("events", [])]
 
 
 # ---- module-level shortcuts (a default client from the environment) -------
