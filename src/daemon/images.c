@@ -352,3 +352,15 @@ void wrd_images_holds_drop(struct wrd_image_holds *h)
 		wrd_images_drop(h->digest[i], h->holder[i]);
 	h->n = 0;
 }
+
+static bool not_this(void *ctx, const char *holder)
+{
+	return strcmp(holder, ctx) != 0;
+}
+
+void wrd_images_release_sandbox(const char *sandbox_id)
+{
+	_cleanup_err_ wr_err err = NULL;
+	if (g_store && wr_image_release_except(g_store, not_this, (void *)sandbox_id, &err) < 0)
+		wr_log_err(err);
+}

@@ -60,6 +60,8 @@ int wrd_images_stack(struct wrd_image_holds *h, const struct wrd_config *cfg, js
 		     bool tcp, const char *base_path, json_t *spec, wr_err *err);
 void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
 void wrd_images_holds_drop(struct wrd_image_holds *h);
+/* A sandbox ended (destroyed): release every store image it held. */
+void wrd_images_release_sandbox(const char *sandbox_id);
 /* Release holders whose sandbox is not live (before gc and listings). */
 void wrd_images_reconcile(void);
 /* Automatic reclamation after an import (keep: the digest just imported,

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/commands.h"
+#include "daemon/images.h"
 #include "daemon/jsonutil.h"
 #include "daemon/metrics.h"
 #include "tiers/container.h"
@@ -345,6 +346,7 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err 
 	pthread_mutex_unlock(&sb->lock);
 	int r = sb->ops->destroy(&sb->tsb, err);
 	table_remove(sb);
+	wrd_images_release_sandbox(sb->rec.id); /* its store images (images.c) */
 	if (r < 0)
 		return wr_err_wrap(err, "kill sandbox %s", sb->rec.id);
 	return 0;
