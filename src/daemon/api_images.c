@@ -171,7 +171,7 @@ void wrd_api_img_import(struct wrd_req *r)
 			 json_pack("{s:s, s:I, s:s, s:o}", "digest", img->digest, "size",
 				   (json_int_t)img->size, "source", img->source, "refs",
 				   strv_json(img->refs, img->n_refs)));
-	wrd_images_gc_auto(img->digest);
+	wrd_images_gc_auto_keep(img->digest);
 	wrd_reply_json(r, 201, wrd_image_json(img));
 out:
 	wr_image_free(&img);

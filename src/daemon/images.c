@@ -207,7 +207,12 @@ void wrd_images_gc_event(void *ctx, const struct wr_image_gc_event *ev)
 		wr_image_gc_reason_name(ev->reason));
 }
 
-void wrd_images_gc_auto(const char *keep)
+void wrd_images_gc_auto(void)
+{
+	wrd_images_gc_auto_keep(NULL);
+}
+
+void wrd_images_gc_auto_keep(const char *keep)
 {
 	_cleanup_err_ wr_err err = NULL;
 	wrd_images_reconcile();

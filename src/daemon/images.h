@@ -64,9 +64,11 @@ void wrd_images_holds_drop(struct wrd_image_holds *h);
 void wrd_images_release_sandbox(const char *sandbox_id);
 /* Release holders whose sandbox is not live (before gc and listings). */
 void wrd_images_reconcile(void);
-/* Automatic reclamation after an import (keep: the digest just imported,
- * held through the pass); removals are logged. */
-void wrd_images_gc_auto(const char *keep);
+/* Automatic reclamation after an import or pull; removals are events and
+ * log lines. The _keep form holds `keep` (the digest just imported or
+ * pulled) through the pass, whatever the grace period. */
+void wrd_images_gc_auto(void);
+void wrd_images_gc_auto_keep(const char *keep);
 /* Node-level events of the store (image_imported, image_removed) go to
  * the events table under this id; GET /v1/images/events reads them. */
 #define WRD_IMAGES_EVENTS_ID ""
