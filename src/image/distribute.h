@@ -44,7 +44,7 @@
 #define WR_MT_OCI_CONFIG "application/vnd.oci.image.config.v1+json"
 
 struct wr_image_push_opts {
-	size_t chunk_size;      /* 0: monolithic uploads; else chunked PATCHes of this size */
+	size_t chunk_size;	/* 0: monolithic uploads; else chunked PATCHes of this size */
 	const char *mount_from; /* a repository on the same registry to mount blobs from */
 };
 
@@ -62,8 +62,8 @@ struct wr_image_push_result {
  * image whose blob is not local (lazily pulled, not complete) is refused:
  * pull it fully first. res may be NULL. */
 int wr_image_push(struct wr_image_store *s, struct wr_registry *reg, const char *local_ref,
-                  const char *remote_ref, const struct wr_image_push_opts *o,
-                  struct wr_image_push_result *res, wr_err *err);
+		  const char *remote_ref, const struct wr_image_push_opts *o,
+		  struct wr_image_push_result *res, wr_err *err);
 
 enum wr_image_pull_mode { WR_IMAGE_PULL_FULL = 0, WR_IMAGE_PULL_LAZY };
 
@@ -74,10 +74,10 @@ struct wr_image_pull_opts {
 
 struct wr_image_pull_result {
 	char manifest_digest[72]; /* of the image manifest (after the index) */
-	bool erofs;               /* it carried the warren EROFS layer */
-	bool lazy;                /* recorded as remote (not fetched) */
-	bool already;             /* the store had it: nothing fetched */
-	unsigned layers;          /* blobs fetched (config included) */
+	bool erofs;		  /* it carried the warren EROFS layer */
+	bool lazy;		  /* recorded as remote (not fetched) */
+	bool already;		  /* the store had it: nothing fetched */
+	unsigned layers;	  /* blobs fetched (config included) */
 	uint64_t bytes_fetched;
 };
 
@@ -85,8 +85,8 @@ struct wr_image_pull_result {
  * no name) at it. *out (may be NULL) receives the image record; res may be
  * NULL. A failed pull leaves no image, name or temporary file behind. */
 int wr_image_pull(struct wr_image_store *s, struct wr_registry *reg, const char *remote_ref,
-                  const char *local_ref, const struct wr_image_pull_opts *o,
-                  struct wr_image **out, struct wr_image_pull_result *res, wr_err *err);
+		  const char *local_ref, const struct wr_image_pull_opts *o, struct wr_image **out,
+		  struct wr_image_pull_result *res, wr_err *err);
 
 /* The local name a pull uses when none is given: the repository path and
  * tag of remote_ref ("127.0.0.1:5000/team/py:3.12" -> "team/py:3.12"; a

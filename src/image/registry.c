@@ -62,7 +62,7 @@ static char *dup_opt(const char *s, bool *oom)
 }
 
 int wr_registry_open(const char *host, const struct wr_registry_opts *opts,
-                     struct wr_registry **out, wr_err *err)
+		     struct wr_registry **out, wr_err *err)
 {
 	static const struct wr_registry_opts defaults;
 	if (opts == NULL)
@@ -73,7 +73,7 @@ int wr_registry_open(const char *host, const struct wr_registry_opts *opts,
 	if (host == NULL || asprintf(&fake, "%s/x", host) < 0 || strchr(host, '/') ||
 	    !wr_registry_ref_is_remote(fake) || wr_registry_ref_parse(fake, &probe, NULL) < 0)
 		return wr_err_set(err, EINVAL, "registry host '%s': give host[:port]",
-		                  host ? host : "");
+				  host ? host : "");
 	wr_registry_ref_free(&probe);
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
@@ -84,7 +84,8 @@ int wr_registry_open(const char *host, const struct wr_registry_opts *opts,
 		return wr_err_set(err, ENOMEM, "out of memory");
 	bool oom = false;
 	reg->host = dup_opt(host, &oom);
-	reg->endpoint = dup_opt(strcmp(host, "docker.io") == 0 ? "registry-1.docker.io" : host, &oom);
+	reg->endpoint =
+	    dup_opt(strcmp(host, "docker.io") == 0 ? "registry-1.docker.io" : host, &oom);
 	reg->loopback = reg_host_is_loopback(host);
 	reg->insecure = opts->insecure;
 	reg->ca_file = dup_opt(opts->ca_file, &oom);
@@ -379,8 +380,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *userp)
 {
 	struct reg_call *c = userp;
 	size_t len = size * n;
-	if (!status_ok(c->status) || c->sink == SINK_NONE)
-	{
+	if (!status_ok(c->status) || c->sink == SINK_NONE) {
 		mem_add(c, data, len, REG_ERRBODY_MAX); /* keep a prefix of an error body */
 		c->overflow = false;
 		return len;
@@ -544,7 +544,8 @@ static void backoff(unsigned attempt, uint64_t deadline_ns)
 		if (ms > left / 2)
 			ms = left / 2;
 	}
-	struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+	struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+			      .tv_nsec = (long)(ms % 1000) * 1000000};
 	nanosleep(&ts, NULL);
 }
 
@@ -562,7 +563,7 @@ static bool same_host(struct wr_registry *reg, const char *url)
 
 /* One attempt on handle h. Fills c's outputs. */
 static void attempt_once(struct wr_registry *reg, CURL *h, struct reg_call *c, const char *url,
-                         const char *authz)
+			 const char *authz)
 {
 	struct curl_slist *hl = NULL;
 	for (struct curl_slist *s = c->headers; s; s = s->next)
@@ -594,7 +595,7 @@ static void attempt_once(struct wr_registry *reg, CURL *h, struct reg_call *c, c
 			hash_restart(c);
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
-		                 (curl_off_t)(c->body_fd >= 0 ? c->body_size : c->body_len));
+				 (curl_off_t)(c->body_fd >= 0 ? c->body_size : c->body_len));
 		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, c);
 		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
@@ -630,6 +631,15 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 	bool auth_retried = false;
 	unsigned attempt = 0;
 	for (;;) {
+		/* another thread may have settled on plain http since url was built */
+		if (atomic_load(&reg->scheme) == REG_SCHEME_HTTP && same_host(reg, url) &&
+		    strncmp(url, "https://", 8) == 0) {
+			char *u2 = NULL;
+			if (asprintf(&u2, "http://%s", url + 8) < 0)
+				return wr_err_set(err, ENOMEM, "out of memory");
+			free(url);
+			url = u2;
+		}
 		_cleanup_free_ char *authz = NULL;
 		if (reg_auth_header(reg, c->scope, &authz, err) < 0)
 			return -1;
@@ -646,8 +656,9 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 
 		if (c->cc != CURLE_OK) {
 			int scheme = atomic_load(&reg->scheme);
-			if (scheme == REG_SCHEME_UNKNOWN && (reg->loopback || reg->insecure) &&
-			    fallback_worthy(c->cc) && strncmp(url, "https://", 8) == 0) {
+			if (scheme != REG_SCHEME_HTTPS && (reg->loopback || reg->insecure) &&
+			    fallback_worthy(c->cc) && strncmp(url, "https://", 8) == 0 &&
+			    same_host(reg, url)) {
 				char *u2 = NULL;
 				if (asprintf(&u2, "http://%s", url + 8) < 0)
 					return wr_err_set(err, ENOMEM, "out of memory");
@@ -657,10 +668,12 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 				continue;
 			}
 			bool progress = c->sink == SINK_FD && c->sink_n != sink_before;
-			bool time_left = c->deadline_ns == 0 || reg_now_ns() + 50000000ull < c->deadline_ns;
-			bool may = c->idempotent && !progress && !c->not_partial && attempt < reg->retries && time_left &&
-			           c->sink_errno == 0 && !c->overflow && transport_retryable(c->cc) &&
-			           (c->cc != CURLE_OPERATION_TIMEDOUT || c->deadline_ns != 0);
+			bool time_left =
+			    c->deadline_ns == 0 || reg_now_ns() + 50000000ull < c->deadline_ns;
+			bool may = c->idempotent && !progress && !c->not_partial &&
+				   attempt < reg->retries && time_left && c->sink_errno == 0 &&
+				   !c->overflow && transport_retryable(c->cc) &&
+				   (c->cc != CURLE_OPERATION_TIMEDOUT || c->deadline_ns != 0);
 			if (may) {
 				backoff(attempt++, c->deadline_ns);
 				continue;
@@ -668,21 +681,23 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 			char m[256];
 			url_for_msg(url, m, sizeof(m));
 			if (c->not_partial)
-				return wr_err_set(err, ENOTSUP,
-				                  "%s %s: the registry ignored the Range request (HTTP %ld)",
-				                  c->method, m, c->status);
+				return wr_err_set(
+				    err, ENOTSUP,
+				    "%s %s: the registry ignored the Range request (HTTP %ld)",
+				    c->method, m, c->status);
 			if (c->overflow)
 				return wr_err_set(err, EFBIG, "%s %s: answer larger than expected",
-				                  c->method, m);
+						  c->method, m);
 			if (c->sink_errno && c->cc != CURLE_OPERATION_TIMEDOUT)
 				return wr_err_set(err, c->sink_errno, "%s %s: %s", c->method, m,
-				                  strerror(c->sink_errno));
+						  strerror(c->sink_errno));
 			return wr_err_set(err, eno, "%s %s: %s", c->method, m,
-			                  c->curl_msg[0] ? c->curl_msg : curl_easy_strerror(c->cc));
+					  c->curl_msg[0] ? c->curl_msg : curl_easy_strerror(c->cc));
 		}
 		if (atomic_load(&reg->scheme) == REG_SCHEME_UNKNOWN)
-			atomic_store(&reg->scheme, strncmp(url, "http://", 7) == 0 ? REG_SCHEME_HTTP
-			                                                             : REG_SCHEME_HTTPS);
+			atomic_store(&reg->scheme, strncmp(url, "http://", 7) == 0
+						       ? REG_SCHEME_HTTP
+						       : REG_SCHEME_HTTPS);
 		if (c->status == 401 && !auth_retried) {
 			if (reg_auth_challenge(reg, c->scope, c->www_auth, authz != NULL, err) < 0)
 				return -1;
@@ -690,7 +705,7 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 			continue;
 		}
 		bool transient = c->status == 429 || c->status == 502 || c->status == 503 ||
-		                 c->status == 504 || c->status == 500;
+				 c->status == 504 || c->status == 500;
 		if (transient && c->idempotent && attempt < reg->retries &&
 		    (c->deadline_ns == 0 || reg_now_ns() + 50000000ull < c->deadline_ns)) {
 			backoff(attempt++, c->deadline_ns);
@@ -724,12 +739,13 @@ int reg_status_err(struct reg_call *c, wr_err *err, const char *what)
 	{
 		const char *code = json_string_value(json_object_get(e, "code"));
 		const char *msg = json_string_value(json_object_get(e, "message"));
-		if (code && (strcmp(code, "DIGEST_INVALID") == 0 || strcmp(code, "SIZE_INVALID") == 0))
+		if (code &&
+		    (strcmp(code, "DIGEST_INVALID") == 0 || strcmp(code, "SIZE_INVALID") == 0))
 			eno = EBADMSG;
 		if (code && (strcmp(code, "DENIED") == 0 || strcmp(code, "UNAUTHORIZED") == 0))
 			eno = EACCES;
 		int w = snprintf(detail + dl, sizeof(detail) - dl, "%s%s%s%s", dl ? "; " : ": ",
-		                 code ? code : "?", msg ? ": " : "", msg ? msg : "");
+				 code ? code : "?", msg ? ": " : "", msg ? msg : "");
 		if (w < 0 || (size_t)w >= sizeof(detail) - dl)
 			break;
 		dl += (size_t)w;
@@ -737,7 +753,7 @@ int reg_status_err(struct reg_call *c, wr_err *err, const char *what)
 	json_decref(j);
 	if (c->status == 401 || c->status == 403)
 		return wr_err_set(err, eno, "%s: access denied by the registry (HTTP %ld)%s", what,
-		                  c->status, detail);
+				  c->status, detail);
 	return wr_err_set(err, eno, "%s: HTTP %ld%s", what, c->status, detail);
 }
 

@@ -111,9 +111,10 @@ static int load_auth_file(struct wr_registry *reg, const char *path, wr_err *err
 			_cleanup_free_ char *dec = unb64(a);
 			char *colon = dec ? strchr(dec, ':') : NULL;
 			if (colon == NULL) {
-				r = wr_err_set(err, EINVAL,
-				               "auth file %s: \"auth\" of %s is not base64 of user:password",
-				               path, key);
+				r = wr_err_set(
+				    err, EINVAL,
+				    "auth file %s: \"auth\" of %s is not base64 of user:password",
+				    path, key);
 				break;
 			}
 			*colon = 0;
@@ -142,7 +143,8 @@ int reg_auth_init(struct wr_registry *reg, const struct wr_registry_opts *opts, 
 			return wr_err_set(err, ENOMEM, "out of memory");
 	} else if (opts->token) {
 		if (!*opts->token || !header_safe(opts->token))
-			return wr_err_set(err, EINVAL, "auth: token must be non-empty printable text");
+			return wr_err_set(err, EINVAL,
+					  "auth: token must be non-empty printable text");
 		if ((reg->static_token = strdup(opts->token)) == NULL)
 			return wr_err_set(err, ENOMEM, "out of memory");
 	} else if (opts->auth_file) {
@@ -310,9 +312,9 @@ static int fetch_token(struct wr_registry *reg, const char *key, const char *ext
 		char *sc = e ? curl_easy_escape(e, *key ? key : (extra ? extra : ""), 0) : NULL;
 		if (it && sv && sc &&
 		    asprintf(&form,
-		             "grant_type=refresh_token&client_id=warren&refresh_token=%s&service=%s"
-		             "&scope=%s",
-		             it, sv, sc) < 0)
+			     "grant_type=refresh_token&client_id=warren&refresh_token=%s&service=%s"
+			     "&scope=%s",
+			     it, sv, sc) < 0)
 			form = NULL;
 		curl_free(it);
 		curl_free(sv);
@@ -352,10 +354,11 @@ static int fetch_token(struct wr_registry *reg, const char *key, const char *ext
 	snprintf(shown, sizeof(shown), "%.*s", (int)strcspn(realm, "?"), realm);
 	if (cc != CURLE_OK)
 		return wr_err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO,
-		                  "token from %s: %s", shown, ebuf[0] ? ebuf : curl_easy_strerror(cc));
+				  "token from %s: %s", shown,
+				  ebuf[0] ? ebuf : curl_easy_strerror(cc));
 	if (status == 401 || status == 403)
 		return wr_err_set(err, EACCES, "token from %s: credentials rejected (HTTP %ld)",
-		                  shown, status);
+				  shown, status);
 	if (status != 200)
 		return wr_err_set(err, EIO, "token from %s: HTTP %ld", shown, status);
 	json_t *j = body ? json_loadb(body, m.len, 0, NULL) : NULL;
@@ -366,7 +369,7 @@ static int fetch_token(struct wr_registry *reg, const char *key, const char *ext
 	if (tok == NULL || !*tok || !header_safe(tok) || strlen(tok) > 65536) {
 		json_decref(j);
 		return wr_err_set(err, EBADMSG, "token from %s: no usable token in the answer",
-		                  shown);
+				  shown);
 	}
 	if (ttl <= 0)
 		ttl = 60; /* the token spec's default */
@@ -515,29 +518,29 @@ static int parse_challenge(const char *s, struct challenge *ch)
 }
 
 int reg_auth_challenge(struct wr_registry *reg, const char *scope, const char *www_auth,
-                       bool had_auth, wr_err *err)
+		       bool had_auth, wr_err *err)
 {
 	const char *key = scope ? scope : "";
 	if (reg->static_token)
 		return wr_err_set(err, EACCES, "registry %s rejected the bearer token", reg->host);
 	if (www_auth == NULL)
 		return wr_err_set(err, EACCES, "registry %s answered 401 without a challenge",
-		                  reg->host);
+				  reg->host);
 	struct challenge ch;
 	if (parse_challenge(www_auth, &ch) < 0) {
 		challenge_free(&ch);
 		return wr_err_set(err, EACCES, "registry %s: unreadable WWW-Authenticate challenge",
-		                  reg->host);
+				  reg->host);
 	}
 	int r = 0;
 	if (strcasecmp(ch.scheme, "Basic") == 0) {
 		if (reg->basic_header == NULL)
 			r = wr_err_set(err, EACCES,
-			               "registry %s requires credentials (basic auth); none given",
-			               reg->host);
+				       "registry %s requires credentials (basic auth); none given",
+				       reg->host);
 		else if (had_auth)
 			r = wr_err_set(err, EACCES, "registry %s rejected the credentials for %s",
-			               reg->host, reg->username);
+				       reg->host, reg->username);
 		else {
 			pthread_mutex_lock(&reg->auth_lock);
 			reg->use_basic = true;
@@ -545,10 +548,11 @@ int reg_auth_challenge(struct wr_registry *reg, const char *scope, const char *w
 		}
 	} else if (strcasecmp(ch.scheme, "Bearer") == 0) {
 		if (ch.realm == NULL || !realm_allowed(reg, ch.realm)) {
-			r = wr_err_set(err, EACCES,
-			               "registry %s: token realm '%s' must be an https URL (http only "
-			               "on loopback or with insecure)",
-			               reg->host, ch.realm ? ch.realm : "");
+			r = wr_err_set(
+			    err, EACCES,
+			    "registry %s: token realm '%s' must be an https URL (http only "
+			    "on loopback or with insecure)",
+			    reg->host, ch.realm ? ch.realm : "");
 		} else {
 			pthread_mutex_lock(&reg->auth_lock);
 			free(reg->realm);
@@ -565,7 +569,7 @@ int reg_auth_challenge(struct wr_registry *reg, const char *scope, const char *w
 		}
 	} else {
 		r = wr_err_set(err, EACCES, "registry %s: unsupported auth scheme '%s'", reg->host,
-		               ch.scheme);
+			       ch.scheme);
 	}
 	challenge_free(&ch);
 	return r;

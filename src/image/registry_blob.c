@@ -23,7 +23,7 @@ static int check_blob_args(const char *repo, const char *digest, const char *wha
 }
 
 int wr_registry_blob_head(struct wr_registry *reg, const char *repo, const char *digest,
-                          uint64_t *size, wr_err *err)
+			  uint64_t *size, wr_err *err)
 {
 	if (check_blob_args(repo, digest, "blob head", err) < 0)
 		return -EINVAL;
@@ -50,7 +50,7 @@ int wr_registry_blob_head(struct wr_registry *reg, const char *repo, const char 
 }
 
 int wr_registry_blob_exists(struct wr_registry *reg, const char *repo, const char *digest,
-                            wr_err *err)
+			    wr_err *err)
 {
 	_cleanup_err_ wr_err e = NULL;
 	int r = wr_registry_blob_head(reg, repo, digest, NULL, &e);
@@ -80,7 +80,7 @@ static int range_start(const char *cr, uint64_t *start)
 }
 
 int wr_registry_blob_get(struct wr_registry *reg, const char *repo, const char *digest,
-                         int64_t expect_size, int fd, uint64_t *written, wr_err *err)
+			 int64_t expect_size, int fd, uint64_t *written, wr_err *err)
 {
 	if (written)
 		*written = 0;
@@ -117,13 +117,14 @@ int wr_registry_blob_get(struct wr_registry *reg, const char *repo, const char *
 		if (r == 0 && before) {
 			uint64_t st;
 			if (range_start(c.content_range, &st) < 0 || st != before)
-				r = wr_err_set(&e, EBADMSG, "GET blob: resumed at the wrong offset");
+				r = wr_err_set(&e, EBADMSG,
+					       "GET blob: resumed at the wrong offset");
 		}
 		if (r == 0)
 			break;
 		int code = wr_err_code(e);
-		bool transient = code == ETIMEDOUT || code == EIO || code == ECONNRESET ||
-		                 code == ECONNREFUSED;
+		bool transient =
+		    code == ETIMEDOUT || code == EIO || code == ECONNRESET || code == ECONNREFUSED;
 		if (c.sink_n > before && transient && resumes < reg->retries + 2 && !c.overflow &&
 		    !c.sink_errno && c.status == (before ? 206 : 200)) {
 			resumes++;
@@ -143,8 +144,9 @@ int wr_registry_blob_get(struct wr_registry *reg, const char *repo, const char *
 	if (r == 0) {
 		reg_digest_final(md, got);
 		if (expect_size >= 0 && c.sink_n != (uint64_t)expect_size)
-			r = wr_err_set(err, EBADMSG, "blob is %" PRIu64 " bytes, the manifest says %" PRId64,
-			               c.sink_n, expect_size);
+			r = wr_err_set(err, EBADMSG,
+				       "blob is %" PRIu64 " bytes, the manifest says %" PRId64,
+				       c.sink_n, expect_size);
 		else if (strcmp(got, digest) != 0)
 			r = wr_err_set(err, EBADMSG, "blob content hashes to %s", got);
 	}
@@ -155,7 +157,7 @@ int wr_registry_blob_get(struct wr_registry *reg, const char *repo, const char *
 }
 
 int wr_registry_blob_range(struct wr_registry *reg, const char *repo, const char *digest,
-                           uint64_t off, size_t len, void *buf, size_t *got, wr_err *err)
+			   uint64_t off, size_t len, void *buf, size_t *got, wr_err *err)
 {
 	*got = 0;
 	if (check_blob_args(repo, digest, "blob range", err) < 0)
@@ -188,12 +190,14 @@ int wr_registry_blob_range(struct wr_registry *reg, const char *repo, const char
 		if (c.status == 416) {
 			*got = 0; /* at or past the end */
 		} else if (c.status == 200) {
-			r = wr_err_set(err, ENOTSUP, "the registry ignored the Range request (HTTP 200)");
+			r = wr_err_set(err, ENOTSUP,
+				       "the registry ignored the Range request (HTTP 200)");
 		} else if (c.status != 206) {
 			r = reg_status_err(&c, err, "GET blob range");
 		} else if (range_start(c.content_range, &st) < 0 || st != off) {
-			r = wr_err_set(err, EBADMSG, "registry answered Range %" PRIu64 "+%zu with '%s'",
-			               off, len, c.content_range ? c.content_range : "(no Content-Range)");
+			r = wr_err_set(
+			    err, EBADMSG, "registry answered Range %" PRIu64 "+%zu with '%s'", off,
+			    len, c.content_range ? c.content_range : "(no Content-Range)");
 		} else {
 			*got = (size_t)c.sink_n;
 		}
@@ -205,7 +209,7 @@ int wr_registry_blob_range(struct wr_registry *reg, const char *repo, const char
 /* ---- uploads ----------------------------------------------------------- */
 
 static int upload_call(struct wr_registry *reg, struct reg_call *c, const char *scope,
-                       const char *what, long want, wr_err *err)
+		       const char *what, long want, wr_err *err)
 {
 	c->scope = scope;
 	int r = reg_perform(reg, c, err);
@@ -241,8 +245,7 @@ static char *next_location(struct wr_registry *reg, struct reg_call *c, wr_err *
 }
 
 int wr_registry_blob_put(struct wr_registry *reg, const char *repo, int fd, uint64_t size,
-                         const char *digest, size_t chunk_size, const char *mount_from,
-                         wr_err *err)
+			 const char *digest, size_t chunk_size, const char *mount_from, wr_err *err)
 {
 	if (check_blob_args(repo, digest, "blob put", err) < 0)
 		return -EINVAL;
@@ -251,9 +254,10 @@ int wr_registry_blob_put(struct wr_registry *reg, const char *repo, int fd, uint
 	if (fd < 0)
 		return wr_err_set(err, EBADF, "blob put: no file to read");
 	_cleanup_free_ char *scope = NULL, *url = NULL, *upload = NULL;
-	int r = mount_from && strcmp(mount_from, repo) != 0
-	            ? asprintf(&scope, "repository:%s:pull,push repository:%s:pull", repo, mount_from)
-	            : asprintf(&scope, "repository:%s:pull,push", repo);
+	int r =
+	    mount_from && strcmp(mount_from, repo) != 0
+		? asprintf(&scope, "repository:%s:pull,push repository:%s:pull", repo, mount_from)
+		: asprintf(&scope, "repository:%s:pull,push", repo);
 	if (r < 0 || (url = reg_url(reg, "%s/blobs/uploads/", repo)) == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	if (mount_from && strcmp(mount_from, repo) != 0) {
@@ -314,8 +318,10 @@ int wr_registry_blob_put(struct wr_registry *reg, const char *repo, int fd, uint
 		while (r == 0 && off < size) {
 			uint64_t n = size - off < chunk_size ? size - off : chunk_size;
 			char cr[80];
-			snprintf(cr, sizeof(cr), "Content-Range: %" PRIu64 "-%" PRIu64, off, off + n - 1);
-			struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/octet-stream");
+			snprintf(cr, sizeof(cr), "Content-Range: %" PRIu64 "-%" PRIu64, off,
+				 off + n - 1);
+			struct curl_slist *hl =
+			    curl_slist_append(NULL, "Content-Type: application/octet-stream");
 			hl = curl_slist_append(hl, cr);
 			reg_call_init(&c, "PATCH", upload);
 			c.headers = hl;
@@ -341,7 +347,8 @@ int wr_registry_blob_put(struct wr_registry *reg, const char *repo, int fd, uint
 			EVP_MD_CTX_copy_ex(work, md);
 			reg_digest_final(work, sum);
 			if (strcmp(sum, digest) != 0)
-				r = wr_err_set(err, EBADMSG, "content hashes to %s; upload cancelled", sum);
+				r = wr_err_set(err, EBADMSG,
+					       "content hashes to %s; upload cancelled", sum);
 		}
 		if (r == 0) {
 			_cleanup_free_ char *put = reg_url_add_query(upload, "digest", digest);
@@ -351,7 +358,8 @@ int wr_registry_blob_put(struct wr_registry *reg, const char *repo, int fd, uint
 				reg_call_init(&c, "PUT", put);
 				c.headers = ct;
 				c.idempotent = true;
-				r = upload_call(reg, &c, scope, "PUT blob (close upload)", 201, err);
+				r = upload_call(reg, &c, scope, "PUT blob (close upload)", 201,
+						err);
 				reg_call_free(&c);
 			}
 		}

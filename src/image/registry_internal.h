@@ -19,13 +19,13 @@ enum reg_scheme { REG_SCHEME_UNKNOWN = 0, REG_SCHEME_HTTPS, REG_SCHEME_HTTP };
 
 struct reg_token {
 	struct reg_token *next;
-	char *scope;       /* our request's scope: the cache key */
-	char *token;       /* without "Bearer " */
+	char *scope;	    /* our request's scope: the cache key */
+	char *token;	    /* without "Bearer " */
 	uint64_t expiry_ns; /* monotonic */
 };
 
 struct wr_registry {
-	char *host;     /* as the user named it */
+	char *host;	/* as the user named it */
 	char *endpoint; /* host[:port] actually contacted (docker.io -> registry-1.docker.io) */
 	bool loopback;
 	bool insecure;
@@ -36,9 +36,9 @@ struct wr_registry {
 
 	/* credentials (immutable after open) */
 	char *username, *password; /* basic, also for token requests */
-	char *identity_token;      /* OAuth2 refresh token from an auth file */
-	char *static_token;        /* fixed bearer token */
-	char *basic_header;        /* "Authorization: Basic ..." when username is set */
+	char *identity_token;	   /* OAuth2 refresh token from an auth file */
+	char *static_token;	   /* fixed bearer token */
+	char *basic_header;	   /* "Authorization: Basic ..." when username is set */
 
 	atomic_int scheme; /* enum reg_scheme, decided at first contact */
 
@@ -65,13 +65,13 @@ enum reg_sink { SINK_NONE = 0, SINK_MEM, SINK_FD, SINK_BUF };
 /* One HTTP exchange, with auth, retries and the scheme fallback. */
 struct reg_call {
 	/* in */
-	const char *method; /* GET HEAD PUT POST PATCH DELETE */
-	char *url;          /* absolute; owned by the caller */
-	const char *scope;  /* auth scope(s), space-separated; NULL: none */
+	const char *method;	    /* GET HEAD PUT POST PATCH DELETE */
+	char *url;		    /* absolute; owned by the caller */
+	const char *scope;	    /* auth scope(s), space-separated; NULL: none */
 	struct curl_slist *headers; /* extra headers; owned by the caller */
-	bool follow;        /* follow redirects */
-	bool idempotent;    /* may be retried on transport errors and 5xx */
-	uint64_t deadline_ns; /* 0: none; otherwise every attempt ends by then */
+	bool follow;		    /* follow redirects */
+	bool idempotent;	    /* may be retried on transport errors and 5xx */
+	uint64_t deadline_ns;	    /* 0: none; otherwise every attempt ends by then */
 
 	/* request body: memory, or a range of an fd (pread), optionally hashed */
 	const char *body;
@@ -79,28 +79,28 @@ struct reg_call {
 	int body_fd; /* -1 when no fd body */
 	uint64_t body_off, body_size;
 	EVP_MD_CTX *body_hash; /* updated with every byte sent; at each attempt (and
-	                          rewind) it restarts from body_hash_start, or empty */
+				  rewind) it restarts from body_hash_start, or empty */
 	const EVP_MD_CTX *body_hash_start;
 	uint64_t body_pos;
 
 	/* response body for 2xx: where it goes */
 	enum reg_sink sink;
 	size_t mem_cap; /* SINK_MEM: larger is EFBIG */
-	int sink_fd;    /* SINK_FD */
+	int sink_fd;	/* SINK_FD */
 	EVP_MD_CTX *sink_hash;
 	uint64_t sink_cap; /* SINK_FD: more bytes are EFBIG (default UINT64_MAX) */
 	bool need_partial; /* a 2xx other than 206 is refused (Range requests) */
-	void *buf;         /* SINK_BUF */
+	void *buf;	   /* SINK_BUF */
 	size_t buf_len;
 
 	/* out */
 	long status;
 	char *mem; /* SINK_MEM body (NUL-terminated), or the error body of a non-2xx */
 	size_t mem_len;
-	uint64_t sink_n; /* bytes delivered to the sink this call */
-	bool overflow;   /* the sink cap was hit */
+	uint64_t sink_n;  /* bytes delivered to the sink this call */
+	bool overflow;	  /* the sink cap was hit */
 	bool not_partial; /* need_partial and the answer was a 200 */
-	int sink_errno;  /* a write to sink_fd failed */
+	int sink_errno;	  /* a write to sink_fd failed */
 	char *content_type, *location, *docker_digest, *www_auth, *content_range, *retry_after;
 	int64_t content_length; /* -1 when absent */
 	CURLcode cc;
@@ -146,7 +146,7 @@ int reg_auth_header(struct wr_registry *reg, const char *scope, char **out, wr_e
 /* Digest a 401: learn the scheme, drop a rejected token. 0 when a retry
  * may succeed, negative (EACCES) when not. */
 int reg_auth_challenge(struct wr_registry *reg, const char *scope, const char *www_auth,
-                       bool had_auth, wr_err *err);
+		       bool had_auth, wr_err *err);
 
 /* ---- handles (registry.c) ---- */
 CURL *reg_handle_get(struct wr_registry *reg);

@@ -10,7 +10,7 @@
 #include "image/registry_internal.h"
 
 static const char *const default_accept[] = {WR_MT_OCI_MANIFEST, WR_MT_OCI_INDEX,
-                                             WR_MT_DOCKER_MANIFEST, WR_MT_DOCKER_LIST, NULL};
+					     WR_MT_DOCKER_MANIFEST, WR_MT_DOCKER_LIST, NULL};
 
 static char *media_type_of(const char *content_type, const char *body, size_t len)
 {
@@ -28,8 +28,8 @@ static char *media_type_of(const char *content_type, const char *body, size_t le
 }
 
 int wr_registry_manifest_get(struct wr_registry *reg, const struct wr_registry_ref *ref,
-                             const char *const *accept, char **body, size_t *len,
-                             char **media_type, char **digest, wr_err *err)
+			     const char *const *accept, char **body, size_t *len, char **media_type,
+			     char **digest, wr_err *err)
 {
 	if (body)
 		*body = NULL;
@@ -41,7 +41,7 @@ int wr_registry_manifest_get(struct wr_registry *reg, const struct wr_registry_r
 		return wr_err_set(err, EINVAL, "manifest get: incomplete reference");
 	if (ref->host && strcasecmp(ref->host, reg->host) != 0)
 		return wr_err_set(err, EINVAL, "manifest get: reference names host %s, not %s",
-		                  ref->host, reg->host);
+				  ref->host, reg->host);
 	if (reg_check_repo(ref->repo, err) < 0 ||
 	    (ref->digest && reg_check_digest(ref->digest, err) < 0))
 		return wr_err_wrap(err, "manifest get");
@@ -80,13 +80,14 @@ int wr_registry_manifest_get(struct wr_registry *reg, const struct wr_registry_r
 	if (r == 0) {
 		reg_digest_buf(c.mem ? c.mem : "", c.mem_len, d);
 		if (ref->digest && strcmp(d, ref->digest) != 0)
-			r = wr_err_set(err, EBADMSG, "manifest content hashes to %s, not the %s asked",
-			               d, ref->digest);
-		else if (c.docker_digest && strncmp(c.docker_digest, "sha256:", 7) == 0 &&
-		         strcmp(c.docker_digest, d) != 0)
 			r = wr_err_set(err, EBADMSG,
-			               "manifest content hashes to %s, the registry says %s", d,
-			               c.docker_digest);
+				       "manifest content hashes to %s, not the %s asked", d,
+				       ref->digest);
+		else if (c.docker_digest && strncmp(c.docker_digest, "sha256:", 7) == 0 &&
+			 strcmp(c.docker_digest, d) != 0)
+			r = wr_err_set(err, EBADMSG,
+				       "manifest content hashes to %s, the registry says %s", d,
+				       c.docker_digest);
 	}
 	if (r == 0) {
 		if (c.mem == NULL && (c.mem = strdup("")) == NULL)
@@ -116,8 +117,8 @@ int wr_registry_manifest_get(struct wr_registry *reg, const struct wr_registry_r
 }
 
 int wr_registry_manifest_put(struct wr_registry *reg, const char *repo, const char *reference,
-                             const char *body, size_t len, const char *media_type,
-                             char **digest_out, wr_err *err)
+			     const char *body, size_t len, const char *media_type,
+			     char **digest_out, wr_err *err)
 {
 	if (digest_out)
 		*digest_out = NULL;
@@ -125,9 +126,9 @@ int wr_registry_manifest_put(struct wr_registry *reg, const char *repo, const ch
 		return wr_err_wrap(err, "manifest put");
 	if (reference == NULL ||
 	    (strncmp(reference, "sha256:", 7) == 0 ? reg_check_digest(reference, NULL) < 0
-	                                            : reg_check_tag(reference) < 0))
+						   : reg_check_tag(reference) < 0))
 		return wr_err_set(err, EINVAL, "manifest put: bad tag or digest '%s'",
-		                  reference ? reference : "");
+				  reference ? reference : "");
 	if (body == NULL || len == 0 || len > WR_REGISTRY_MANIFEST_MAX)
 		return wr_err_set(err, EINVAL, "manifest put: body must be 1 byte to 4 MiB");
 	if (media_type == NULL || *media_type == 0 || strpbrk(media_type, "\r\n"))
@@ -136,7 +137,7 @@ int wr_registry_manifest_put(struct wr_registry *reg, const char *repo, const ch
 	reg_digest_buf(body, len, d);
 	if (strncmp(reference, "sha256:", 7) == 0 && strcmp(reference, d) != 0)
 		return wr_err_set(err, EINVAL, "manifest put: body hashes to %s, not %s", d,
-		                  reference);
+				  reference);
 	_cleanup_free_ char *url = reg_url(reg, "%s/manifests/%s", repo, reference);
 	_cleanup_free_ char *ct = NULL, *scope = NULL;
 	if (url == NULL || asprintf(&ct, "Content-Type: %s", media_type) < 0 ||
@@ -157,7 +158,7 @@ int wr_registry_manifest_put(struct wr_registry *reg, const char *repo, const ch
 	if (r == 0 && c.docker_digest && strncmp(c.docker_digest, "sha256:", 7) == 0 &&
 	    strcmp(c.docker_digest, d) != 0)
 		r = wr_err_set(err, EBADMSG, "registry stored the manifest as %s, expected %s",
-		               c.docker_digest, d);
+			       c.docker_digest, d);
 	reg_call_free(&c);
 	if (r < 0)
 		return wr_err_wrap(err, "%s/%s:%s", reg->host, repo, reference);

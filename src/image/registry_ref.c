@@ -88,10 +88,11 @@ int reg_check_repo(const char *repo, wr_err *err)
 		const char *slash = strchr(p, '/');
 		size_t len = slash ? (size_t)(slash - p) : strlen(p);
 		if (!valid_component(p, len))
-			return wr_err_set(err, EINVAL,
-			                  "repository '%s': components are lowercase letters and digits "
-			                  "separated by '.', '_', '__' or '-'",
-			                  repo);
+			return wr_err_set(
+			    err, EINVAL,
+			    "repository '%s': components are lowercase letters and digits "
+			    "separated by '.', '_', '__' or '-'",
+			    repo);
 		if (slash == NULL)
 			break;
 		p = slash + 1;
@@ -102,8 +103,9 @@ int reg_check_repo(const char *repo, wr_err *err)
 int reg_check_digest(const char *digest, wr_err *err)
 {
 	if (digest == NULL || strncmp(digest, "sha256:", 7) != 0)
-		return wr_err_set(err, EINVAL, "digest '%s': only sha256:<64 hex> digests are supported",
-		                  digest ? digest : "");
+		return wr_err_set(err, EINVAL,
+				  "digest '%s': only sha256:<64 hex> digests are supported",
+				  digest ? digest : "");
 	const char *h = digest + 7;
 	size_t i;
 	for (i = 0; h[i]; i++)
@@ -111,8 +113,8 @@ int reg_check_digest(const char *digest, wr_err *err)
 			break;
 	if (i != 64 || h[i] != 0)
 		return wr_err_set(err, EINVAL,
-		                  "digest '%s': sha256 needs exactly 64 lowercase hex characters",
-		                  digest);
+				  "digest '%s': sha256 needs exactly 64 lowercase hex characters",
+				  digest);
 	return 0;
 }
 
@@ -194,14 +196,15 @@ int wr_registry_ref_parse(const char *s, struct wr_registry_ref *out, wr_err *er
 		return wr_err_set(err, EINVAL, "registry reference too long");
 	if (strstr(s, "://"))
 		return wr_err_set(err, EINVAL,
-		                  "registry reference '%s': give host/repo[:tag], without a scheme", s);
+				  "registry reference '%s': give host/repo[:tag], without a scheme",
+				  s);
 	const char *slash = strchr(s, '/');
 	if (!wr_registry_ref_is_remote(s))
 		return wr_err_set(err, EINVAL,
-		                  "'%s' is not a registry reference: it must start with a registry "
-		                  "host (containing '.' or ':', or 'localhost'), as in "
-		                  "127.0.0.1:5000/team/python:3.12",
-		                  s);
+				  "'%s' is not a registry reference: it must start with a registry "
+				  "host (containing '.' or ':', or 'localhost'), as in "
+				  "127.0.0.1:5000/team/python:3.12",
+				  s);
 	struct wr_registry_ref r = {0};
 	r.host = strndup(s, (size_t)(slash - s));
 	_cleanup_free_ char *rest = strdup(slash + 1);
@@ -229,10 +232,11 @@ int wr_registry_ref_parse(const char *s, struct wr_registry_ref *out, wr_err *er
 	if (colon) {
 		*colon = 0;
 		if (reg_check_tag(colon + 1) < 0) {
-			wr_err_set(err, EINVAL,
-			           "registry reference '%s': tag '%s' must be 1 to 128 of [A-Za-z0-9_.-], "
-			           "not starting with '.' or '-'",
-			           s, colon + 1);
+			wr_err_set(
+			    err, EINVAL,
+			    "registry reference '%s': tag '%s' must be 1 to 128 of [A-Za-z0-9_.-], "
+			    "not starting with '.' or '-'",
+			    s, colon + 1);
 			wr_registry_ref_free(&r);
 			return -EINVAL;
 		}
@@ -263,8 +267,8 @@ char *wr_registry_ref_format(const struct wr_registry_ref *ref)
 {
 	char *s = NULL;
 	if (asprintf(&s, "%s/%s%s%s%s%s", ref->host, ref->repo, ref->tag ? ":" : "",
-	             ref->tag ? ref->tag : "", ref->digest ? "@" : "",
-	             ref->digest ? ref->digest : "") < 0)
+		     ref->tag ? ref->tag : "", ref->digest ? "@" : "",
+		     ref->digest ? ref->digest : "") < 0)
 		return NULL;
 	return s;
 }

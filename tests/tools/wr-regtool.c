@@ -34,8 +34,9 @@ struct wr_registry_opts g_opts;
 
 int regtool_fail(wr_err e)
 {
-	fprintf(stderr, "%s: %s\n", strerrorname_np(wr_err_code(e)) ? strerrorname_np(wr_err_code(e)) : "E?",
-	        e && e->msg ? e->msg : "error");
+	fprintf(stderr, "%s: %s\n",
+		strerrorname_np(wr_err_code(e)) ? strerrorname_np(wr_err_code(e)) : "E?",
+		e && e->msg ? e->msg : "error");
 	return 1;
 }
 
@@ -44,7 +45,7 @@ static void print_stats(struct wr_registry *reg)
 	struct wr_registry_stats st;
 	wr_registry_stats(reg, &st);
 	fprintf(stderr, "stats requests=%" PRIu64 " bytes_in=%" PRIu64 " bytes_out=%" PRIu64 "\n",
-	        st.requests, st.bytes_in, st.bytes_out);
+		st.requests, st.bytes_in, st.bytes_out);
 }
 
 /* "HOST/REPO" (tag ignored) -> registry + repo */
@@ -102,8 +103,8 @@ static void *range_thread(void *p)
 		ssize_t r = pread(a->fd, want, expect, (off_t)off);
 		if (n != expect || r != (ssize_t)expect || memcmp(want, got, expect) != 0) {
 			a->failed = 1;
-			snprintf(a->msg, sizeof(a->msg), "range %" PRIu64 "+%zu: got %zu bytes, wrong",
-			         off, len, n);
+			snprintf(a->msg, sizeof(a->msg),
+				 "range %" PRIu64 "+%zu: got %zu bytes, wrong", off, len, n);
 		}
 	}
 	free(want);
@@ -123,7 +124,8 @@ static int cmd_registry(int argc, char **argv)
 		return 2;
 	}
 	if (strcmp(cmd, "ping") == 0) {
-		if (wr_registry_open(argv[1], &g_opts, &reg, &err) < 0 || wr_registry_ping(reg, &err) < 0)
+		if (wr_registry_open(argv[1], &g_opts, &reg, &err) < 0 ||
+		    wr_registry_ping(reg, &err) < 0)
 			rc = regtool_fail(err);
 		else
 			printf("ok\n");
@@ -145,7 +147,7 @@ static int cmd_registry(int argc, char **argv)
 		_cleanup_free_ char *body = NULL, *dg = NULL;
 		if (wr_read_file_at(AT_FDCWD, argv[3], &body, 8u << 20, &err) < 0 ||
 		    wr_registry_manifest_put(reg, ref.repo, wr_registry_ref_reference(&ref), body,
-		                             strlen(body), argv[2], &dg, &err) < 0) {
+					     strlen(body), argv[2], &dg, &err) < 0) {
 			rc = regtool_fail(err);
 			goto out;
 		}
@@ -163,16 +165,18 @@ static int cmd_registry(int argc, char **argv)
 		size_t chunk = argc >= 4 ? strtoull(argv[3], NULL, 10) : 0;
 		const char *from = argc >= 5 ? argv[4] : NULL;
 		if (wr_registry_blob_put(reg, ref.repo, fd, (uint64_t)st.st_size, dg, chunk, from,
-		                         &err) < 0) {
+					 &err) < 0) {
 			rc = regtool_fail(err);
 			goto out;
 		}
 		printf("%s\n", dg);
 	} else if (strcmp(cmd, "blob-get") == 0 && argc >= 4) {
-		_cleanup_close_ int fd = open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		_cleanup_close_ int fd =
+		    open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		int64_t size = argc >= 5 ? strtoll(argv[4], NULL, 10) : -1;
 		uint64_t n = 0;
-		if (fd < 0 || wr_registry_blob_get(reg, ref.repo, argv[2], size, fd, &n, &err) < 0) {
+		if (fd < 0 ||
+		    wr_registry_blob_get(reg, ref.repo, argv[2], size, fd, &n, &err) < 0) {
 			rc = fd < 0 ? (perror(argv[3]), 1) : regtool_fail(err);
 			goto out;
 		}
@@ -193,12 +197,13 @@ static int cmd_registry(int argc, char **argv)
 		_cleanup_free_ char *buf = malloc(len ? len : 1);
 		uint64_t t0 = wr_now_ns();
 		if (wr_registry_blob_range(reg, ref.repo, argv[2], strtoull(argv[3], NULL, 10), len,
-		                           buf, &got, &err) < 0) {
+					   buf, &got, &err) < 0) {
 			fprintf(stderr, "elapsed_ms=%" PRIu64 "\n", (wr_now_ns() - t0) / 1000000);
 			rc = regtool_fail(err);
 			goto out;
 		}
-		_cleanup_close_ int fd = open(argv[5], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		_cleanup_close_ int fd =
+		    open(argv[5], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		if (fd < 0 || wr_write_all(fd, buf, got) < 0) {
 			perror(argv[5]);
 			rc = 1;
@@ -217,9 +222,13 @@ static int cmd_registry(int argc, char **argv)
 		struct rt_arg *a = calloc(nt, sizeof(*a));
 		pthread_t *t = calloc(nt, sizeof(*t));
 		for (unsigned i = 0; i < nt; i++) {
-			a[i] = (struct rt_arg){.reg = reg, .repo = ref.repo, .digest = argv[2], .fd = fd,
-			                       .size = (uint64_t)st.st_size,
-			                       .reads = (unsigned)atoi(argv[5]), .seed = i + 1};
+			a[i] = (struct rt_arg){.reg = reg,
+					       .repo = ref.repo,
+					       .digest = argv[2],
+					       .fd = fd,
+					       .size = (uint64_t)st.st_size,
+					       .reads = (unsigned)atoi(argv[5]),
+					       .seed = i + 1};
 			pthread_create(&t[i], NULL, range_thread, &a[i]);
 		}
 		for (unsigned i = 0; i < nt; i++) {
