@@ -198,12 +198,43 @@ void reg_auth_free(struct wr_registry *reg)
 	free(reg->service);
 }
 
-/* Under auth_lock: a live token for scope key, or NULL. */
+/* Does a token granted for scope `have` serve a request needing `want`?
+ * Equal scopes do; so does "repository:x:pull,push" for "repository:x:pull"
+ * (a push HEADs blobs with pull scope: one token serves the whole push). */
+static bool scope_covers(const char *have, const char *want)
+{
+	if (strcmp(have, want) == 0)
+		return true;
+	if (strchr(have, ' ') || strchr(want, ' '))
+		return false;
+	const char *hc = strrchr(have, ':'), *wc = strrchr(want, ':');
+	if (!hc || !wc || hc - have != wc - want || strncmp(have, want, (size_t)(hc - have)) != 0)
+		return false;
+	/* every action wanted is among those granted */
+	for (const char *a = wc + 1; *a;) {
+		size_t n = strcspn(a, ",");
+		bool found = false;
+		for (const char *b = hc + 1; *b && !found;) {
+			size_t m = strcspn(b, ",");
+			found = m == n && strncmp(a, b, n) == 0;
+			b += m + (b[m] == ',');
+		}
+		if (!found)
+			return false;
+		a += n + (a[n] == ',');
+	}
+	return true;
+}
+
+/* Under auth_lock: a live token serving scope key, or NULL. */
 static struct reg_token *token_find(struct wr_registry *reg, const char *key)
 {
 	uint64_t now = reg_now_ns();
 	for (struct reg_token *t = reg->tokens; t; t = t->next)
 		if (strcmp(t->scope, key) == 0 && t->expiry_ns > now)
+			return t;
+	for (struct reg_token *t = reg->tokens; t; t = t->next)
+		if (t->expiry_ns > now && scope_covers(t->scope, key))
 			return t;
 	return NULL;
 }
@@ -559,10 +590,15 @@ int reg_auth_challenge(struct wr_registry *reg, const char *scope, const char *w
 			free(reg->service);
 			reg->realm = strdup(ch.realm);
 			reg->service = ch.service ? strdup(ch.service) : NULL;
-			token_drop(reg, key); /* it was rejected, or there was none */
+			if (had_auth)
+				token_drop(reg, key); /* it was rejected */
 			pthread_mutex_unlock(&reg->auth_lock);
 			pthread_mutex_lock(&reg->token_fetch_lock);
-			r = fetch_token(reg, key, ch.scope, err);
+			/* Threads that met the challenge together fetch one token:
+			 * whoever comes second finds it cached. */
+			_cleanup_free_ char *have = had_auth ? NULL : cached_header(reg, key);
+			if (have == NULL)
+				r = fetch_token(reg, key, ch.scope, err);
 			pthread_mutex_unlock(&reg->token_fetch_lock);
 			if (r < 0)
 				wr_err_wrap(err, "registry %s", reg->host);
