@@ -3,6 +3,7 @@
  * pattern with another method is 405; no pattern at all is 404. */
 #include "daemon/api.h"
 #include "daemon/api_images.h"
+#include "daemon/api_registry.h"
 #include "daemon/commands.h"
 #include "daemon/pty.h"
 
@@ -35,7 +36,9 @@
 #define P24 "/v1/images/{id}/pin"
 #define P25 "/v1/images/{id}/unpin"
 #define P26 "/v1/images/events"
-#define P27 "other"
+#define P27 "/v1/images/pull"
+#define P28 "/v1/images/{id}/push"
+#define P29 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -65,7 +68,9 @@ const char *const wrd_route_labels[] = {
     P24, /* 24 */
     P25, /* 25 */
     P26, /* 26 */
-    P27, /* 27: no route */
+    P27, /* 27 */
+    P28, /* 28 */
+    P29, /* 29: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -113,5 +118,8 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 23, WRD_BODY_JSON, WRD_POOL, wrd_api_img_tag),
     R("POST", 24, WRD_BODY_NONE, WRD_POOL, wrd_api_img_pin),
     R("POST", 25, WRD_BODY_NONE, WRD_POOL, wrd_api_img_unpin),
+    /* registry push and pull (api_registry.c) */
+    R("POST", 27, WRD_BODY_JSON, WRD_LONG, wrd_api_img_pull),
+    R("POST", 28, WRD_BODY_JSON, WRD_LONG, wrd_api_img_push),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

@@ -583,6 +583,17 @@ int wr_image_pull(struct wr_image_store *s, struct wr_registry *reg, const char 
 	struct pull p = {.s = s, .reg = reg, .o = o, .res = res, .local_ref = local_ref};
 	if (parse_remote(reg, remote_ref, "ref", &p.ref, err) < 0)
 		return -EINVAL;
+	if (local_ref) {
+		/* a bad local name fails before any download */
+		struct wr_image *tmpimg = NULL;
+		_cleanup_err_ wr_err e = NULL;
+		if (wr_image_resolve(s, local_ref, &tmpimg, &e) < 0 && wr_err_code(e) == EINVAL) {
+			wr_registry_ref_free(&p.ref);
+			*err = steal_ptr(&e);
+			return wr_err_wrap(err, "pull %s: local name", remote_ref);
+		}
+		wr_image_free(&tmpimg);
+	}
 	_cleanup_free_ char *body = NULL, *mt = NULL, *digest = NULL;
 	size_t len = 0;
 	int r = wr_registry_manifest_get(reg, &p.ref, NULL, &body, &len, &mt, &digest, err);
