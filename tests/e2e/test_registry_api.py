@@ -62,6 +62,20 @@ def test_push_then_pull_on_a_second_node_and_run(api, warrend, registry, fresh_d
             c2.kill(sid)
         lz = c2.post("/v1/images/pull", {"ref": remote, "as": "bb:lazy", "lazy": True}).json()
         assert lz["digest"] == img["digest"] and lz["pull"]["already"] is True
+        # a lazy pull of an image node 2 lacks records it without its blob
+        other = imp_path(api, warrend.images / "busybox.erofs", "reg:blob")
+        remote2 = f"{registry.host}/team/other:1"
+        assert api.post(f"/v1/images/{q('reg:blob')}/push", {"to": remote2}).status == 200
+        lz2 = c2.post("/v1/images/pull", {"ref": remote2, "lazy": True})
+        assert lz2.status == 200, lz2
+        l2 = lz2.json()
+        assert l2["complete"] is False and l2["pull"]["lazy"] is True
+        assert l2["digest"] == other["digest"]
+        assert l2["remote"]["reference"].startswith(f"{registry.host}/team/other@sha256:")
+        assert l2["pull"]["bytes_fetched"] < l2["size"]
+        # pushing an image that is not local is refused
+        r = c2.post(f"/v1/images/{q(other['digest'])}/push", {"to": remote2})
+        assert r.status == 409, r
     finally:
         c2.close()
 
