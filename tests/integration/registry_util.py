@@ -184,12 +184,15 @@ class FakeBlobRegistry:
     `good` answers it stalls (never answers) or, with ignore_range, answers
     Range requests with the whole blob (HTTP 200)."""
 
-    def __init__(self, blob, good=1 << 30, ignore_range=False, drop_after=None):
+    def __init__(self, blob, good=1 << 30, ignore_range=False, drop_after=None,
+                 cut_first_get=None):
         self.blob = blob
         self.digest = "sha256:" + hashlib.sha256(blob).hexdigest()
         self.good = good
         self.ignore_range = ignore_range
         self.drop_after = drop_after
+        self.cut_first_get = cut_first_get  # the first whole-blob GET breaks off after N bytes
+        self.ranges = []
         self.count = 0
         self.release = threading.Event()
         fk = self
@@ -210,6 +213,16 @@ class FakeBlobRegistry:
                 if not self.path.endswith("/blobs/" + fk.digest):
                     return self.reply(404, b'{"errors":[{"code":"BLOB_UNKNOWN"}]}')
                 rng = self.headers.get("Range")
+                fk.ranges.append(rng)
+                if rng is None and fk.cut_first_get is not None:
+                    n, fk.cut_first_get = fk.cut_first_get, None
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(fk.blob)))
+                    self.end_headers()
+                    self.wfile.write(fk.blob[:n])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if rng and not fk.ignore_range:
                     a, b = rng.split("=")[1].split("-")
                     a, b = int(a), int(b) if b else len(fk.blob) - 1

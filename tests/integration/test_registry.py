@@ -303,6 +303,34 @@ def test_range_registry_gone(build, registry, tmp_path):
     assert r.elapsed < 5
 
 
+def test_blob_get_resumes_a_broken_transfer(build, tmp_path):
+    blob = os.urandom(400000)
+    fake = FakeBlobRegistry(blob, cut_first_get=150000)
+    try:
+        r = regtool(build, "blob-get", f"{fake.host}/x/y", fake.digest, tmp_path / "out",
+                    len(blob))
+        assert r.rc == 0, r
+        assert (tmp_path / "out").read_bytes() == blob
+        assert fake.ranges == [None, "bytes=150000-"], fake.ranges
+    finally:
+        fake.stop()
+
+
+def test_concurrent_pulls_give_one_image(build, images, registry, tmp_path):
+    a, b = tmp_path / "A", tmp_path / "B"
+    digest = imported(build, a, images["dir"], "bb:conc")
+    remote = f"{registry.host}/team/conc:1"
+    assert regtool(build, "push", a, "bb:conc", remote).rc == 0
+    tool = str(build / "tests/wr-regtool")
+    procs = [subprocess.Popen([tool, "pull", str(b), remote, f"c:{i}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for i in range(4)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert list((b / "blobs/sha256").iterdir()) == [blob_path(b, digest)]
+    for i in range(4):
+        assert regtool(build, "inspect", b, f"c:{i}").kv["digest"] == digest
+
+
 def test_range_ignored_is_refused(build, tmp_path):
     fake = FakeBlobRegistry(os.urandom(50000), ignore_range=True)
     try:
