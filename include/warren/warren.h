@@ -463,6 +463,56 @@ WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pin
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,
 			       char **report_json, warren_error **err);
 
+/* ---- registry push and pull (API.md "Registry push and pull") --------- */
+
+/* Credentials for one registry call: username + password, or a ready
+ * bearer token; all NULL for anonymous. Sent to warrend with the request,
+ * never stored. insecure allows plain http and unverified TLS (loopback
+ * registries need no flag). */
+typedef struct {
+	const char *username;
+	const char *password;
+	const char *token;
+	bool insecure;
+} warren_registry_auth;
+
+#define WARREN_IMAGE_PULL_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *ref;      /* required: host[:port]/repo[:tag][@sha256:...] */
+	const char *as;	      /* local name[:tag]; NULL: the reference's repo path and tag */
+	bool lazy;	      /* record a warren artifact without fetching its blob */
+	const char *platform; /* picked from an index; NULL: linux/amd64 */
+	warren_registry_auth auth;
+} warren_image_pull_opts;
+#define WARREN_IMAGE_PULL_OPTS_INIT                                                                \
+	{                                                                                          \
+		WARREN_IMAGE_PULL_OPTS_VERSION                                                     \
+	}
+/* Pull into the node's store; *out (may be NULL) the image, *report_json
+ * (may be NULL; free with warren_free) the answer's "pull" object
+ * (manifest_digest, erofs, lazy, already, blobs, bytes_fetched). */
+WARREN_API int warren_image_pull(warren_client *client, const warren_image_pull_opts *opts,
+				 warren_image **out, char **report_json, warren_error **err);
+
+#define WARREN_IMAGE_PUSH_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *to;	    /* required: host[:port]/repo[:tag] */
+	int64_t chunk_size; /* 0: one upload per blob; else PATCH chunks of this size */
+	warren_registry_auth auth;
+} warren_image_push_opts;
+#define WARREN_IMAGE_PUSH_OPTS_INIT                                                                \
+	{                                                                                          \
+		WARREN_IMAGE_PUSH_OPTS_VERSION                                                     \
+	}
+/* Push the store image ref names; *report_json (may be NULL; free with
+ * warren_free): digest, to, manifest_digest, blobs_sent, blobs_skipped,
+ * bytes_sent. */
+WARREN_API int warren_image_push(warren_client *client, const char *ref,
+				 const warren_image_push_opts *opts, char **report_json,
+				 warren_error **err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,7 +27,9 @@ static void image_usage(FILE *f)
 		"  pin REF...        never reclaim; unpin REF... undoes it\n"
 		"  gc [--dry-run] [--prune]\n"
 		"                    reclaim least recently used images over the quota;\n"
-		"                    --prune also removes images no name points at\n\n"
+		"                    --prune also removes images no name points at\n"
+		"  pull REMOTE       fetch REGISTRY/REPO[:TAG] into the store (see pull --help)\n"
+		"  push REF REMOTE   send an image to a registry (see push --help)\n\n"
 		"options:\n" CLI_CONN_HELP);
 }
 
@@ -168,6 +170,8 @@ int cmd_image(int argc, char **argv)
 		image_usage(stdout);
 		return 0;
 	}
+	if (strcmp(verb, "push") == 0 || strcmp(verb, "pull") == 0)
+		return cmd_image_remote(argc, argv); /* image_remote.c */
 	static const char *const verbs[] = {"import", "ls",  "inspect", "tag",
 					    "rm",     "pin", "unpin",	"gc"};
 	bool known = false;

@@ -132,5 +132,8 @@ int wc_b64_decode(const char *in, size_t inlen, char **out, size_t *outlen);
 int wc_api_error(struct wc_call *c, long status, const char *body, size_t len);
 /* kv array -> JSON object; NULL key or value: invalid_argument naming field. */
 int wc_kv_object(struct wc_call *c, const char *field, const warren_kv *kv, size_t n, json_t **out);
+/* The /v1/images path of a local ref, and an image answer (image.c). */
+char *wc_image_path(struct wc_call *c, const char *ref, const char *suffix, const char *query);
+int wc_image_out(struct wc_call *c, json_t *ans, warren_image **out);
 
 #endif

@@ -274,3 +274,14 @@ int warren_image_import(warren_client *cl, const warren_image_import_opts *o, wa
 	wc_buf_free(&body);
 	return wc_finish(&c, r < 0 ? r : 0, errp, "import image");
 }
+
+/* For image_remote.c (registry push and pull, branch registry). */
+char *wc_image_path(struct wc_call *c, const char *ref, const char *suffix, const char *query)
+{
+	return image_path(c, ref, suffix, query);
+}
+
+int wc_image_out(struct wc_call *c, json_t *ans, warren_image **out)
+{
+	return image_out(c, ans, out);
+}

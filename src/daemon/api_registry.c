@@ -270,8 +270,20 @@ void wrd_api_img_pull(struct wrd_req *r)
 void wrd_api_img_push(struct wrd_req *r)
 {
 	static const char *const keys[] = {"to", "auth", "insecure", "chunk_size", NULL};
-	if (wrd_query_check(r, NULL) < 0 || !store_ready(r))
+	static const char *const query[] = {"ref", NULL};
+	if (wrd_query_check(r, query) < 0 || !store_ready(r))
 		return;
+	/* {ref} of the path, or "-" with ?ref= for names holding a '/' (as
+	 * the other /v1/images/{ref} routes) */
+	const char *local = r->id;
+	if (strcmp(local, "-") == 0) {
+		local = wrd_query(r, "ref");
+		if (local == NULL || *local == 0) {
+			wrd_reply_error(r, "invalid_argument", "ref",
+					"ref: the path names '-', so ?ref= is required");
+			return;
+		}
+	}
 	_cleanup_err_ wr_err err = NULL;
 	json_t *j = r->json, *v;
 	const char *to = NULL;
@@ -301,7 +313,7 @@ void wrd_api_img_push(struct wrd_req *r)
 	}
 	struct wr_image_push_opts o = {.chunk_size = (size_t)chunk};
 	struct wr_image_push_result res;
-	if (wr_image_push(wrd_images(), reg, r->id, to, &o, &res, &err) < 0) {
+	if (wr_image_push(wrd_images(), reg, local, to, &o, &res, &err) < 0) {
 		/* an unknown local image is the path's fault, not a field's */
 		reply_reg_err(r, err, err && err->errnum == ENOENT ? NULL : "to");
 		return;

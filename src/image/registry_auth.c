@@ -387,6 +387,11 @@ static int fetch_token(struct wr_registry *reg, const char *key, const char *ext
 		return wr_err_set(err, cc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO,
 				  "token from %s: %s", shown,
 				  ebuf[0] ? ebuf : curl_easy_strerror(cc));
+	if ((status == 401 || status == 403) && reg->basic_header == NULL && !reg->identity_token)
+		return wr_err_set(err, EACCES,
+				  "registry %s requires credentials: its token service %s refused "
+				  "an anonymous request (HTTP %ld)",
+				  reg->host, shown, status);
 	if (status == 401 || status == 403)
 		return wr_err_set(err, EACCES, "token from %s: credentials rejected (HTTP %ld)",
 				  shown, status);

@@ -26,6 +26,7 @@ from .exceptions import (AuthenticationError, CommandExitError,  # noqa: E402
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # noqa: E402
                      SandboxInfo, UploadResult)
 from . import images  # noqa: E402
+from . import registry  # noqa: E402
 from .images import AsyncImages, ImageInfo, Images  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
@@ -38,7 +39,7 @@ __all__ = [
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
     "SandboxInfo", "CommandResult", "CommandInfo", "EntryInfo", "FileType", "Event",
     "UploadResult", "ConnectionConfig",
-    "images", "Images", "AsyncImages", "ImageInfo",
+    "images", "Images", "AsyncImages", "ImageInfo", "registry",
     "close_shared_clients", "aclose_shared_clients",
     "WarrenError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
     "MethodNotAllowedError", "ConflictError", "PayloadTooLargeError",

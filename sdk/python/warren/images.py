@@ -32,6 +32,7 @@ from typing import IO, Any, Dict, List, Optional, Tuple, Union
 
 from ._http import AsyncHTTP, ConnectionConfig, SyncHTTP, seg
 from .models import Event, _dt
+from .registry import AsyncRegistryOps, RegistryOps  # push and pull (branch registry)
 
 __all__ = ["ImageInfo", "Images", "AsyncImages", "list", "import_", "get", "tag", "remove",
            "pin", "unpin", "gc"]
@@ -97,7 +98,7 @@ def _import_request(source: Source, ref: Optional[str], format: Optional[str],
     return {"params": params, "path": path}
 
 
-class Images:
+class Images(RegistryOps):
     """Synchronous access to the image store of one daemon."""
 
     def __init__(self, *, socket: Optional[str] = None, base_url: Optional[str] = None,
@@ -163,7 +164,7 @@ class Images:
         return [Event.from_json(e) for e in d.get("events", [])]
 
 
-class AsyncImages:
+class AsyncImages(AsyncRegistryOps):
     """The same as :class:`Images`, with coroutines."""
 
     def __init__(self, *, socket: Optional[str] = None, base_url: Optional[str] = None,
