@@ -5,11 +5,9 @@
  * registry client only (wiped when it closes), and are never logged, stored
  * or passed to a sandbox. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/cleanup.h"
 #include "daemon/api.h"
@@ -22,87 +20,6 @@
 static void regp(struct wr_registry **r)
 {
 	wr_registry_close(*r);
-}
-
-/* ---- clients kept for on-demand reads ------------------------------------
- * A lazily pulled image is read later, chunk by chunk, by the on-demand
- * loader, long after the pull request (and its credentials) is gone. So the
- * client of a successful lazy pull is kept, per host, for the daemon's life
- * (credentials in memory only, never on disk). A later lazy pull with
- * credentials replaces it; the replaced client may still be in use by
- * readers, so it is retired, not closed, until wrd_registry_shared_close. */
-struct shared {
-	struct shared *next;
-	char *host;
-	struct wr_registry *reg;
-	bool retired;
-};
-static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shared *g_shared;
-
-static struct shared *shared_find(const char *host)
-{
-	for (struct shared *s = g_shared; s; s = s->next)
-		if (!s->retired && strcasecmp(s->host, host) == 0)
-			return s;
-	return NULL;
-}
-
-/* Takes reg over (even on failure: then it is closed). */
-static void shared_keep(struct wr_registry *reg, bool replace)
-{
-	struct shared *n = calloc(1, sizeof(*n));
-	pthread_mutex_lock(&g_shared_lock);
-	struct shared *old = shared_find(wr_registry_host(reg));
-	if (n == NULL || (old && !replace) || (n->host = strdup(wr_registry_host(reg))) == NULL) {
-		pthread_mutex_unlock(&g_shared_lock);
-		if (n)
-			free(n->host);
-		free(n);
-		wr_registry_close(reg);
-		return;
-	}
-	if (old)
-		old->retired = true;
-	n->reg = reg;
-	n->next = g_shared;
-	g_shared = n;
-	pthread_mutex_unlock(&g_shared_lock);
-}
-
-struct wr_registry *wrd_registry_shared(const char *host, wr_err *err)
-{
-	pthread_mutex_lock(&g_shared_lock);
-	struct shared *s = shared_find(host);
-	struct wr_registry *reg = s ? s->reg : NULL;
-	pthread_mutex_unlock(&g_shared_lock);
-	if (reg)
-		return reg;
-	/* none kept: an anonymous client (a public registry, or a daemon
-	 * restarted since the pull) */
-	if (wr_registry_open(host, NULL, &reg, err) < 0)
-		return NULL;
-	shared_keep(reg, false);
-	pthread_mutex_lock(&g_shared_lock);
-	s = shared_find(host);
-	reg = s ? s->reg : NULL;
-	pthread_mutex_unlock(&g_shared_lock);
-	if (reg == NULL)
-		wr_err_set(err, ENOMEM, "out of memory");
-	return reg;
-}
-
-void wrd_registry_shared_close(void)
-{
-	pthread_mutex_lock(&g_shared_lock);
-	while (g_shared) {
-		struct shared *s = g_shared;
-		g_shared = s->next;
-		wr_registry_close(s->reg);
-		free(s->host);
-		free(s);
-	}
-	pthread_mutex_unlock(&g_shared_lock);
 }
 
 /* {"username": "...", "password": "..."} | {"token": "..."} into o. */
@@ -254,8 +171,6 @@ void wrd_api_img_pull(struct wrd_req *r)
 		reply_reg_err(r, err, "ref");
 		return;
 	}
-	if (res.lazy) /* the on-demand loader reads through this client later */
-		shared_keep(steal_ptr(&reg), json_object_get(j, "auth") != NULL);
 	json_t *out = wrd_image_json(img);
 	json_object_set_new(out, "pull",
 			    json_pack("{s:s, s:b, s:b, s:b, s:i, s:I}", "manifest_digest",

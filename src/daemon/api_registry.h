@@ -13,13 +13,6 @@
  * the field ("auth.username", ...). */
 int wrd_registry_open_for(const char *remote_ref, json_t *auth, bool insecure,
 			  struct wr_registry **out, wr_err *err);
-/* The client the on-demand loader reads a lazily pulled image of `host`
- * through (wr_registry_blob_range; thread-safe): the one of the last lazy
- * pull from that host (its credentials included), else an anonymous one.
- * Owned by this module; valid until wrd_registry_shared_close (daemon
- * exit). NULL with *err on failure. */
-struct wr_registry *wrd_registry_shared(const char *host, wr_err *err);
-void wrd_registry_shared_close(void);
 void wrd_api_img_pull(struct wrd_req *r);
 void wrd_api_img_push(struct wrd_req *r);
 

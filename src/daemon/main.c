@@ -20,7 +20,6 @@
 #include "daemon/api.h"
 #include "daemon/config.h"
 #include "daemon/images.h"
-#include "daemon/api_registry.h"
 #include "daemon/db.h"
 #include "daemon/manager.h"
 #include "daemon/metrics.h"
@@ -141,7 +140,6 @@ int main(int argc, char **argv)
 	status = 0;
 out:
 	wrd_images_close();
-	wrd_registry_shared_close(); /* after the loader that reads through them */
 	wrd_db_close();
 	free(db);
 	wrd_config_free(&cfg);
