@@ -102,6 +102,10 @@ int wr_registry_open(const char *host, const struct wr_registry_opts *opts,
 	pthread_mutex_init(&reg->auth_lock, NULL);
 	pthread_mutex_init(&reg->token_fetch_lock, NULL);
 	pthread_mutex_init(&reg->pool_lock, NULL);
+	pthread_mutex_init(&reg->scheme_lock, NULL);
+	/* only a loopback or insecure registry may speak plain http */
+	if (!reg->loopback && !reg->insecure)
+		atomic_store(&reg->scheme, REG_SCHEME_HTTPS);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&reg->share_locks[i], NULL);
 	reg->pool = calloc(reg->max_handles, sizeof(CURL *));
@@ -137,6 +141,7 @@ void wr_registry_close(struct wr_registry *reg)
 	pthread_mutex_destroy(&reg->auth_lock);
 	pthread_mutex_destroy(&reg->token_fetch_lock);
 	pthread_mutex_destroy(&reg->pool_lock);
+	pthread_mutex_destroy(&reg->scheme_lock);
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_destroy(&reg->share_locks[i]);
 	free(reg->host);
@@ -487,6 +492,11 @@ static int curl_errno(struct reg_call *c, CURL *h)
 	case CURLE_READ_ERROR:
 	case CURLE_ABORTED_BY_CALLBACK: return c->sink_errno ? c->sink_errno : EIO;
 	case CURLE_OUT_OF_MEMORY: return ENOMEM;
+	case CURLE_SSL_CONNECT_ERROR:
+		/* a handshake cut off by our time bound is a timeout too */
+		if (strcasestr(c->curl_msg, "timeout") || strcasestr(c->curl_msg, "timed out"))
+			return ETIMEDOUT;
+		return EIO;
 	default: return EIO;
 	}
 }
@@ -623,6 +633,63 @@ static void attempt_once(struct wr_registry *reg, CURL *h, struct reg_call *c, c
 	curl_slist_free_all(hl);
 }
 
+static size_t discard(char *data, size_t size, size_t n, void *userp)
+{
+	(void)data;
+	(void)userp;
+	return size * n;
+}
+
+/* One request to <scheme>://endpoint/v2/: did any HTTP answer come back? */
+static CURLcode probe_one(struct wr_registry *reg, const char *scheme, uint64_t deadline_ns)
+{
+	long ms = (long)reg->connect_timeout_ms * 2;
+	if (deadline_ns) {
+		uint64_t now = reg_now_ns();
+		long left = now < deadline_ns ? (long)((deadline_ns - now) / 1000000) : 1;
+		if (left < ms)
+			ms = left > 0 ? left : 1;
+	}
+	_cleanup_free_ char *url = NULL;
+	if (asprintf(&url, "%s://%s/v2/", scheme, reg->endpoint) < 0)
+		return CURLE_OUT_OF_MEMORY;
+	CURL *h = reg_handle_get(reg);
+	if (h == NULL)
+		return CURLE_OUT_OF_MEMORY;
+	reg_handle_setup(reg, h);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms);
+	CURLcode cc = curl_easy_perform(h);
+	atomic_fetch_add(&reg->n_requests, 1);
+	reg_handle_put(reg, h);
+	return cc;
+}
+
+/* First contact with a registry that may speak plain http (loopback, or
+ * opened insecure): GET /v2/ over https, and over http when the TLS
+ * handshake fails. Serialised, so a burst of first requests (the on-demand
+ * loader's threads) costs one probe, not one failed handshake each. The
+ * verdict is kept only when some HTTP answer came back: a registry that is
+ * down leaves it open and the caller's own request reports the failure. */
+static void probe_scheme(struct wr_registry *reg, uint64_t deadline_ns)
+{
+	pthread_mutex_lock(&reg->scheme_lock);
+	/* threads that queued behind a probe that got no answer do not each
+	 * wait out another one: their own requests fail fast instead */
+	bool recent = reg->probe_failed_ns && reg_now_ns() - reg->probe_failed_ns < 1000000000ull;
+	if (atomic_load(&reg->scheme) == REG_SCHEME_UNKNOWN && !recent) {
+		CURLcode cc = probe_one(reg, "https", deadline_ns);
+		if (cc == CURLE_OK)
+			atomic_store(&reg->scheme, REG_SCHEME_HTTPS);
+		else if (fallback_worthy(cc) && probe_one(reg, "http", deadline_ns) == CURLE_OK)
+			atomic_store(&reg->scheme, REG_SCHEME_HTTP);
+		else
+			reg->probe_failed_ns = reg_now_ns();
+	}
+	pthread_mutex_unlock(&reg->scheme_lock);
+}
+
 int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 {
 	_cleanup_free_ char *url = strdup(c->url);
@@ -630,8 +697,10 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	bool auth_retried = false;
 	unsigned attempt = 0;
+	if (atomic_load(&reg->scheme) == REG_SCHEME_UNKNOWN)
+		probe_scheme(reg, c->deadline_ns); /* within the caller's time bound */
 	for (;;) {
-		/* another thread may have settled on plain http since url was built */
+		/* the scheme may have been settled since url was built */
 		if (atomic_load(&reg->scheme) == REG_SCHEME_HTTP && same_host(reg, url) &&
 		    strncmp(url, "https://", 8) == 0) {
 			char *u2 = NULL;
@@ -659,18 +728,6 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 		reg_handle_put(reg, h);
 
 		if (c->cc != CURLE_OK) {
-			int scheme = atomic_load(&reg->scheme);
-			if (scheme != REG_SCHEME_HTTPS && (reg->loopback || reg->insecure) &&
-			    fallback_worthy(c->cc) && strncmp(url, "https://", 8) == 0 &&
-			    same_host(reg, url)) {
-				char *u2 = NULL;
-				if (asprintf(&u2, "http://%s", url + 8) < 0)
-					return wr_err_set(err, ENOMEM, "out of memory");
-				free(url);
-				url = u2;
-				atomic_store(&reg->scheme, REG_SCHEME_HTTP);
-				continue;
-			}
 			bool progress = c->sink == SINK_FD && c->sink_n != sink_before;
 			bool time_left =
 			    c->deadline_ns == 0 || reg_now_ns() + 50000000ull < c->deadline_ns;
@@ -698,10 +755,6 @@ int reg_perform(struct wr_registry *reg, struct reg_call *c, wr_err *err)
 			return wr_err_set(err, eno, "%s %s: %s", c->method, m,
 					  c->curl_msg[0] ? c->curl_msg : curl_easy_strerror(c->cc));
 		}
-		if (atomic_load(&reg->scheme) == REG_SCHEME_UNKNOWN)
-			atomic_store(&reg->scheme, strncmp(url, "http://", 7) == 0
-						       ? REG_SCHEME_HTTP
-						       : REG_SCHEME_HTTPS);
 		if (c->status == 401 && !auth_retried) {
 			if (reg_auth_challenge(reg, c->scope, c->www_auth, authz != NULL, err) < 0)
 				return -1;

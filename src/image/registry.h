@@ -14,10 +14,11 @@
  * stalled registry yields an error within a bounded time, never a hang.
  *
  * Transport: https, verified against the system CAs (or ca_file). When the
- * host is loopback (localhost, 127.0.0.0/8, ::1) or opts->insecure is set
- * and the TLS handshake fails, the client falls back to plain http for the
- * rest of the handle's life (Docker's "insecure registry" behaviour);
- * opts->insecure also turns TLS verification off. Redirects (blob storage
+ * host is loopback (localhost, 127.0.0.0/8, ::1) or opts->insecure is set,
+ * the first request probes GET /v2/ over https and, when the TLS handshake
+ * fails, over plain http, which is then used for the rest of the handle's
+ * life (Docker's "insecure registry" behaviour; one probe however many
+ * threads start at once). opts->insecure also turns TLS verification off. Redirects (blob storage
  * backends) are followed; credentials are never sent to a redirect target
  * on another host.
  *

@@ -40,7 +40,9 @@ struct wr_registry {
 	char *static_token;	   /* fixed bearer token */
 	char *basic_header;	   /* "Authorization: Basic ..." when username is set */
 
-	atomic_int scheme; /* enum reg_scheme, decided at first contact */
+	atomic_int scheme;	     /* enum reg_scheme, decided at first contact */
+	pthread_mutex_t scheme_lock; /* one first-contact probe at a time */
+	uint64_t probe_failed_ns;    /* under scheme_lock: when a probe last got no answer */
 
 	/* what the registry asked for, learnt from challenges */
 	pthread_mutex_t auth_lock; /* guards the fields below and tokens */

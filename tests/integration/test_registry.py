@@ -268,9 +268,9 @@ def test_range_reads_from_many_threads(build, registry, ranged):
 
 
 def test_range_dead_registry_errors_within_timeout(build, tmp_path):
-    fake = FakeBlobRegistry(os.urandom(100000), good=1)
+    fake = FakeBlobRegistry(os.urandom(100000), good=2)
     try:
-        # first contact and one good read, then the registry goes silent
+        # first contact (GET /v2/) and one good read, then the registry goes silent
         ok = regtool(build, "--range-timeout-ms", 1500, "blob-range", f"{fake.host}/x/y",
                      fake.digest, 0, 100, tmp_path / "p")
         assert ok.rc == 0 and ok.out.strip() == "100", ok
@@ -329,6 +329,22 @@ def test_concurrent_pulls_give_one_image(build, images, registry, tmp_path):
     assert list((b / "blobs/sha256").iterdir()) == [blob_path(b, digest)]
     for i in range(4):
         assert regtool(build, "inspect", b, f"c:{i}").kv["digest"] == digest
+
+
+def test_range_dead_registry_many_threads_bounded(build, tmp_path):
+    """The on-demand loader's case: many threads start reading from a
+    registry that accepts connections and never answers."""
+    fake = FakeBlobRegistry(os.urandom(100000), good=0)
+    (tmp_path / "f").write_bytes(b"x" * 100000)
+    try:
+        r = regtool(build, "--range-timeout-ms", 1500, "--connect-timeout-ms", 1000,
+                    "range-threads", f"{fake.host}/x/y", fake.digest, tmp_path / "f", 8, 1,
+                    timeout=60)
+        assert r.rc == 1 and "ETIMEDOUT" in r.err, r
+        # each read is bounded by its own 1.5 s; queued first-contact probes do not add up
+        assert r.elapsed < 8, r.elapsed
+    finally:
+        fake.stop()
 
 
 def test_range_ignored_is_refused(build, tmp_path):

@@ -96,7 +96,8 @@ static void *range_thread(void *p)
 		_cleanup_err_ wr_err e = NULL;
 		if (wr_registry_blob_range(a->reg, a->repo, a->digest, off, len, got, &n, &e) < 0) {
 			a->failed = 1;
-			snprintf(a->msg, sizeof(a->msg), "%s", e->msg);
+			const char *name = strerrorname_np(wr_err_code(e));
+			snprintf(a->msg, sizeof(a->msg), "%s: %s", name ? name : "E?", e->msg);
 			break;
 		}
 		size_t expect = off + len > a->size ? (size_t)(a->size - off) : len;
@@ -104,7 +105,7 @@ static void *range_thread(void *p)
 		if (n != expect || r != (ssize_t)expect || memcmp(want, got, expect) != 0) {
 			a->failed = 1;
 			snprintf(a->msg, sizeof(a->msg),
-				 "range %" PRIu64 "+%zu: got %zu bytes, wrong", off, len, n);
+				 "EIO: range %" PRIu64 "+%zu: got %zu bytes, wrong", off, len, n);
 		}
 	}
 	free(want);
@@ -234,7 +235,7 @@ static int cmd_registry(int argc, char **argv)
 		for (unsigned i = 0; i < nt; i++) {
 			pthread_join(t[i], NULL);
 			if (a[i].failed && rc == 0) {
-				fprintf(stderr, "EIO: thread %u: %s\n", i, a[i].msg);
+				fprintf(stderr, "%s (thread %u)\n", a[i].msg, i);
 				rc = 1;
 			}
 		}
