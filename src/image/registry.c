@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <jansson.h>
@@ -34,6 +35,52 @@ uint64_t reg_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Scheme verdicts of loopback/insecure registries, process-wide: a
+ * registry speaking plain http answers a TLS probe slowly (Go's server
+ * takes ~200 ms), and the daemon opens a client per request. A verdict is
+ * trusted for 10 minutes. */
+#define SCHEME_TTL_NS (600ull * 1000000000ull)
+static pthread_mutex_t scheme_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char host[264];
+	int scheme;
+	uint64_t at_ns;
+} scheme_cache[32];
+
+static int scheme_cache_get(const char *host)
+{
+	int scheme = REG_SCHEME_UNKNOWN;
+	uint64_t now = reg_now_ns();
+	pthread_mutex_lock(&scheme_cache_lock);
+	for (size_t i = 0; i < WR_ARRAY_SIZE(scheme_cache); i++)
+		if (scheme_cache[i].at_ns && now - scheme_cache[i].at_ns < SCHEME_TTL_NS &&
+		    strcasecmp(scheme_cache[i].host, host) == 0)
+			scheme = scheme_cache[i].scheme;
+	pthread_mutex_unlock(&scheme_cache_lock);
+	return scheme;
+}
+
+static void scheme_cache_put(const char *host, int scheme)
+{
+	if (strlen(host) >= sizeof(scheme_cache[0].host))
+		return;
+	uint64_t now = reg_now_ns();
+	size_t slot = 0;
+	pthread_mutex_lock(&scheme_cache_lock);
+	for (size_t i = 0; i < WR_ARRAY_SIZE(scheme_cache); i++) {
+		if (strcasecmp(scheme_cache[i].host, host) == 0 || scheme_cache[i].at_ns == 0) {
+			slot = i;
+			break;
+		}
+		if (scheme_cache[i].at_ns < scheme_cache[slot].at_ns)
+			slot = i; /* else the oldest goes */
+	}
+	snprintf(scheme_cache[slot].host, sizeof(scheme_cache[slot].host), "%s", host);
+	scheme_cache[slot].scheme = scheme;
+	scheme_cache[slot].at_ns = now;
+	pthread_mutex_unlock(&scheme_cache_lock);
 }
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *userp)
@@ -106,6 +153,8 @@ int wr_registry_open(const char *host, const struct wr_registry_opts *opts,
 	/* only a loopback or insecure registry may speak plain http */
 	if (!reg->loopback && !reg->insecure)
 		atomic_store(&reg->scheme, REG_SCHEME_HTTPS);
+	else
+		atomic_store(&reg->scheme, scheme_cache_get(reg->endpoint));
 	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&reg->share_locks[i], NULL);
 	reg->pool = calloc(reg->max_handles, sizeof(CURL *));
@@ -684,6 +733,8 @@ static void probe_scheme(struct wr_registry *reg, uint64_t deadline_ns)
 			atomic_store(&reg->scheme, REG_SCHEME_HTTPS);
 		else if (fallback_worthy(cc) && probe_one(reg, "http", deadline_ns) == CURLE_OK)
 			atomic_store(&reg->scheme, REG_SCHEME_HTTP);
+		if (atomic_load(&reg->scheme) != REG_SCHEME_UNKNOWN)
+			scheme_cache_put(reg->endpoint, atomic_load(&reg->scheme));
 		else
 			reg->probe_failed_ns = reg_now_ns();
 	}
