@@ -2,6 +2,7 @@
  * artifact format and the pull rules). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,9 +333,19 @@ struct pull {
 
 static int fetch_to_tmp(struct pull *p, const char *digest, uint64_t size, int *out, wr_err *err)
 {
+	if (size > INT64_MAX)
+		return wr_err_set(err, EFBIG, "blob %s: size %" PRIu64 " out of range", digest,
+				  size);
 	_cleanup_close_ int fd = store_tmpfile(p->s, err);
 	if (fd < 0)
 		return -1;
+	/* Reserve the space first: a blob that cannot fit fails now, not after
+	 * filling the disk (a filesystem without fallocate just downloads). */
+	if (size > 0 && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) < 0 && errno == ENOSPC)
+		return wr_err_set(err, ENOSPC,
+				  "blob %s of %" PRIu64
+				  " bytes does not fit in the store's filesystem",
+				  digest, size);
 	uint64_t n = 0;
 	if (wr_registry_blob_get(p->reg, p->ref.repo, digest, (int64_t)size, fd, &n, err) < 0)
 		return -1;

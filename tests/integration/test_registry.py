@@ -517,3 +517,24 @@ def test_bad_remote_refs_are_named(build, tmp_path, ref, frag):
 def test_push_of_unknown_image(build, registry, tmp_path):
     r = regtool(build, "push", tmp_path / "S", "nope:1", f"{registry.host}/x/y:1")
     assert r.rc == 1 and r.errno == "ENOENT", r
+
+
+def test_pull_too_big_for_the_store_fails_before_downloading(build, registry, tmp_path):
+    root = tmp_path / "root"
+    (root / "data").mkdir(parents=True)
+    (root / "data/big").write_bytes(os.urandom(12 << 20))
+    a = tmp_path / "A"
+    imported(build, a, root, "big:1")
+    remote = f"{registry.host}/team/big:1"
+    assert regtool(build, "push", a, "big:1", remote).rc == 0
+    small = tmp_path / "small"
+    small.mkdir()
+    # a 6 MiB store filesystem in a private mount namespace (gone with it)
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                        f"mount -t tmpfs -o size=6m tmpfs {small} && "
+                        f"exec {build / 'tests/wr-regtool'} pull {small}/store {remote} big:1"],
+                       capture_output=True, timeout=120)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.startswith("ENOSPC"), err
+    assert "does not fit" in err
+    assert "bytes_in=" in err and int(err.split("bytes_in=")[1].split()[0]) < 1 << 20
