@@ -64,7 +64,11 @@ int wr_image_pull_default_name(const char *remote_ref, char **out, wr_err *err)
 	*out = NULL;
 	if (wr_registry_ref_parse(remote_ref, &r, err) < 0)
 		return -EINVAL;
-	int rc = r.tag ? asprintf(out, "%s:%s", r.repo, r.tag) : asprintf(out, "%s", r.repo);
+	/* Docker Hub's official images are named without their "library/" */
+	const char *repo = r.repo;
+	if (strcmp(r.host, "docker.io") == 0 && strncmp(repo, "library/", 8) == 0)
+		repo += 8;
+	int rc = r.tag ? asprintf(out, "%s:%s", repo, r.tag) : asprintf(out, "%s", repo);
 	wr_registry_ref_free(&r);
 	if (rc < 0) {
 		*out = NULL;

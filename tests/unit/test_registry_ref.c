@@ -107,6 +107,9 @@ static void test_default_name_and_loopback(void **state)
 	assert_int_equal(wr_image_pull_default_name("127.0.0.1:5000/team/py:3.12", &n, NULL), 0);
 	assert_string_equal(n, "team/py:3.12");
 	free(n);
+	assert_int_equal(wr_image_pull_default_name("docker.io/python:3.12", &n, NULL), 0);
+	assert_string_equal(n, "python:3.12");
+	free(n);
 	assert_int_equal(wr_image_pull_default_name("r.io/a@sha256:" D64, &n, NULL), 0);
 	assert_string_equal(n, "a");
 	free(n);
