@@ -1,0 +1,403 @@
+/* warren-lazyfs: the on-demand image loader's supervisor (process model in
+ * lazyfs.h). Started by the lazy client (src/image/lazy_client.c), one per
+ * store directory:
+ *
+ *   warren-lazyfs --store DIR --run DIR [--daemon] [--chunk-size N]
+ *                 [--fetch-all] [--prefetch-threads N] [--max-threads N]
+ *                 [--pattern-window-s N] [--page-cache] [--insecure]
+ *                 [--auth-file F] [--ca-file F] [--connect-timeout-ms N]
+ *                 [--range-timeout-ms N] [--retries N] [--log FILE]
+ *
+ * Mounts <run>/lazyfs/mnt, listens on <run>/lazyfs/ctl.sock, writes
+ * <run>/lazyfs/pid, holds <store>/chunks/.lock (a second instance for the
+ * same store exits with status 3). --daemon: returns once the file system
+ * serves (status 0) or failed (1, one line on stderr); the supervisor lives
+ * on in its own session with stdio on the log file. SIGTERM stops it and
+ * unmounts: reads through mounts of its files then fail with EIO. */
+#define FUSE_USE_VERSION 312
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fuse3/fuse_lowlevel.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "image/lazyfs.h"
+
+static volatile sig_atomic_t g_stop;
+static volatile pid_t g_worker;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+	if (g_worker > 0)
+		kill(g_worker, SIGTERM);
+}
+
+static struct lazyfs_cfg g_cfg;
+
+static void sup_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	lazyfs_conn_init(&g_cfg, conn);
+}
+
+static const struct fuse_lowlevel_ops sup_ops = {.init = sup_init};
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: warren-lazyfs --store DIR --run DIR [--daemon] [options]\n");
+	exit(2);
+}
+
+static unsigned num(const char *name, const char *s, uint64_t max)
+{
+	uint64_t v;
+	if (wr_parse_u64(s, max, &v) < 0) {
+		fprintf(stderr, "warren-lazyfs: %s: not a number up to %llu: %s\n", name,
+			(unsigned long long)max, s);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+static void parse(int argc, char **argv, bool *daemon, const char **log)
+{
+	static const struct option lo[] = {
+	    {"store", 1, 0, 's'},
+	    {"run", 1, 0, 'r'},
+	    {"daemon", 0, 0, 'd'},
+	    {"chunk-size", 1, 0, 'c'},
+	    {"fetch-all", 0, 0, 'a'},
+	    {"prefetch-threads", 1, 0, 'p'},
+	    {"max-threads", 1, 0, 't'},
+	    {"pattern-window-s", 1, 0, 'w'},
+	    {"page-cache", 0, 0, 'P'},
+	    {"insecure", 0, 0, 'k'},
+	    {"auth-file", 1, 0, 'A'},
+	    {"ca-file", 1, 0, 'C'},
+	    {"connect-timeout-ms", 1, 0, 'T'},
+	    {"range-timeout-ms", 1, 0, 'R'},
+	    {"retries", 1, 0, 'y'},
+	    {"log", 1, 0, 'l'},
+	    {0, 0, 0, 0},
+	};
+	g_cfg.chunk_size = 1u << 20;
+	g_cfg.pattern_window_s = 120;
+	int c;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 's': g_cfg.store_dir = optarg; break;
+		case 'r': g_cfg.run_dir = optarg; break;
+		case 'd': *daemon = true; break;
+		case 'c': {
+			uint64_t v;
+			if (wr_parse_size(optarg, &v) < 0 || v > (64u << 20)) {
+				fprintf(stderr, "warren-lazyfs: --chunk-size: bad size %s\n",
+					optarg);
+				exit(2);
+			}
+			g_cfg.chunk_size = (uint32_t)v;
+			break;
+		}
+		case 'a': g_cfg.fetch_all = true; break;
+		case 'p': g_cfg.prefetch_threads = num("--prefetch-threads", optarg, 64); break;
+		case 't': g_cfg.max_threads = num("--max-threads", optarg, 1024); break;
+		case 'w': g_cfg.pattern_window_s = num("--pattern-window-s", optarg, 86400); break;
+		case 'P': g_cfg.page_cache = true; break;
+		case 'k': g_cfg.reg.insecure = true; break;
+		case 'A': g_cfg.reg.auth_file = optarg; break;
+		case 'C': g_cfg.reg.ca_file = optarg; break;
+		case 'T':
+			g_cfg.reg.connect_timeout_ms = num("--connect-timeout-ms", optarg, 600000);
+			break;
+		case 'R':
+			g_cfg.reg.range_timeout_ms = num("--range-timeout-ms", optarg, 600000);
+			break;
+		case 'y': g_cfg.reg.retries = num("--retries", optarg, 10); break;
+		case 'l': *log = optarg; break;
+		default: usage();
+		}
+	}
+	if (optind != argc || !g_cfg.store_dir || !g_cfg.run_dir || g_cfg.store_dir[0] != '/' ||
+	    g_cfg.run_dir[0] != '/')
+		usage();
+	uint32_t cs = g_cfg.chunk_size;
+	if (cs < (64u << 10) || (cs & (cs - 1)) != 0) {
+		fprintf(stderr, "warren-lazyfs: --chunk-size: a power of two in 64KiB..64MiB\n");
+		exit(2);
+	}
+	/* A stalled registry must turn into EIO well within a reader's
+	 * patience; the client's default for a whole Range read is 30 s. */
+	if (g_cfg.reg.low_speed_time_s == 0)
+		g_cfg.reg.low_speed_time_s = 10;
+}
+
+/* Tell the --daemon parent how it went: "OK" or an error line. */
+static int g_notify = -1;
+static void notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void notify(const char *fmt, ...)
+{
+	char buf[600];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (strcmp(buf, "OK") != 0)
+		fprintf(stderr, "warren-lazyfs: %s\n", buf);
+	if (g_notify >= 0) {
+		if (wr_write_all(g_notify, buf, strlen(buf)) < 0) {
+			/* the parent is gone: nobody to tell */
+		}
+		close(g_notify);
+		g_notify = -1;
+	}
+}
+
+static int daemonize(const char *log)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0) {
+		close(p[1]);
+		char buf[600];
+		ssize_t n = wr_read_all(p[0], buf, sizeof(buf) - 1);
+		buf[n > 0 ? n : 0] = '\0';
+		if (strcmp(buf, "OK") == 0)
+			_exit(0);
+		if (strncmp(buf, "BUSY", 4) == 0)
+			_exit(3);
+		fprintf(stderr, "warren-lazyfs: %s\n", n > 0 ? buf : "failed to start");
+		_exit(1);
+	}
+	close(p[0]);
+	g_notify = p[1];
+	setsid();
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && nul >= 0) {
+		dup2(nul, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	if (fd > 2)
+		close(fd);
+	if (nul > 2)
+		close(nul);
+	return 0;
+}
+
+static int listen_ctl(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	unlink(path);
+	mode_t old = umask(077);
+	int r = bind(fd, (struct sockaddr *)&a, sizeof(a));
+	umask(old);
+	if (r < 0 || listen(fd, 128) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static pid_t start_worker(int master, const void *init, size_t len, int lfd, bool fresh,
+			  uint64_t starts, int *readyfd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		if (g_notify >= 0) /* the --daemon parent waits for EOF */
+			close(g_notify);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGINT, SIG_DFL);
+		_exit(lazyfs_worker_run(&g_cfg, master, init, len, lfd, p[1], fresh, starts));
+	}
+	close(p[1]);
+	if (pid < 0) {
+		close(p[0]);
+		return -1;
+	}
+	*readyfd = p[0];
+	return pid;
+}
+
+/* Wait for the worker's ready byte (or its death). */
+static bool worker_ready(int readyfd)
+{
+	struct pollfd pfd = {.fd = readyfd, .events = POLLIN};
+	char c = 0;
+	bool ok = poll(&pfd, 1, 60000) == 1 && read(readyfd, &c, 1) == 1 && c == 'R';
+	close(readyfd);
+	return ok;
+}
+
+int main(int argc, char **argv)
+{
+	bool daemon = false;
+	const char *log = NULL;
+	parse(argc, argv, &daemon, &log);
+	_cleanup_free_ char *dir = NULL, *mnt = NULL, *sock = NULL, *pidf = NULL, *deflog = NULL;
+	if (asprintf(&dir, "%s/lazyfs", g_cfg.run_dir) < 0 ||
+	    asprintf(&mnt, "%s/lazyfs/mnt", g_cfg.run_dir) < 0 ||
+	    asprintf(&sock, "%s/lazyfs/ctl.sock", g_cfg.run_dir) < 0 ||
+	    asprintf(&pidf, "%s/lazyfs/pid", g_cfg.run_dir) < 0 ||
+	    asprintf(&deflog, "%s/lazyfs/lazyfs.log", g_cfg.run_dir) < 0)
+		return 1;
+	wr_err err = NULL;
+	if (wr_mkdir_p(dir, 0700, &err) < 0) {
+		fprintf(stderr, "warren-lazyfs: %s\n", err->msg);
+		return 1;
+	}
+	if (daemon && daemonize(log ? log : deflog) < 0) {
+		fprintf(stderr, "warren-lazyfs: daemonize: %m\n");
+		return 1;
+	}
+	int chunksfd = wrl_chunks_open(g_cfg.store_dir, &err);
+	int lockfd = chunksfd >= 0 ? wrl_chunks_lock(chunksfd, true, &err) : -1;
+	if (lockfd < 0) {
+		if (wr_err_code(err) == EWOULDBLOCK) {
+			notify("BUSY: another warren-lazyfs serves %s", g_cfg.store_dir);
+			return 3;
+		}
+		notify("%s", err->msg);
+		return 1;
+	}
+	/* A mount left by a lazyfs that died: its connection is gone. */
+	while (umount2(mnt, MNT_DETACH) == 0)
+		;
+	if (mkdir(mnt, 0700) < 0 && errno != EEXIST) {
+		notify("mkdir %s: %s", mnt, strerror(errno));
+		return 1;
+	}
+	int lfd = listen_ctl(sock);
+	if (lfd < 0) {
+		notify("control socket %s: %s", sock, strerror(errno));
+		return 1;
+	}
+	char *fargv[] = {"warren-lazyfs", "-o",
+			 "ro,default_permissions,fsname=warren-lazyfs,subtype=warren-lazyfs", NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
+	struct fuse_session *se = fuse_session_new(&args, &sup_ops, sizeof(sup_ops), NULL);
+	if (se == NULL || fuse_session_mount(se, mnt) != 0) {
+		notify("mount %s: failed (is /dev/fuse there?)", mnt);
+		return 1;
+	}
+	/* The kernel's first request is FUSE_INIT: answer it here and keep
+	 * its bytes, which every worker replays (lazyfs.h). */
+	struct fuse_buf fb = {0};
+	int n = fuse_session_receive_buf(se, &fb);
+	if (n <= 0) {
+		notify("mount %s: no FUSE_INIT from the kernel", mnt);
+		fuse_session_unmount(se);
+		return 1;
+	}
+	size_t init_len = (size_t)n;
+	void *init = malloc(init_len);
+	if (init == NULL)
+		return 1;
+	memcpy(init, fb.mem, init_len);
+	fuse_session_process_buf(se, &fb);
+	free(fb.mem);
+	int master = fuse_session_fd(se);
+
+	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: waitpid returns */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	uint64_t starts = 0;
+	int readyfd = -1;
+	g_worker = start_worker(master, init, init_len, lfd, true, ++starts, &readyfd);
+	if (g_worker < 0 || !worker_ready(readyfd)) {
+		notify("worker did not start (see the log)");
+		if (g_worker > 0)
+			kill(g_worker, SIGKILL);
+		fuse_session_unmount(se);
+		unlink(sock);
+		return 1;
+	}
+	_cleanup_free_ char *pidtxt = NULL;
+	int pfd = open(pidf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (pfd >= 0 && asprintf(&pidtxt, "%d\n", (int)getpid()) > 0 &&
+	    wr_write_all(pfd, pidtxt, strlen(pidtxt)) < 0)
+		fprintf(stderr, "warren-lazyfs: write %s: %m\n", pidf);
+	if (pfd >= 0)
+		close(pfd);
+	notify("OK");
+	fprintf(stderr, "warren-lazyfs: serving %s on %s (pid %d)\n", g_cfg.store_dir, mnt,
+		(int)getpid());
+
+	double backoff = 0.1;
+	time_t started = time(NULL);
+	while (!g_stop) {
+		int st;
+		pid_t w = waitpid(g_worker, &st, 0);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (g_stop)
+			break;
+		/* A worker that dies soon after its start is restarted ever
+		 * later (up to 5 s), one that ran a while at once. */
+		backoff = time(NULL) - started < 5 ? (backoff < 2.5 ? backoff * 2 : 5) : 0.1;
+		fprintf(stderr, "warren-lazyfs: worker %d %s %d; restarting\n", (int)g_worker,
+			w > 0 && WIFSIGNALED(st) ? "killed by signal" : "exited with",
+			w > 0 ? (WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st)) : -1);
+		struct timespec ts = {(time_t)backoff, (long)((backoff - (time_t)backoff) * 1e9)};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !g_stop)
+			;
+		if (g_stop)
+			break;
+		started = time(NULL);
+		g_worker = start_worker(master, init, init_len, lfd, false, ++starts, &readyfd);
+		if (g_worker > 0)
+			worker_ready(readyfd);
+	}
+	if (g_worker > 0) {
+		kill(g_worker, SIGTERM);
+		for (int i = 0; i < 50 && waitpid(g_worker, NULL, WNOHANG) == 0; i++)
+			usleep(100000);
+		kill(g_worker, SIGKILL);
+		waitpid(g_worker, NULL, 0);
+	}
+	/* Detach the mount, then drop the last fd of the connection: reads
+	 * through mounts of our files fail from here on. */
+	umount2(mnt, MNT_DETACH);
+	close(master);
+	unlink(sock);
+	unlink(pidf);
+	close(lockfd);
+	fprintf(stderr, "warren-lazyfs: stopped\n");
+	return 0;
+}
