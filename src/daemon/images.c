@@ -14,6 +14,7 @@
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "image/lazy.h"
 
 static struct wr_image_store *g_store;
 /* Node-level image events: the events table under sandbox id "" (no
@@ -125,6 +126,9 @@ int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 	if (asprintf(&dir, "%s/images", cfg->state_dir) < 0)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	o.dir = dir;
+	/* Lazily pulled images: acquire returns a warren-lazyfs file. */
+	if ((r = wr_lazy_attach(&o, cfg->run_dir, err)) < 0)
+		return r;
 	if ((r = wr_image_store_open(&o, &g_store, err)) < 0)
 		return r;
 	g_evseq = (uint64_t)wrd_db_last_event_seq(WRD_IMAGES_EVENTS_ID);

@@ -108,4 +108,11 @@ int wr_lazy_forget(struct wr_lazy *l, const char *digest, wr_err *err);
 /* The store's hooks (image.h); ctx is a struct wr_lazy *. */
 extern const struct wr_image_lazy_ops wr_lazy_image_ops;
 
+/* warrend's hook (src/daemon/images.c, wrd_images_open): plug on-demand
+ * loading into the store options it is about to open (so->dir set): a
+ * client for so->dir with lazyfs under run_dir, defaults otherwise. The
+ * client lives as long as the process. lazyfs is only started by the first
+ * acquire of an incomplete image. */
+int wr_lazy_attach(struct wr_image_store_opts *so, const char *run_dir, wr_err *err);
+
 #endif

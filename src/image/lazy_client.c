@@ -54,6 +54,19 @@ int wr_lazy_open(const struct wr_lazy_opts *o, struct wr_lazy **out, wr_err *err
 	l->o = *o;
 	l->o.chunk_size = cs;
 	const char *bin = o->lazyfs_path ? o->lazyfs_path : getenv("WARREN_LAZYFS");
+	char self[4096];
+	ssize_t n;
+	if (bin == NULL && access(WARREN_LIBEXECDIR "/warren-lazyfs", X_OK) < 0 &&
+	    (n = readlink("/proc/self/exe", self, sizeof(self) - 32)) > 0) {
+		/* A build tree: warrend and warren-lazyfs side by side. */
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			strcpy(slash + 1, "warren-lazyfs");
+			if (access(self, X_OK) == 0)
+				bin = self;
+		}
+	}
 	bool ok =
 	    (l->store_dir = strdup(o->store_dir)) && (l->run_dir = strdup(o->run_dir)) &&
 	    asprintf(&l->lazyfs_path, "%s", bin ? bin : WARREN_LIBEXECDIR "/warren-lazyfs") > 0 &&
@@ -241,9 +254,20 @@ static int spawn_lazyfs(struct wr_lazy *l, wr_err *err)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	if (errfd >= 0)
 		posix_spawn_file_actions_adddup2(&fa, errfd, 2);
+	/* Default dispositions and an empty mask, whatever the caller (a
+	 * daemon reading signals through signalfd) has. */
+	posix_spawnattr_t sa;
+	posix_spawnattr_init(&sa);
+	sigset_t none, all;
+	sigemptyset(&none);
+	sigfillset(&all);
+	posix_spawnattr_setsigmask(&sa, &none);
+	posix_spawnattr_setsigdefault(&sa, &all);
+	posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 	pid_t pid;
-	int r = posix_spawn(&pid, l->lazyfs_path, &fa, NULL, (char *const *)argv, environ);
+	int r = posix_spawn(&pid, l->lazyfs_path, &fa, &sa, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&sa);
 	if (r != 0) {
 		errno = r;
 		return wr_err_sys(err, "start %s", l->lazyfs_path);
@@ -309,6 +333,20 @@ int wr_lazy_pid(struct wr_lazy *l)
 	return pid > 0 ? pid : 0;
 }
 
+/* Running (an exited process its parent has not reaped yet is not). */
+static bool alive(int pid)
+{
+	char p[64], buf[256];
+	snprintf(p, sizeof(p), "/proc/%d/stat", pid);
+	_cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	const char *e = strrchr(buf, ')');
+	return e && e[1] == ' ' && e[2] != 'Z' && e[2] != 'X';
+}
+
 int wr_lazy_stop(struct wr_lazy *l, unsigned timeout_ms, wr_err *err)
 {
 	int pid = wr_lazy_pid(l);
@@ -317,9 +355,9 @@ int wr_lazy_stop(struct wr_lazy *l, unsigned timeout_ms, wr_err *err)
 	if (kill(pid, SIGTERM) < 0)
 		return errno == ESRCH ? 0 : wr_err_sys(err, "stop lazyfs %d", pid);
 	uint64_t until = wr_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	while (kill(pid, 0) == 0 && wr_now_ns() < until)
+	while (alive(pid) && wr_now_ns() < until)
 		usleep(20000);
-	if (kill(pid, 0) == 0) {
+	if (alive(pid)) {
 		kill(pid, SIGKILL);
 		return wr_err_set(err, ETIMEDOUT, "lazyfs %d did not stop in %u ms; killed", pid,
 				  timeout_ms);
@@ -578,3 +616,17 @@ const struct wr_image_lazy_ops wr_lazy_image_ops = {
     .forget = ops_forget,
     .open_remote = ops_open_remote,
 };
+
+static struct wr_lazy *g_attached; /* warrend's, for the process's life */
+
+int wr_lazy_attach(struct wr_image_store_opts *so, const char *run_dir, wr_err *err)
+{
+	if (g_attached == NULL) {
+		struct wr_lazy_opts lo = {.store_dir = so->dir, .run_dir = run_dir};
+		if (wr_lazy_open(&lo, &g_attached, err) < 0)
+			return wr_err_wrap(err, "on-demand image loading");
+	}
+	so->lazy = &wr_lazy_image_ops;
+	so->lazy_ctx = g_attached;
+	return 0;
+}

@@ -267,6 +267,11 @@ int main(int argc, char **argv)
 {
 	bool daemon = false;
 	const char *log = NULL;
+	/* warrend blocks the signals it reads with signalfd; a blocked
+	 * SIGTERM inherited from it would make us unstoppable. */
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	parse(argc, argv, &daemon, &log);
 	_cleanup_free_ char *dir = NULL, *mnt = NULL, *sock = NULL, *pidf = NULL, *deflog = NULL;
 	if (asprintf(&dir, "%s/lazyfs", g_cfg.run_dir) < 0 ||
