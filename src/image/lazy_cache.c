@@ -305,14 +305,23 @@ fail:
 	return -1;
 }
 
-int wrl_blob_mark_present(struct wrl_blob *b, uint32_t idx, wr_err *err)
+int wrl_blob_flush(struct wrl_blob *b, wr_err *err)
 {
 	static const uint8_t one = WRL_PRESENT;
+	if (b->ndirty == 0 || b->bitmapfd < 0)
+		return 0;
 	/* The bytes reach the disk before the bitmap says they are there. */
 	if (fdatasync(b->datafd) < 0)
 		return wr_err_sys(err, "chunk cache %s: sync", b->hex);
-	if (pwrite(b->bitmapfd, &one, 1, idx) != 1)
-		return wr_err_sys(err, "chunk cache %s: bitmap", b->hex);
+	for (uint32_t i = 0; i < b->nchunks && b->ndirty; i++) {
+		if (b->state[i] != WRL_DIRTY)
+			continue;
+		if (pwrite(b->bitmapfd, &one, 1, i) != 1)
+			return wr_err_sys(err, "chunk cache %s: bitmap", b->hex);
+		b->state[i] = WRL_PRESENT;
+		b->ndirty--;
+	}
+	b->ndirty = 0;
 	return 0;
 }
 
@@ -337,7 +346,7 @@ uint64_t wrl_blob_cache_bytes(const struct wrl_blob *b)
 	}
 	uint64_t n = 0;
 	for (uint32_t i = 0; i < b->nchunks; i++)
-		if (b->state[i] == WRL_PRESENT)
+		if (WRL_HAVE(b->state[i]))
 			n += wrl_chunk_len(b, i);
 	return n;
 }
@@ -539,7 +548,7 @@ int wrl_trim(struct wrl_blob **blobs, size_t n, uint64_t want, uint64_t *freed)
 		 * would fetch them again at once. */
 		if (!b->complete && b->opens <= 0 && b->atime)
 			for (uint32_t j = 0; j < b->nchunks && k < total; j++)
-				if (b->state[j] == WRL_PRESENT)
+				if (WRL_HAVE(b->state[j]))
 					c[k++] = (struct cand){b->atime[j], j, b};
 		pthread_mutex_unlock(&b->lock);
 	}
@@ -548,9 +557,12 @@ int wrl_trim(struct wrl_blob **blobs, size_t n, uint64_t want, uint64_t *freed)
 	for (size_t i = 0; i < k && *freed < want; i++) {
 		struct wrl_blob *b = c[i].b;
 		pthread_mutex_lock(&b->lock);
-		if (b->opens <= 0 && !b->complete && b->state[c[i].idx] == WRL_PRESENT) {
+		uint8_t st = b->state[c[i].idx];
+		if (b->opens <= 0 && !b->complete && WRL_HAVE(st)) {
 			r = wrl_blob_evict_chunk(b, c[i].idx);
 			if (r == 0) {
+				if (st == WRL_DIRTY)
+					b->ndirty--;
 				b->state[c[i].idx] = WRL_ABSENT;
 				b->present--;
 				*freed += wrl_chunk_len(b, c[i].idx);

@@ -623,6 +623,12 @@ int wr_lazy_attach(struct wr_image_store_opts *so, const char *run_dir, wr_err *
 {
 	if (g_attached == NULL) {
 		struct wr_lazy_opts lo = {.store_dir = so->dir, .run_dir = run_dir};
+		/* Tuning knobs until the daemon's config carries them. */
+		const char *cs = getenv("WARREN_LAZY_CHUNK_SIZE");
+		uint64_t v;
+		if (cs && wr_parse_size(cs, &v) == 0 && v <= (64u << 20))
+			lo.chunk_size = (uint32_t)v;
+		lo.fetch_all = getenv("WARREN_LAZY_FETCH_ALL") != NULL;
 		if (wr_lazy_open(&lo, &g_attached, err) < 0)
 			return wr_err_wrap(err, "on-demand image loading");
 	}

@@ -15,8 +15,10 @@
  *                                 restarts
  *
  * Write ordering: a chunk's bytes are written and fdatasync'd before its
- * bitmap byte becomes 1; eviction sets the byte to 0 before punching the
- * hole. So a crash never leaves a bitmap byte claiming bytes that are not
+ * bitmap byte becomes 1 (a fetched chunk is served at once, state DIRTY;
+ * wrl_blob_flush, every few hundred ms, syncs the data once for all dirty
+ * chunks and then sets their bytes); eviction sets the byte to 0 before
+ * punching the hole. So a crash never leaves a bitmap byte claiming bytes that are not
  * on disk. Once a blob is complete, verified and committed to the store,
  * meta.json says "complete": true and data/bitmap/atime are removed: reads
  * then come from the store's blob.
@@ -33,6 +35,8 @@
 #define WRL_ABSENT 0
 #define WRL_PRESENT 1
 #define WRL_FETCHING 2
+#define WRL_DIRTY 3 /* fetched, served; its bitmap byte not durable yet */
+#define WRL_HAVE(s) ((s) == WRL_PRESENT || (s) == WRL_DIRTY)
 
 #define WRL_PATTERN_MAX 65536u /* chunk indices kept in a pattern file */
 
@@ -45,7 +49,8 @@ struct wrl_blob {
 	int dirfd;	 /* <store>/chunks/<hex> */
 	int datafd;	 /* data, or the store's blob once committed */
 	int bitmapfd;
-	uint8_t *state;	 /* per chunk: WRL_ABSENT / WRL_PRESENT / WRL_FETCHING */
+	uint8_t *state; /* per chunk: WRL_ABSENT / PRESENT / FETCHING / DIRTY */
+	uint32_t ndirty;
 	uint32_t *atime; /* per chunk, mmap of the atime file (NULL when complete) */
 	uint32_t present;
 	bool complete;	 /* every byte local and verified */
@@ -80,9 +85,9 @@ int wrl_blob_load(int chunksfd, const char *store_dir, const char *hex, struct w
 		  wr_err *err);
 void wrl_blob_free(struct wrl_blob *b);
 
-/* Chunk idx's bytes were written to datafd: make them durable and set the
- * bitmap byte (state is the caller's to update). */
-int wrl_blob_mark_present(struct wrl_blob *b, uint32_t idx, wr_err *err);
+/* Make the DIRTY chunks durable: one fdatasync of the data, then their
+ * bitmap bytes; they become PRESENT. Caller holds b->lock. */
+int wrl_blob_flush(struct wrl_blob *b, wr_err *err);
 /* Drop chunk idx (bitmap byte first, then the hole). */
 int wrl_blob_evict_chunk(struct wrl_blob *b, uint32_t idx);
 /* Logical bytes of the present chunks. */

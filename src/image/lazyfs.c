@@ -107,10 +107,11 @@ static void *commit_run(void *arg)
 		wr_err_free(&err);
 		pthread_mutex_lock(&b->lock);
 		for (uint32_t i = 0; i < b->nchunks; i++)
-			if (b->state[i] == WRL_PRESENT && wrl_blob_evict_chunk(b, i) == 0) {
+			if (WRL_HAVE(b->state[i]) && wrl_blob_evict_chunk(b, i) == 0) {
 				b->state[i] = WRL_ABSENT;
 				b->present--;
 			}
+		b->ndirty = 0;
 		b->committing = false;
 		pthread_mutex_unlock(&b->lock);
 		return NULL;
@@ -130,7 +131,9 @@ static void *commit_run(void *arg)
 		}
 	}
 	pthread_mutex_lock(&b->lock);
-	int r = wrl_blob_set_complete(b, recorded ? path : NULL, &err);
+	int r = wrl_blob_flush(b, &err);
+	if (r == 0)
+		r = wrl_blob_set_complete(b, recorded ? path : NULL, &err);
 	b->committing = false;
 	pthread_cond_broadcast(&b->cond);
 	pthread_mutex_unlock(&b->lock);
@@ -181,7 +184,7 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 	bool waited = false;
 	pthread_mutex_lock(&b->lock);
 	for (;;) {
-		if (b->complete || b->state[idx] == WRL_PRESENT) {
+		if (b->complete || WRL_HAVE(b->state[idx])) {
 			pthread_mutex_unlock(&b->lock);
 			return 0;
 		}
@@ -227,10 +230,10 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 		close(datafd);
 
 	pthread_mutex_lock(&b->lock);
-	if (r == 0)
-		r = wrl_blob_mark_present(b, idx, err);
 	if (r == 0) {
-		b->state[idx] = WRL_PRESENT;
+		/* Served from now on; durable with the next flush. */
+		b->state[idx] = WRL_DIRTY;
+		b->ndirty++;
 		b->present++;
 		b->fetches++;
 		b->bytes_fetched += len;
@@ -289,6 +292,46 @@ static void *prefetch_run(void *arg)
 		free(p);
 	}
 	return NULL;
+}
+
+/* Sequential reads: a read in the second half of a chunk whose successor
+ * is absent fetches that successor in the background, so a large file is
+ * read with two fetches in flight instead of one. At most 4 at a time. */
+struct readahead {
+	struct lazyfs *fs;
+	struct wrl_blob *b;
+	uint32_t idx;
+};
+
+static void *readahead_run(void *arg)
+{
+	struct readahead ra = *(struct readahead *)arg;
+	free(arg);
+	wr_err err = NULL;
+	if (ensure_chunk(ra.fs, ra.b, ra.idx, true, &err) < 0)
+		wr_err_free(&err); /* the reader that needs it reports */
+	atomic_fetch_sub(&ra.fs->readaheads, 1);
+	return NULL;
+}
+
+static void read_ahead(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx)
+{
+	if (atomic_fetch_add(&fs->readaheads, 1) >= 4) {
+		atomic_fetch_sub(&fs->readaheads, 1);
+		return;
+	}
+	struct readahead *ra = malloc(sizeof(*ra));
+	pthread_t t;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (ra)
+		*ra = (struct readahead){fs, b, idx};
+	if (ra == NULL || pthread_create(&t, &at, readahead_run, ra) != 0) {
+		free(ra);
+		atomic_fetch_sub(&fs->readaheads, 1);
+	}
+	pthread_attr_destroy(&at);
 }
 
 /* A new start of the blob: fetch what earlier starts read, then (fetch_all)
@@ -624,7 +667,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	b->reads++;
 	b->read_bytes += size;
 	int fd = dup(b->datafd);
+	uint64_t end = (uint64_t)off + size;
+	bool ahead = !b->complete && last + 1 < b->nchunks && b->state[last + 1] == WRL_ABSENT &&
+		     end - (uint64_t)last * b->chunk_size >= b->chunk_size / 2;
 	pthread_mutex_unlock(&b->lock);
+	if (ahead)
+		read_ahead(fs, b, last + 1);
 	atomic_fetch_add(&fs->reads, 1);
 	atomic_fetch_add(&fs->read_bytes, size);
 	_cleanup_free_ char *buf = malloc(size);
@@ -664,6 +712,42 @@ static const struct fuse_lowlevel_ops worker_ops = {
 };
 
 /* ---- the worker process ------------------------------------------------- */
+
+/* Make fetched chunks durable in batches (lazy_internal.h): one fdatasync
+ * per blob and period instead of one per chunk on the read path. */
+static void flush_all(struct lazyfs *fs)
+{
+	pthread_mutex_lock(&fs->lock);
+	size_t n = 0;
+	for (struct wrl_blob *b = fs->blobs; b; b = b->next)
+		n++;
+	struct wrl_blob **v = calloc(n ? n : 1, sizeof(*v));
+	n = 0;
+	for (struct wrl_blob *b = fs->blobs; v && b; b = b->next)
+		v[n++] = b;
+	pthread_mutex_unlock(&fs->lock);
+	for (size_t i = 0; v && i < n; i++) {
+		wr_err err = NULL;
+		pthread_mutex_lock(&v[i]->lock);
+		int r = wrl_blob_flush(v[i], &err);
+		pthread_mutex_unlock(&v[i]->lock);
+		if (r < 0) {
+			lazyfs_event(fs, "flush_failed", v[i]->digest, "%s", err->msg);
+			wr_err_free(&err);
+		}
+	}
+	free(v);
+}
+
+static void *flusher_run(void *arg)
+{
+	for (;;) {
+		struct timespec ts = {0, 300 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		flush_all(arg);
+	}
+	return NULL;
+}
 
 static int load_blobs(struct lazyfs *fs, bool fresh, wr_err *err)
 {
@@ -735,6 +819,9 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 	memcpy(fb.mem, init, init_len);
 	fuse_session_process_buf(se, &fb);
 	free(fb.mem);
+	pthread_t ft;
+	if (pthread_create(&ft, NULL, flusher_run, &fs) == 0)
+		pthread_detach(ft);
 	if (fuse_set_signal_handlers(se) != 0 || lazyfs_ctl_start(&fs, listenfd, &err) < 0) {
 		fprintf(stderr, "warren-lazyfs: worker: %s\n", err ? err->msg : "signal handlers");
 		return 1;
@@ -752,7 +839,9 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 	fuse_loop_cfg_set_idle_threads(lc, 8);
 	int r = fuse_session_loop_mt(se, lc);
 	fuse_loop_cfg_destroy(lc);
-	/* Stopping: keep what the current starts recorded. */
+	/* Stopping: keep what was fetched and what the current starts
+	 * recorded. */
+	flush_all(&fs);
 	pthread_mutex_lock(&fs.lock);
 	for (struct wrl_blob *b = fs.blobs; b; b = b->next) {
 		pthread_mutex_lock(&b->lock);

@@ -65,6 +65,7 @@ struct lazyfs {
 	uint64_t worker_starts;
 	atomic_uint_fast64_t bytes_fetched, fetches, fetch_errors, dedup_waits, prefetched, reads,
 	    read_bytes;
+	atomic_int readaheads; /* background next-chunk fetches running */
 };
 
 /* lazyfs.c */

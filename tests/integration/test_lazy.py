@@ -177,6 +177,7 @@ def test_lazyfs_killed_whole_fails_cleanly_and_restarts(lazy, pushed, tmp_path):
     tree, digest, _ = pushed
     m = lazy.mount(lazy.acquire("big:1", "sbx-1")["path"], tmp_path / "m")
     read_file(m / "lib/mod003.py")
+    time.sleep(0.6)  # fetched chunks are durable within 300 ms (lazy_internal.h)
     sup = lazy.supervisor()
     os.kill(sup, signal.SIGKILL)
     time.sleep(0.3)
