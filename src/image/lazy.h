@@ -30,13 +30,13 @@
 #include "common/error.h"
 #include "image/image.h"
 
-#define WR_LAZY_CHUNK_DEFAULT (1u << 20)
+#define WR_LAZY_CHUNK_DEFAULT (512u << 10)
 
 struct wr_lazy_opts {
 	const char *store_dir;	   /* required: the image store directory */
 	const char *run_dir;	   /* required: lazyfs uses <run_dir>/lazyfs/ */
 	const char *lazyfs_path;   /* the binary; NULL = $WARREN_LAZYFS, else libexecdir */
-	uint32_t chunk_size;	   /* bytes, power of two, 64 KiB..64 MiB; 0 = 1 MiB */
+	uint32_t chunk_size;	   /* bytes, power of two, 64 KiB..64 MiB; 0 = 512 KiB */
 	bool fetch_all;		   /* after the prefetch, fetch the rest in the background */
 	unsigned prefetch_threads; /* background fetchers per blob; 0 = 4 */
 	unsigned max_threads;	   /* FUSE worker threads; 0 = 64 */

@@ -295,8 +295,8 @@ static void *prefetch_run(void *arg)
 }
 
 /* Sequential reads: a read in the second half of a chunk whose successor
- * is absent fetches that successor in the background, so a large file is
- * read with two fetches in flight instead of one. At most 4 at a time. */
+ * is absent fetches chunks ahead in the background (see op_read), so a
+ * large file is read with several fetches in flight. At most 8 at a time. */
 struct readahead {
 	struct lazyfs *fs;
 	struct wrl_blob *b;
@@ -316,7 +316,7 @@ static void *readahead_run(void *arg)
 
 static void read_ahead(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx)
 {
-	if (atomic_fetch_add(&fs->readaheads, 1) >= 4) {
+	if (atomic_fetch_add(&fs->readaheads, 1) >= 8) {
 		atomic_fetch_sub(&fs->readaheads, 1);
 		return;
 	}
@@ -667,12 +667,22 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	b->reads++;
 	b->read_bytes += size;
 	int fd = dup(b->datafd);
+	/* Sequential reading (the chunks before this one are here too): the
+	 * further it went, the more chunks are fetched ahead, up to 8. */
 	uint64_t end = (uint64_t)off + size;
-	bool ahead = !b->complete && last + 1 < b->nchunks && b->state[last + 1] == WRL_ABSENT &&
-		     end - (uint64_t)last * b->chunk_size >= b->chunk_size / 2;
+	uint32_t ahead = 0;
+	if (!b->complete && last + 1 < b->nchunks &&
+	    end - (uint64_t)last * b->chunk_size >= b->chunk_size / 2)
+		while (ahead < 8 && ahead < last && WRL_HAVE(b->state[last - 1 - ahead]))
+			ahead++;
+	uint32_t from = last + 1;
+	while (ahead && from < b->nchunks && b->state[from] != WRL_ABSENT) {
+		from++;
+		ahead--;
+	}
 	pthread_mutex_unlock(&b->lock);
-	if (ahead)
-		read_ahead(fs, b, last + 1);
+	for (uint32_t i = from; i < from + ahead && i < b->nchunks; i++)
+		read_ahead(fs, b, i);
 	atomic_fetch_add(&fs->reads, 1);
 	atomic_fetch_add(&fs->read_bytes, size);
 	_cleanup_free_ char *buf = malloc(size);

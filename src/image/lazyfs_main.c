@@ -37,6 +37,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "image/lazy.h"
 #include "image/lazyfs.h"
 
 static volatile sig_atomic_t g_stop;
@@ -98,7 +99,7 @@ static void parse(int argc, char **argv, bool *daemon, const char **log)
 	    {"log", 1, 0, 'l'},
 	    {0, 0, 0, 0},
 	};
-	g_cfg.chunk_size = 1u << 20;
+	g_cfg.chunk_size = WR_LAZY_CHUNK_DEFAULT;
 	g_cfg.pattern_window_s = 120;
 	int c;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
                                 reason="docker-registry not installed (scripts/deps.sh)")
 
 CHUNK = 1 << 20
-OPTS = ["--insecure", "--range-timeout-ms", "2500", "--connect-timeout-ms", "1000",
-        "--retries", "1"]
+OPTS = ["--chunk-size", "1m", "--insecure", "--range-timeout-ms", "2500",
+        "--connect-timeout-ms", "1000", "--retries", "1"]
 
 
 @pytest.fixture(scope="module")
