@@ -292,8 +292,8 @@ def report(res):
     what = ("Time from the pull request to the end of the first command (40 small modules "
             "and 2 MB of a 5 MB library read), through warrend's API; full = the whole "
             "blob fetched and verified before the create; lazy = the pull records the image, "
-            "the create mounts warren-lazyfs's file and the command's reads fetch 1 MiB "
-            "chunks by HTTP Range.")
+            "the create mounts warren-lazyfs's file and the command's reads fetch 512 KiB "
+            "chunks (the default) by HTTP Range.")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     md = ["# Images: time to first exec, lazy vs full pull", "", env, "", what, ""] + table + \
         ["", verdict, ""] + par + ["", f"Raw: images-{stamp}.json. Driver: bench/bench_image.py.",

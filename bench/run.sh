@@ -406,6 +406,7 @@ print("bench: wrote %s, container-%s.json and the README section"
 EOF
 
 "$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
+"$ROOT/bench/bench_image.sh" "$BUILD" || failed="$failed images(bench/bench_image.sh)"
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2
 	exit 1
