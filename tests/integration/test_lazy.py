@@ -352,3 +352,24 @@ def test_shared_filesystem_mode_reads_only_touched_blocks(pushed, build, tmp_pat
         for x in reversed(mounts):
             subprocess.run(["umount", "-l", str(x)], capture_output=True)
         subprocess.run(["losetup", "-d", dev], capture_output=True)
+
+
+def test_store_gc_trims_the_chunk_cache_and_forget_drops_it(lazy, pushed, tmp_path):
+    """The store's gc sees the cache through the lazy hooks and trims it."""
+    _, digest, _ = pushed
+    m = lazy.mount(lazy.acquire("big:1", "sbx-1")["path"], tmp_path / "m")
+    read_file(m / "data/blob060.bin")
+    used = int(lazy.tool("cache-bytes")[1]["bytes"])
+    assert used > 0
+    lazy.umount(m)
+    lazy.tool("release", digest, "sbx-1")
+    time.sleep(0.5)
+    rep = lazy.tool("gc", 1)[1]
+    assert int(rep["used_before"]) >= used, rep
+    assert int(rep["cache_freed"]) == used, rep
+    # The remote image's blob is not local: trimming was enough.
+    assert rep["removed"] == "0" and rep["used_after"] == "0", rep
+    assert lazy.tool("cache-bytes")[1]["bytes"] == "0"
+    # The store's forget (an image removed) drops the blob's directory.
+    lazy.tool("forget", digest)
+    assert not (lazy.store / "chunks" / digest.split(":")[1]).exists()
