@@ -177,6 +177,9 @@ class Lazy:
                 break
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
             time.sleep(0.1)
+        logf = self.run / "lazyfs/lazyfs.log"
+        text = logf.read_text(errors="replace") if logf.exists() else ""
+        assert "Sanitizer" not in text and "runtime error" not in text, text
 
 
 def make_tree(root, big_files=110, big_size=1 << 20, small_files=300, seed=1):
