@@ -399,8 +399,11 @@ int main(int argc, char **argv)
 	}
 	/* Detach the mount, then drop the last fd of the connection: reads
 	 * through mounts of our files fail from here on. */
+	fuse_session_unmount(se); /* a lazy unmount; frees its mountpoint copy */
 	umount2(mnt, MNT_DETACH);
-	close(master);
+	fuse_session_destroy(se); /* closes master */
+	fuse_opt_free_args(&args);
+	free(init);
 	unlink(sock);
 	unlink(pidf);
 	close(lockfd);
