@@ -774,6 +774,11 @@ static int load_blobs(struct lazyfs *fs, bool fresh, wr_err *err)
 		}
 		v[i]->next = fs->blobs;
 		fs->blobs = v[i];
+		/* Every chunk here but not committed: an earlier worker died
+		 * while verifying. */
+		pthread_mutex_lock(&v[i]->lock);
+		maybe_commit(fs, v[i]);
+		pthread_mutex_unlock(&v[i]->lock);
 	}
 	free(v);
 	return 0;
@@ -792,17 +797,18 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 	wr_err err = NULL;
 	if (asprintf(&fs.mnt, "%s/lazyfs/mnt", cfg->run_dir) < 0)
 		return 1;
-	if ((fs.chunksfd = wrl_chunks_open(cfg->store_dir, &err)) < 0 ||
-	    load_blobs(&fs, fresh, &err) < 0) {
-		fprintf(stderr, "warren-lazyfs: worker: %s\n", err->msg);
-		return 1;
-	}
+	/* Before the blobs: loading may start a commit. */
 	struct wr_image_store_opts so = {.dir = cfg->store_dir};
 	if (wr_image_store_open(&so, &fs.store, &err) < 0) {
 		/* Blobs are still served and verified; they are just not
 		 * committed to the store. */
 		lazyfs_event(&fs, "store_unavailable", "", "%s", err->msg);
 		wr_err_free(&err);
+	}
+	if ((fs.chunksfd = wrl_chunks_open(cfg->store_dir, &err)) < 0 ||
+	    load_blobs(&fs, fresh, &err) < 0) {
+		fprintf(stderr, "warren-lazyfs: worker: %s\n", err->msg);
+		return 1;
 	}
 	int clonefd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	uint32_t mfd = (uint32_t)master_fd;
