@@ -775,9 +775,12 @@ static int load_blobs(struct lazyfs *fs, bool fresh, wr_err *err)
 		v[i]->next = fs->blobs;
 		fs->blobs = v[i];
 		/* Every chunk here but not committed: an earlier worker died
-		 * while verifying. */
+		 * while verifying. Mounted and incomplete: what it was
+		 * fetching in the background goes on. */
 		pthread_mutex_lock(&v[i]->lock);
 		maybe_commit(fs, v[i]);
+		if (v[i]->opens > 0)
+			prefetch_start(fs, v[i]);
 		pthread_mutex_unlock(&v[i]->lock);
 	}
 	free(v);

@@ -373,3 +373,30 @@ def test_store_gc_trims_the_chunk_cache_and_forget_drops_it(lazy, pushed, tmp_pa
     # The store's forget (an image removed) drops the blob's directory.
     lazy.tool("forget", digest)
     assert not (lazy.store / "chunks" / digest.split(":")[1]).exists()
+
+
+def test_worker_killed_while_verifying_the_next_one_commits(lazy, pushed, build, tmp_path):
+    tree, digest, size = pushed
+    lz = Lazy(build, lazy.store, lazy.run, OPTS + ["--fetch-all"])
+    m = lz.mount(lz.acquire("big:1", "sbx-1")["path"], tmp_path / "m")
+    try:
+        deadline = time.monotonic() + 120
+        while lz.stats(digest)["cache_bytes"] < size and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Every chunk is here; verification and the store commit take a
+        # while (hash, copy, fsck): kill the worker in the middle.
+        _, _, out, _ = lz.tool("events", 0)
+        assert " complete " not in out
+        w = lz.worker()
+        os.kill(w, signal.SIGKILL)
+        wait_gone(w)
+        while time.monotonic() < deadline:
+            _, _, out, _ = lz.tool("events", 0)
+            if " complete " in out:
+                break
+            time.sleep(0.2)
+        assert "committed to the store" in out, out
+        assert lz.acquire("big:1", "sbx-2")["complete"] == "1"
+        assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
+    finally:
+        lz.close()
