@@ -26,7 +26,8 @@ static int g_chunks = -1;
 static int setup(void **state)
 {
 	(void)state;
-	strcpy(g_dir, "/tmp/wr-lazy-unit.XXXXXX");
+	strcpy(g_dir, "/tmp/wr-lazy-unit.");
+	memset(g_dir + strlen(g_dir), 'X', 6); /* mkdtemp's template */
 	assert_non_null(mkdtemp(g_dir));
 	g_chunks = wrl_chunks_open(g_dir, NULL);
 	assert_true(g_chunks >= 0);
