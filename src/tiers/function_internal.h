@@ -1,0 +1,69 @@
+/* Shared between function.c (pools, zygotes, slots), function_call.c (a
+ * call) and function_pools.c (the keyed set). */
+#ifndef WARREN_TIERS_FUNCTION_INTERNAL_H
+#define WARREN_TIERS_FUNCTION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "isolate/cgroup.h"
+#include "isolate/idmap.h"
+#include "tiers/function.h"
+
+struct wr_function_globals {
+	char *zygote_path;
+	char *python_path;
+	unsigned spare, max_spare;
+	bool ready;
+};
+extern struct wr_function_globals wr_fn_globals;
+
+/* A call slot: a process the zygote forked ahead of a call, in its leaf. */
+struct fn_slot {
+	uint64_t id;
+	unsigned gen;		/* zygote generation that made it */
+	int pidfd;		/* S, from the zygote (host kernel object) */
+	int sock;		/* our end of S's socket */
+	struct wr_cgroup *leaf; /* S's leaf cgroup */
+	uint64_t mem, pids;	/* the leaf's current limits */
+	struct fn_slot *next;
+};
+
+struct wr_function_pool {
+	char id[40];
+	char *image, *language, *tenant, *preload_csv;
+	uint64_t memory_bytes, pids, tmp_bytes;
+	struct wr_idmap idmap;
+	bool have_idmap;
+	struct wr_cgroup *cg;  /* the pool: its limits */
+	struct wr_cgroup *zcg; /* pure v2: the zygote's leaf */
+	int lower_fd;	       /* image base mount (detached) */
+	int bpf_fd;	       /* memfd: the seccomp program */
+
+	pthread_mutex_t lock; /* everything below */
+	int ctl;	      /* control socket; -1: no zygote */
+	int zpidfd;
+	pid_t zpid;
+	unsigned gen, restarts;
+	struct fn_slot *ready, *pending, **pending_tail;
+	unsigned nready, npending, inflight, spare;
+	uint64_t next_slot, last_used_ns;
+	bool destroyed;
+};
+
+/* function.c */
+int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
+/* After a call took its slot and started: keep spares forked ahead. */
+void wr_fn_top_up(struct wr_function_pool *p);
+void wr_fn_slot_free(struct fn_slot *s, bool kill);
+/* The zygote of generation gen died (seen by a call): restart on next use. */
+void wr_fn_zygote_lost(struct wr_function_pool *p, unsigned gen);
+void wr_fn_call_done(struct wr_function_pool *p);
+
+/* Messages with fds (SOCK_SEQPACKET). */
+int wr_fn_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
+ssize_t wr_fn_recv(int sock, void *buf, size_t len, int *fds, int *nfds, int max, int flags);
+
+#endif
