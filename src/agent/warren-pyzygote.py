@@ -52,7 +52,7 @@ FILEREC = struct.Struct("=IIQ")
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-libc.mount.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_void_p]
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 
 
 class SockFprog(ctypes.Structure):
@@ -245,9 +245,21 @@ def execute(argv, code):
     os._exit(status)
 
 
-def slot_main(sock, procs, tmp_bytes, bpf):
+def hand_over_namespaces(keep):
+    # The zygote holds our mount and IPC namespaces (the fds sit unread in
+    # its end of `keep` until it reaped us), so that unmounting our tmpfs
+    # (an RCU grace period each) happens after the call, not in our exit.
+    fds = [os.open("/proc/self/ns/mnt", os.O_RDONLY), os.open("/proc/self/ns/ipc", os.O_RDONLY)]
+    send(keep, b"n", fds)
+    for fd in fds:
+        os.close(fd)
+    keep.close()
+
+
+def slot_main(sock, keep, procs, tmp_bytes, bpf):
     try:
         slot_setup(procs, tmp_bytes)
+        hand_over_namespaces(keep)
         argv, code = run_call(sock, bpf)
     except BaseException as e:
         send_error(sock, 0, e)
@@ -294,13 +306,15 @@ def main():
                 break
             if pid == 0:
                 break
-            s = slots.pop(pid, None)
-            if s is not None:
+            entry = slots.pop(pid, None)
+            if entry is not None:
+                s, keep = entry
                 try:
                     send(s, REAPED.pack(MAGIC, T_REAPED, st, 0))
                 except OSError:
                     pass
                 s.close()
+                keep.close()
         if ctl not in ready:
             continue
         data, procs = recv(ctl, MAKE.size, 8)
@@ -315,6 +329,7 @@ def main():
             continue
         try:
             host_end, slot_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            keep_ours, keep_slot = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             # The next child is PID 1 of a new pid namespace; ours is set
             # back right after, so every slot gets one of its own.
             check(libc.unshare(CLONE_NEWPID), "unshare pid")
@@ -328,15 +343,18 @@ def main():
             if pid == 0:
                 ctl.close()
                 host_end.close()
-                for s in slots.values():
+                keep_ours.close()
+                for s, k in slots.values():
                     s.close()
+                    k.close()
                 os.close(r)
                 os.close(w)
                 os.close(own_pidns)
-                slot_main(slot_end, procs, tmp_bytes, bpf)
+                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf)
             for fd in procs:
                 os.close(fd)
-            slots[pid] = slot_end
+            keep_slot.close()
+            slots[pid] = (slot_end, keep_ours)
             pidfd = os.pidfd_open(pid)
             send(ctl, SLOT.pack(MAGIC, T_SLOT, slot), [pidfd, host_end.fileno()])
             os.close(pidfd)

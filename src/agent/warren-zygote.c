@@ -54,7 +54,8 @@ static uint32_t g_ll_flags;
 
 struct slot {
 	pid_t pid;
-	int sock; /* our copy of S's end: REAPED goes here */
+	int sock;  /* our copy of S's end: REAPED goes here */
+	int ns[2]; /* S's mount and IPC namespaces, held until S is reaped */
 };
 static struct slot *g_slots;
 static size_t g_nslots, g_aslots;
@@ -339,7 +340,7 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 
 /* ---- the zygote ----------------------------------------------------------- */
 
-static void slot_add(pid_t pid, int sock)
+static void slot_add(pid_t pid, int sock, const int ns[2])
 {
 	if (g_nslots == g_aslots) {
 		size_t na = g_aslots ? g_aslots * 2 : 16;
@@ -351,7 +352,7 @@ static void slot_add(pid_t pid, int sock)
 		g_slots = ns;
 		g_aslots = na;
 	}
-	g_slots[g_nslots++] = (struct slot){pid, sock};
+	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}};
 }
 
 static void reap(void)
@@ -367,6 +368,12 @@ static void reap(void)
 			struct wr_fnp_reaped m = {.h = {WR_FNP_MAGIC, WR_FNP_REAPED}, .status = st};
 			send_fds(g_slots[i].sock, &m, sizeof(m), NULL, 0);
 			close(g_slots[i].sock);
+			/* Tearing S's mounts down (an RCU grace period per unmount)
+			 * happens here, after the host has its answer, and not in
+			 * S's exit, which the call waits for. */
+			for (int k = 0; k < 2; k++)
+				if (g_slots[i].ns[k] >= 0)
+					close(g_slots[i].ns[k]);
 			g_slots[i] = g_slots[--g_nslots];
 			break;
 		}
@@ -397,13 +404,24 @@ static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int npr
 	if (pid == 0) {
 		close(ctl);
 		close(sp[0]);
-		for (size_t i = 0; i < g_nslots; i++)
+		for (size_t i = 0; i < g_nslots; i++) {
 			close(g_slots[i].sock);
+			for (int k = 0; k < 2; k++)
+				if (g_slots[i].ns[k] >= 0)
+					close(g_slots[i].ns[k]);
+		}
 		slot_main(sp[1], procs, nprocs, mk->tmp_bytes);
 	}
 	for (int i = 0; i < nprocs; i++)
 		close(procs[i]);
-	slot_add((pid_t)pid, sp[1]);
+	/* clone3 made S's namespaces: no race with S here. */
+	int ns[2];
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", pid);
+	ns[0] = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/proc/%ld/ns/ipc", pid);
+	ns[1] = open(path, O_RDONLY | O_CLOEXEC);
+	slot_add((pid_t)pid, sp[1], ns);
 	struct wr_fnp_slot m = {.h = {WR_FNP_MAGIC, WR_FNP_SLOT}, .slot = mk->slot};
 	int fds[2] = {pidfd, sp[0]};
 	send_fds(ctl, &m, sizeof(m), fds, 2);

@@ -13,6 +13,7 @@
  * tells us when to ask the kernel.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -424,7 +425,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 				/* EOF without REAPED: the zygote is gone. */
 				reaped = true;
 				lost = true;
-			} else if (m.h.type == WR_FNP_ERROR && n == (ssize_t)sizeof(m)) {
+			} else if (m.h.type == WR_FNP_ERROR &&
+				   n > (ssize_t)offsetof(struct wr_fnp_error, msg)) {
 				serr.errnum = m.errnum;
 				m.msg[sizeof(m.msg) - 1] = 0;
 				snprintf(serr.msg, sizeof(serr.msg), "%s", m.msg);
