@@ -489,9 +489,10 @@ static int make_send(struct wr_function_pool *p, wr_err *err)
 	for (int i = 0; i < np; i++)
 		close(procs[i]);
 	if (r < 0) {
+		/* EPIPE: the zygote is exiting (its pidfd turns readable only once
+		 * its pid namespace is empty). */
 		wr_fn_slot_free(s, false);
-		errno = -r;
-		return wr_err_sys(err, "zygote control socket");
+		return wr_err_set(err, ECHILD, "function zygote died: %s", strerror(-r));
 	}
 	*p->pending_tail = s;
 	p->pending_tail = &s->next;
@@ -575,10 +576,10 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 			}
 			wr_fn_slot_free(s, true);
 		}
-		if (p->npending == 0 && (r = make_send(p, err)) < 0)
-			goto out;
 		wr_err e2 = NULL;
-		r = make_recv(p, true, &e2);
+		r = p->npending == 0 ? make_send(p, &e2) : 0;
+		if (r == 0)
+			r = make_recv(p, true, &e2);
 		if (r < 0) {
 			/* The zygote died under us: once more with a new one. */
 			if (wr_err_code(e2) == ECHILD && attempt < 2) {

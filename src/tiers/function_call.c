@@ -477,9 +477,13 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		res->reason = WR_EXIT_SIGNALED;
 		if (res->signal == SIGKILL && cst.oom_kills > 0)
 			res->reason = WR_EXIT_OOM;
-		/* RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one. */
+		/* RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL at the hard one
+		 * (soft = hard here). The call is PID 1 of its pid namespace, so
+		 * nothing inside it can SIGKILL it: a SIGKILL that is neither the
+		 * OOM killer's nor our deadline's is the CPU limit's. The rlimit
+		 * counts in ticks, the cgroup exactly: compare with slack. */
 		if ((res->signal == SIGXCPU || res->signal == SIGKILL) &&
-		    cst.cpu_usage_ns + 50000000ull >= c.cpu_secs * 1000000000ull &&
+		    cst.cpu_usage_ns * 2 >= c.cpu_secs * 1000000000ull &&
 		    res->reason != WR_EXIT_OOM)
 			res->reason = WR_EXIT_CPU_TIME;
 	}
