@@ -58,7 +58,6 @@ static void test_true_and_output(void **state)
 	wr_call_result_free(&r);
 }
 
-
 static struct wr_call_result sh(const char *script, uint64_t timeout_ms)
 {
 	const char *argv[] = {"sh", "-c", script, NULL};
@@ -120,7 +119,8 @@ static void test_files_stdin_env_cwd_user(void **state)
 						   .files = files,
 						   .n_files = 2});
 	assert_int_equal(r.reason, WR_EXIT_EXITED);
-	assert_string_equal(r.out, "file-data\nfrom-stdin\nhello\n/work\n1000\n1000\n-rw-r--r--\nscript\n");
+	assert_string_equal(
+	    r.out, "file-data\nfrom-stdin\nhello\n/work\n1000\n1000\n-rw-r--r--\nscript\n");
 	wr_call_result_free(&r);
 }
 
@@ -171,10 +171,9 @@ static void test_calls_cannot_see_each_other(void **state)
 				 "echo secret > /dev/shm/a-file; sleep 3; cat /tmp/a-file"};
 	assert_int_equal(pthread_create(&a.t, NULL, bg_main, &a), 0);
 	usleep(800000);
-	struct wr_call_result r =
-	    sh("ls /tmp /work /dev/shm; echo /proc/[0-9]*; kill -9 -1; "
-	       "ps -o pid,comm | grep -c sleep; echo done",
-	       0);
+	struct wr_call_result r = sh("ls /tmp /work /dev/shm; echo /proc/[0-9]*; kill -9 -1; "
+				     "ps -o pid,comm | grep -c sleep; echo done",
+				     0);
 	assert_string_equal(r.out, "/dev/shm:\n\n/tmp:\n\n/work:\n/proc/1\n0\ndone\n");
 	wr_call_result_free(&r);
 	/* A was untouched by B's kill -9 -1 and still has its files. */
@@ -211,8 +210,8 @@ static void test_memory_bomb_is_oom(void **state)
 {
 	(void)state;
 	const char *argv[] = {"wr-probe", "membomb", "200", NULL};
-	struct wr_call_result r = fx_call(
-	    g_pool, &(struct wr_call_spec){.argv = argv, .memory_bytes = 32ull << 20});
+	struct wr_call_result r =
+	    fx_call(g_pool, &(struct wr_call_spec){.argv = argv, .memory_bytes = 32ull << 20});
 	assert_int_equal(r.reason, WR_EXIT_OOM);
 	assert_int_equal(r.signal, SIGKILL);
 	assert_true(r.memory_peak > (16ull << 20));
@@ -341,7 +340,8 @@ static void test_crashed_zygote_is_replaced(void **state)
 	kill(wr_function_pool_zygote_pid(g_pool), SIGKILL);
 	usleep(100000);
 	/* A zygote found dead before the call: replaced, the call runs. */
-	assert_int_equal(wr_function_call(g_pool, &(struct wr_call_spec){.argv = argv}, &rr, &err), 0);
+	assert_int_equal(wr_function_call(g_pool, &(struct wr_call_spec){.argv = argv}, &rr, &err),
+			 0);
 	wr_call_result_free(&rr);
 }
 
