@@ -619,14 +619,22 @@ void wr_fn_call_done(struct wr_function_pool *p)
 	pthread_mutex_unlock(&p->lock);
 }
 
-void wr_fn_zygote_lost(struct wr_function_pool *p, unsigned gen)
+bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen)
 {
 	pthread_mutex_lock(&p->lock);
-	if (p->gen == gen && p->ctl >= 0 && !zygote_alive(p)) {
-		zygote_stop(p);
-		p->restarts++;
+	bool dead = p->gen != gen || p->ctl < 0;
+	if (!dead) {
+		/* Its pidfd turns readable once its pid namespace is empty, which
+		 * is just after the calls it took along died. */
+		struct pollfd pf = {.fd = p->zpidfd, .events = POLLIN};
+		dead = poll(&pf, 1, 500) > 0;
+		if (dead) {
+			zygote_stop(p);
+			p->restarts++;
+		}
 	}
 	pthread_mutex_unlock(&p->lock);
+	return dead;
 }
 
 /* ---- pool create / destroy -------------------------------------------------- */

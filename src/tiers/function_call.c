@@ -40,6 +40,7 @@ struct wr_pidfd_info {
 	int32_t exit_code;
 };
 #define WR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wr_pidfd_info)
+#define WR_PIDFD_INFO_PID (1ull << 0)
 #define WR_PIDFD_INFO_EXIT (1ull << 3)
 
 #define MAX_TIMEOUT_MS (3600ull * 1000)
@@ -264,15 +265,46 @@ static int pipe_nb(int p[2], wr_err *err)
 	return 0;
 }
 
-/* The slot's exit status from the kernel; -1 when the kernel cannot say. */
+/* The exit status (wait status) of an exited slot, from the kernel, without
+ * waiting for its parent (the zygote) to reap it: PIDFD_INFO_EXIT once it
+ * was reaped, else the zombie's own /proc/<pid>/stat (field 52, exit_code),
+ * read through a /proc/<pid> dir fd opened while the pidfd still showed the
+ * task unreaped (so that dir is the slot's, never a recycled pid's).
+ * -1 when the kernel cannot say (older than 6.15). */
 static int kernel_status(int pidfd)
 {
-	struct wr_pidfd_info info;
-	memset(&info, 0, sizeof(info));
-	info.mask = WR_PIDFD_INFO_EXIT;
-	if (ioctl(pidfd, WR_PIDFD_GET_INFO, &info) < 0 || !(info.mask & WR_PIDFD_INFO_EXIT))
-		return -1;
-	return info.exit_code;
+	for (int tries = 0; tries < 2000; tries++) {
+		struct wr_pidfd_info info;
+		memset(&info, 0, sizeof(info));
+		info.mask = WR_PIDFD_INFO_EXIT | WR_PIDFD_INFO_PID;
+		if (ioctl(pidfd, WR_PIDFD_GET_INFO, &info) < 0)
+			return -1;
+		if (info.mask & WR_PIDFD_INFO_EXIT)
+			return info.exit_code;
+		if (!(info.mask & WR_PIDFD_INFO_PID) || info.pid == 0)
+			return -1;
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%u", info.pid);
+		_cleanup_close_ int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		struct wr_pidfd_info again = {.mask = WR_PIDFD_INFO_PID};
+		if (dfd >= 0 && ioctl(pidfd, WR_PIDFD_GET_INFO, &again) == 0 &&
+		    (again.mask & WR_PIDFD_INFO_PID) && again.pid == info.pid) {
+			_cleanup_free_ char *st = NULL;
+			if (wr_read_file_at(dfd, "stat", &st, 4096, NULL) >= 0) {
+				/* after "(comm)": field 3 onwards; exit_code is 52 */
+				char *f = strrchr(st, ')');
+				int field = 2;
+				for (char *t = f ? strtok(f + 1, " \n") : NULL; t;
+				     t = strtok(NULL, " \n")) {
+					if (++field == 52)
+						return atoi(t);
+				}
+			}
+		}
+		/* Reaped meanwhile: PIDFD_INFO_EXIT has it on the next turn. */
+		usleep(100);
+	}
+	return -1;
 }
 
 int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
@@ -373,24 +405,26 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 
 	uint64_t deadline = t0 + s.timeout_ms * 1000000ull;
 	uint64_t cpu_limit_ns = s.cpu_time_ms * 1000000ull;
-	bool exited = false, reaped = false, timed_out = false, cpu_out = false, lost = false;
+	bool exited = false, timed_out = false, cpu_out = false, sock_open = true;
 	struct wr_cerr serr = {0};
 	int zstatus = -1;
-	uint64_t next_cpu_check = t0 + 100000000ull;
-	while (!(exited && reaped)) {
+	uint64_t next_cpu_check = t0 + 100000000ull, drain_until = 0;
+	/* Until the slot exited and its output is drained. The slot is PID 1 of
+	 * its pid namespace: when it exits every process of the call is gone,
+	 * so the pipes reach EOF right after (bounded anyway: 200 ms). */
+	while (!exited || ((so.fd >= 0 || se.fd >= 0) && wr_now_ns() < drain_until)) {
 		struct pollfd pf[4];
-		int np = 0;
-		pf[np++] = (struct pollfd){.fd = exited ? -1 : slot->pidfd, .events = POLLIN};
-		pf[np++] = (struct pollfd){.fd = reaped ? -1 : slot->sock, .events = POLLIN};
-		pf[np++] = (struct pollfd){.fd = so.fd, .events = POLLIN};
-		pf[np++] = (struct pollfd){.fd = se.fd, .events = POLLIN};
+		pf[0] = (struct pollfd){.fd = exited ? -1 : slot->pidfd, .events = POLLIN};
+		pf[1] = (struct pollfd){.fd = sock_open ? slot->sock : -1, .events = POLLIN};
+		pf[2] = (struct pollfd){.fd = so.fd, .events = POLLIN};
+		pf[3] = (struct pollfd){.fd = se.fd, .events = POLLIN};
 		uint64_t now = wr_now_ns();
-		if (!timed_out && !cpu_out && now >= deadline) {
+		if (!exited && !timed_out && !cpu_out && now >= deadline) {
 			timed_out = true;
 			wr_cgroup_kill(slot->leaf, NULL);
 			wr_pidfd_send_signal(slot->pidfd, SIGKILL, NULL, 0);
 		}
-		if (!timed_out && !cpu_out && now >= next_cpu_check) {
+		if (!exited && !timed_out && !cpu_out && now >= next_cpu_check) {
 			struct wr_cgroup_stats st;
 			if (wr_cgroup_stats(slot->leaf, &st, NULL) == 0 &&
 			    st.cpu_usage_ns > cpu_limit_ns) {
@@ -400,11 +434,12 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			}
 			next_cpu_check = now + 100000000ull;
 		}
-		uint64_t until = timed_out || cpu_out ? now + 5000000000ull : deadline;
-		if (until > next_cpu_check)
-			until = next_cpu_check;
+		uint64_t until = exited			     ? drain_until
+				 : timed_out || cpu_out	     ? now + 5000000000ull
+				 : deadline < next_cpu_check ? deadline
+							     : next_cpu_check;
 		int wait_ms = until > now ? (int)((until - now + 999999) / 1000000) : 0;
-		int pr = poll(pf, (nfds_t)np, wait_ms);
+		int pr = poll(pf, 4, wait_ms);
 		if (pr < 0 && errno != EINTR) {
 			r = wr_err_sys(err, "poll");
 			goto out;
@@ -413,57 +448,71 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			r = wr_err_set(err, ENOMEM, "capture output: out of memory");
 			goto out;
 		}
-		if (pf[0].revents & POLLIN)
-			exited = true;
 		if (pf[1].revents) {
 			struct wr_fnp_error m;
 			ssize_t n =
 			    wr_fn_recv(slot->sock, &m, sizeof(m), NULL, NULL, 0, MSG_DONTWAIT);
-			if (n == -EAGAIN)
-				continue;
-			if (n <= 0) {
-				/* EOF without REAPED: the zygote is gone. */
-				reaped = true;
-				lost = true;
-			} else if (m.h.type == WR_FNP_ERROR &&
+			if (n == 0 || (n < 0 && n != -EAGAIN)) {
+				sock_open = false;
+			} else if (n > 0 && m.h.type == WR_FNP_ERROR &&
 				   n > (ssize_t)offsetof(struct wr_fnp_error, msg)) {
 				serr.errnum = m.errnum;
 				m.msg[sizeof(m.msg) - 1] = 0;
 				snprintf(serr.msg, sizeof(serr.msg), "%s", m.msg);
-			} else if (m.h.type == WR_FNP_REAPED &&
+			} else if (n > 0 && m.h.type == WR_FNP_REAPED &&
 				   n >= (ssize_t)sizeof(struct wr_fnp_reaped)) {
 				zstatus = ((struct wr_fnp_reaped *)&m)->status;
-				reaped = true;
+				sock_open = false;
 			}
 		}
-		if (lost && !exited) {
-			/* Its zygote died: so did the slot (PID 1 of the pool). */
-			struct pollfd x = {.fd = slot->pidfd, .events = POLLIN};
-			if (poll(&x, 1, 2000) > 0)
-				exited = true;
-			else
-				break;
+		if (!exited && (pf[0].revents & POLLIN)) {
+			exited = true;
+			drain_until = wr_now_ns() + 200000000ull;
 		}
 	}
-	/* Output the call wrote before it exited is in the pipes. */
+	/* What the call wrote before it exited is in the pipes. */
 	if (so.fd >= 0)
 		pump(&so);
 	if (se.fd >= 0)
 		pump(&se);
 	res->duration_ns = wr_now_ns() - t0;
-	int status = kernel_status(slot->pidfd);
-	if (lost && status < 0) {
-		wr_fn_zygote_lost(p, gen);
-		r = wr_err_set(err, ECHILD, "the function zygote died during the call");
-		goto out;
+	/* A set-up failure message the slot sent just before exiting. */
+	for (int i = 0; sock_open && i < 4; i++) {
+		struct wr_fnp_error m;
+		ssize_t n = wr_fn_recv(slot->sock, &m, sizeof(m), NULL, NULL, 0, MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		if (m.h.type == WR_FNP_ERROR && n > (ssize_t)offsetof(struct wr_fnp_error, msg)) {
+			serr.errnum = m.errnum;
+			m.msg[sizeof(m.msg) - 1] = 0;
+			snprintf(serr.msg, sizeof(serr.msg), "%s", m.msg);
+		}
 	}
-	if (lost && !timed_out && !cpu_out) {
-		wr_fn_zygote_lost(p, gen);
-		r = wr_err_set(err, ECHILD, "the function zygote died during the call");
-		goto out;
+	int status = kernel_status(slot->pidfd);
+	if (status < 0 && zstatus < 0 && sock_open) {
+		/* An old kernel: the zygote's word is all there is. */
+		struct pollfd x = {.fd = slot->sock, .events = POLLIN};
+		struct wr_fnp_reaped m;
+		if (poll(&x, 1, 2000) > 0 &&
+		    wr_fn_recv(slot->sock, &m, sizeof(m), NULL, NULL, 0, MSG_DONTWAIT) >=
+			(ssize_t)sizeof(m) &&
+		    m.h.type == WR_FNP_REAPED)
+			zstatus = m.status;
 	}
 	if (status < 0)
 		status = zstatus;
+	/* A SIGKILL nobody here explains: did the zygote die (taking the pool's
+	 * pid namespace, and this call, with it)? */
+	bool unexplained = status < 0 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+					  !timed_out && !cpu_out);
+	if (unexplained && wr_fn_zygote_died(p, gen)) {
+		r = wr_err_set(err, ECHILD, "the function zygote died during the call");
+		goto out;
+	}
+	if (status < 0) {
+		r = wr_err_set(err, EIO, "no exit status for the call");
+		goto out;
+	}
 	struct wr_cgroup_stats cst = {0};
 	wr_cgroup_stats(slot->leaf, &cst, NULL);
 	res->cpu_ns = cst.cpu_usage_ns;

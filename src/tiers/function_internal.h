@@ -58,8 +58,9 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 /* After a call took its slot and started: keep spares forked ahead. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
-/* The zygote of generation gen died (seen by a call): restart on next use. */
-void wr_fn_zygote_lost(struct wr_function_pool *p, unsigned gen);
+/* True (and the zygote marked for replacement) when the zygote of
+ * generation gen is dead or dies within a short grace period. */
+bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen);
 void wr_fn_call_done(struct wr_function_pool *p);
 
 /* Messages with fds (SOCK_SEQPACKET). */
