@@ -9,10 +9,11 @@
 # format: src/tiers/function_proto.h): each slot is an os.fork() of this warm
 # interpreter in a new pid, mount and IPC namespace, joined to its leaf
 # cgroup, with fresh tmpfs on /tmp, /work and /dev/shm and a /proc of its
-# own. On CALL the slot writes the input files, takes its stdio, drops to the
-# call user (no capabilities), sets no_new_privs, restricts itself with the
-# host's Landlock ruleset, applies the rlimits, closes every other fd, loads
-# the host's seccomp program last and runs the submitted code in-process.
+# own; it then drops to the call user (no capabilities), sets no_new_privs,
+# restricts itself with the host's Landlock ruleset and loads the host's
+# seccomp program, all before its call arrives. On CALL it writes the input
+# files, takes its stdio, lowers its rlimits, closes every other fd and runs
+# the submitted code in-process.
 # Only the standard library is used (ctypes for the system calls Python has
 # no wrapper for). Nothing here is trusted by the host: exit status and usage
 # come from the kernel (pidfd) and the leaf cgroup.
@@ -135,14 +136,12 @@ def write_files(blob, off, n):
                 os.mkdir(d, 0o755, dir_fd=work)
             except FileExistsError:
                 pass
-            os.chown(d, CALL_UID, CALL_UID, dir_fd=work, follow_symlinks=False)
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                      mode & 0o7777, dir_fd=work)
         try:
             mv = memoryview(data)
             while mv:
                 mv = mv[os.write(fd, mv):]
-            os.fchown(fd, CALL_UID, CALL_UID)
             os.fchmod(fd, mode & 0o7777)
         finally:
             os.close(fd)
@@ -150,14 +149,24 @@ def write_files(blob, off, n):
     return off
 
 
-def confine(call, bpf):
-    _, _, cpu, fsize, nofile = call[:5]
-    os.chdir(WORKDIR)
+def confine(bpf):
+    # Ahead of the call, as the native zygote does: the call user without
+    # capabilities, no_new_privs, Landlock, seccomp last. What follows once
+    # the call arrives needs no privilege and no refused system call.
     os.setgroups([CALL_UID])
     os.setresgid(CALL_UID, CALL_UID, CALL_UID)
     os.setresuid(CALL_UID, CALL_UID, CALL_UID)
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, FD_LANDLOCK, LL_FLAGS), "landlock")
+    os.close(FD_LANDLOCK)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(bpf))
+    check(libc.syscall(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(prog)), "seccomp")
+
+
+def limits(cpu, fsize, nofile):
     lim = [(resource.RLIMIT_NOFILE, nofile or 256), (resource.RLIMIT_CORE, 0),
            (resource.RLIMIT_RTPRIO, 0)]
     if cpu:
@@ -166,11 +175,9 @@ def confine(call, bpf):
         lim.append((resource.RLIMIT_FSIZE, fsize))
     for res, v in lim:
         resource.setrlimit(res, (v, v))
-    prog = SockFprog(len(bpf) // 8, ctypes.addressof(bpf))
-    return prog
 
 
-def run_call(sock, bpf):
+def run_call(sock):
     data, fds = recv(sock, CALL.size + INLINE_MAX, 4)
     if not data:
         os._exit(0)
@@ -197,20 +204,16 @@ def run_call(sock, bpf):
     code = blob[off:off + clen].decode("utf-8", "surrogateescape")
     for i in range(3):
         os.dup2(fds[i], i)
-    prog = confine((magic, kind, cpu, fsize, nofile), bpf)
+    os.chdir(WORKDIR)
+    limits(cpu, fsize, nofile)
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition("=")
         os.environ[k] = v
     sys.argv = argv or [""]
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 1 << 20)
-    # Invariant: seccomp last. Once loaded, only the call's own code runs.
-    check(libc.syscall(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(prog)), "seccomp")
     sock.close()
     return argv, code
 
@@ -260,7 +263,8 @@ def slot_main(sock, keep, procs, tmp_bytes, bpf):
     try:
         slot_setup(procs, tmp_bytes)
         hand_over_namespaces(keep)
-        argv, code = run_call(sock, bpf)
+        confine(bpf)
+        argv, code = run_call(sock)
     except BaseException as e:
         send_error(sock, 0, e)
         os._exit(126)

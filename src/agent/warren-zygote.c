@@ -11,10 +11,12 @@
  *   clone3(NEWPID|NEWNS|NEWIPC): S is PID 1 of a pid namespace of its own,
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
- *   and a /proc of its pid namespace only (subset=pid) -> waits for CALL.
- * On CALL S writes the input files, takes its stdio, switches to the call
- * user (no capabilities), no_new_privs, Landlock, rlimits, close-on-exec
- * for every other fd, seccomp last, and execs argv.
+ *   and a /proc of its pid namespace only (subset=pid) -> the call user
+ *   without capabilities -> no_new_privs -> Landlock -> seccomp -> waits
+ *   for CALL (all of that ahead of the call, off its path).
+ * On CALL S writes the input files (as the call user, into its own /work),
+ * takes its stdio, lowers its rlimits, marks every other fd close-on-exec
+ * and execs argv.
  * The zygote reaps S and tells the host on S's socket (REAPED); the host
  * reads the exit status from the kernel (pidfd) and usage from the leaf.
  *
@@ -184,7 +186,6 @@ static int write_files(const char *p, const char *end, uint32_t n, struct wr_cer
 			*s = 0;
 			if (mkdirat(work, name, 0755) < 0 && errno != EEXIST)
 				return wr_cerr_sys(e, "files: mkdir %s", name);
-			fchownat(work, name, WR_FNP_CALL_UID, WR_FNP_CALL_UID, AT_SYMLINK_NOFOLLOW);
 			*s = '/';
 		}
 		struct open_how how = {.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
@@ -204,8 +205,8 @@ static int write_files(const char *p, const char *end, uint32_t n, struct wr_cer
 			}
 			off += (size_t)w;
 		}
-		if (fchown(fd, WR_FNP_CALL_UID, WR_FNP_CALL_UID) < 0 ||
-		    fchmod(fd, rec.mode & 07777) < 0) {
+		/* Created by the call user already; mode without the umask. */
+		if (fchmod(fd, rec.mode & 07777) < 0) {
 			close(fd);
 			return wr_cerr_sys(e, "files: chown %s", name);
 		}
@@ -236,6 +237,28 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 		close(procs[i]);
 	}
 	if (slot_mounts(tmp_bytes, &e) < 0)
+		slot_fail(sock, &e, 126);
+	/* Confined before the call arrives, so that none of this (the filter's
+	 * JIT compile above all) is on the call's path: the call user without
+	 * capabilities, no_new_privs, Landlock, seccomp. What remains after the
+	 * call arrives is unprivileged and allowed by the filter: reading the
+	 * message, writing the call's files into our own /work (owned by the
+	 * call user), stdio, lowering rlimits, exec. */
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (wr_caps_switch_user(WR_FNP_CALL_UID, WR_FNP_CALL_UID, 0, &e) < 0)
+		slot_fail(sock, &e, 126);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "no_new_privs");
+		slot_fail(sock, &e, 126);
+	}
+	if (wr_landlock_restrict(WR_FNP_FD_LANDLOCK, g_ll_flags, &e) < 0)
+		slot_fail(sock, &e, 126);
+	close(WR_FNP_FD_LANDLOCK);
+	/* Invariant: seccomp is the last privilege-dropping step; nothing after
+	 * it needs a privilege or a refused call. */
+	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
 		slot_fail(sock, &e, 126);
 
 	static char hdrbuf[sizeof(struct wr_fnp_call) + WR_FNP_INLINE_MAX];
@@ -294,9 +317,6 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 	if (write_files(p, end, c.nfiles, &e) < 0)
 		slot_fail(sock, &e, 126);
 
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
 		slot_fail(sock, &e, 126);
@@ -305,14 +325,6 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
 		slot_fail(sock, &e, 126);
 	}
-	if (wr_caps_switch_user(WR_FNP_CALL_UID, WR_FNP_CALL_UID, 0, &e) < 0)
-		slot_fail(sock, &e, 126);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		wr_cerr_sys(&e, "no_new_privs");
-		slot_fail(sock, &e, 126);
-	}
-	if (wr_landlock_restrict(WR_FNP_FD_LANDLOCK, g_ll_flags, &e) < 0)
-		slot_fail(sock, &e, 126);
 	struct wr_rlimits rl;
 	wr_rlimits_default(&rl);
 	rl.nofile = c.nofile ? c.nofile : 256;
@@ -328,9 +340,6 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 		wr_cerr_sys(&e, "close_range");
 		slot_fail(sock, &e, 126);
 	}
-	/* Invariant: seccomp last; nothing after it but exec. */
-	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
-		slot_fail(sock, &e, 126);
 	execvpe(argv[0], argv, envp);
 	int saved = errno;
 	e.errnum = saved;
