@@ -598,6 +598,19 @@ out:
 	return r < 0 ? wr_err_wrap(err, "function pool %s", p->id) : 0;
 }
 
+void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s)
+{
+	if (s->pidfd >= 0)
+		close(s->pidfd);
+	if (s->sock >= 0)
+		close(s->sock);
+	s->pidfd = s->sock = -1;
+	pthread_mutex_lock(&p->lock);
+	s->next = p->retired;
+	p->retired = s;
+	pthread_mutex_unlock(&p->lock);
+}
+
 void wr_fn_top_up(struct wr_function_pool *p)
 {
 	pthread_mutex_lock(&p->lock);
@@ -608,7 +621,10 @@ void wr_fn_top_up(struct wr_function_pool *p)
 		while (p->nready + p->npending < p->spare && make_send(p, NULL) == 0)
 			;
 	}
+	struct fn_slot *dead = steal_ptr(&p->retired);
 	pthread_mutex_unlock(&p->lock);
+	/* Leaves of finished calls, while this call runs (outside the lock). */
+	slots_drop(&dead);
 }
 
 void wr_fn_call_done(struct wr_function_pool *p)
@@ -794,6 +810,7 @@ int wr_function_pool_destroy(struct wr_function_pool **pp, wr_err *err)
 	pthread_mutex_lock(&p->lock);
 	p->destroyed = true;
 	zygote_stop(p);
+	slots_drop(&p->retired);
 	pthread_mutex_unlock(&p->lock);
 	int r = 0;
 	/* Kills what is left (calls in flight), removes every leaf. */

@@ -568,8 +568,12 @@ out:
 		free(so.b.p);
 		free(se.b.p);
 	}
-	/* The slot is used up: whatever is left of the call goes with its leaf. */
-	wr_fn_slot_free(slot, true);
+	/* The slot is used up. Its pid namespace died with it, so its leaf is
+	 * empty: removed by a later top-up, unless this call failed. */
+	if (r == 0 && started)
+		wr_fn_slot_retire(p, slot);
+	else
+		wr_fn_slot_free(slot, true);
 	wr_fn_call_done(p);
 	if (r < 0)
 		wr_err_wrap(err, "call");

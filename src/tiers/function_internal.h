@@ -48,6 +48,7 @@ struct wr_function_pool {
 	pid_t zpid;
 	unsigned gen, restarts;
 	struct fn_slot *ready, *pending, **pending_tail;
+	struct fn_slot *retired; /* used slots whose leaf is still to remove */
 	unsigned nready, npending, inflight, spare;
 	uint64_t next_slot, last_used_ns;
 	bool destroyed;
@@ -58,6 +59,9 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 /* After a call took its slot and started: keep spares forked ahead. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
+/* A used slot: its leaf is removed by the next top-up (off the path of the
+ * call that returns now). */
+void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s);
 /* True (and the zygote marked for replacement) when the zygote of
  * generation gen is dead or dies within a short grace period. */
 bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen);
