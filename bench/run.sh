@@ -406,6 +406,7 @@ print("bench: wrote %s, container-%s.json and the README section"
 EOF
 
 "$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
+"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2
 	exit 1

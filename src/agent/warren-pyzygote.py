@@ -286,6 +286,11 @@ def main():
     except BaseException as e:
         send_error(ctl, 0, OSError(2, "preload %s: %s" % (m, e)))
         return 1
+    # Everything imported so far is shared copy-on-write with every slot:
+    # keep the collector off those pages (it would copy them in each call).
+    import gc
+    gc.collect()
+    gc.freeze()
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(w)
