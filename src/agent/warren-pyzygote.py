@@ -388,6 +388,11 @@ def main():
             os.close(pidfd)
             host_end.close()
         except OSError as e:
+            for fd in procs:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
             send_error(ctl, slot, e)
 
 

@@ -90,7 +90,8 @@ struct wr_function_pool;
 /* Start a pool (its zygote runs when this returns). Errors name the field. */
 int wr_function_pool_create(const struct wr_function_pool_spec *spec, struct wr_function_pool **out,
 			    wr_err *err);
-/* Kill every call and the zygote, remove the cgroups, free the uid range. */
+/* Kill every call and the zygote, remove the cgroups, free the uid range.
+ * No call may be in flight on the pool (the caller stops them first). */
 int wr_function_pool_destroy(struct wr_function_pool **pool, wr_err *err);
 /* Thread-safe: any number of concurrent calls on one pool. A failure of
  * the zygote itself (it crashed: the pool starts a new one for the next
