@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -271,6 +272,13 @@ static __attribute__((noreturn)) void zygote_main(const struct zargs *a)
 		wr_cerr_sys(&e, "close_range");
 		zfail(sync, &e);
 	}
+	/* The zygote works ahead of the calls (forking slots): it yields the CPU
+	 * to them. Its slots run in leaves of their own, where this does not
+	 * matter any more. */
+	if (setpriority(PRIO_PROCESS, 0, WR_FN_ZYGOTE_NICE) < 0) {
+		wr_cerr_sys(&e, "nice");
+		zfail(sync, &e);
+	}
 	char flags[16];
 	snprintf(flags, sizeof(flags), "%u", ll_flags);
 	char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -474,6 +482,10 @@ static int make_send(struct wr_function_pool *p, wr_err *err)
 	wr_cgroup_limits_default(&lim);
 	lim.memory_bytes = s->mem = 256ull << 20;
 	lim.pids = s->pids = 64;
+	/* Preparing a slot is work ahead of time: it yields the CPU to calls
+	 * that run; the call's start raises the weight (function_call.c). */
+	lim.cpu_weight = WR_FN_WEIGHT_PREP;
+	s->low = true;
 	int procs[WR_FNP_MAX_PROCS];
 	int np = -1;
 	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0 ||
@@ -537,6 +549,20 @@ static int make_recv(struct wr_function_pool *p, bool wait, wr_err *err)
 	return wr_err_set(err, EPROTO, "call slot: unexpected answer from the zygote");
 }
 
+static void boost(struct wr_function_pool *p, bool on)
+{
+	if (p->zpid > 0)
+		setpriority(PRIO_PROCESS, (id_t)p->zpid, on ? 0 : WR_FN_ZYGOTE_NICE);
+	if (!on)
+		return;
+	struct wr_cgroup_limits lim;
+	wr_cgroup_limits_default(&lim);
+	lim.cpu_weight = WR_FN_WEIGHT_CALL;
+	for (struct fn_slot *s = p->pending; s; s = s->next)
+		if (s->low && wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0)
+			s->low = false;
+}
+
 /* Is the slot's process still waiting for its call? */
 static bool slot_fresh(struct fn_slot *s)
 {
@@ -578,8 +604,14 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 		}
 		wr_err e2 = NULL;
 		r = p->npending == 0 ? make_send(p, &e2) : 0;
-		if (r == 0)
+		if (r == 0) {
+			/* A call waits for this slot: no longer work ahead of time.
+			 * The zygote (our child: its pid is ours until we reap it) and
+			 * the leaves being prepared get a call's share meanwhile. */
+			boost(p, true);
 			r = make_recv(p, true, &e2);
+			boost(p, false);
+		}
 		if (r < 0) {
 			/* The zygote died under us: once more with a new one. */
 			if (wr_err_code(e2) == ECHILD && attempt < 2) {

@@ -28,6 +28,7 @@ struct fn_slot {
 	int sock;		/* our end of S's socket */
 	struct wr_cgroup *leaf; /* S's leaf cgroup */
 	uint64_t mem, pids;	/* the leaf's current limits */
+	bool low;		/* the leaf still has the preparation's CPU weight */
 	struct fn_slot *next;
 };
 
@@ -59,6 +60,11 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 /* After a call took its slot and started: keep spares forked ahead. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
+/* CPU weights of a slot's leaf: while it is prepared (it yields to calls
+ * that run) and once its call starts. */
+#define WR_FN_WEIGHT_PREP 1
+#define WR_FN_WEIGHT_CALL 100
+#define WR_FN_ZYGOTE_NICE 19
 /* A used slot: its leaf is removed by the next top-up (off the path of the
  * call that returns now). */
 void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s);
