@@ -482,10 +482,6 @@ static int make_send(struct wr_function_pool *p, wr_err *err)
 	wr_cgroup_limits_default(&lim);
 	lim.memory_bytes = s->mem = 256ull << 20;
 	lim.pids = s->pids = 64;
-	/* Preparing a slot is work ahead of time: it yields the CPU to calls
-	 * that run; the call's start raises the weight (function_call.c). */
-	lim.cpu_weight = WR_FN_WEIGHT_PREP;
-	s->low = true;
 	int procs[WR_FNP_MAX_PROCS];
 	int np = -1;
 	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0 ||
@@ -493,6 +489,12 @@ static int make_send(struct wr_function_pool *p, wr_err *err)
 		wr_fn_slot_free(s, false);
 		return -1;
 	}
+	/* Preparing a slot is work ahead of time: it yields the CPU to calls
+	 * that run; the call's start raises the weight (function_call.c).
+	 * Best effort: a host without the cpu controller has no weights. */
+	wr_cgroup_limits_default(&lim);
+	lim.cpu_weight = WR_FN_WEIGHT_PREP;
+	s->low = wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0;
 	struct wr_fnp_make mk = {.h = {WR_FNP_MAGIC, WR_FNP_MAKE},
 				 .slot = s->id,
 				 .tmp_bytes = p->tmp_bytes,

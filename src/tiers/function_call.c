@@ -336,15 +336,18 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		return r;
 	}
 	unsigned gen = slot->gen;
-	if (s.memory_bytes != slot->mem || s.pids != slot->pids || slot->low) {
-		struct wr_cgroup_limits lim;
-		wr_cgroup_limits_default(&lim);
+	struct wr_cgroup_limits lim;
+	wr_cgroup_limits_default(&lim);
+	if (slot->low) {
+		lim.cpu_weight = WR_FN_WEIGHT_CALL;
+		wr_cgroup_set_limits(slot->leaf, &lim, NULL); /* set at make: it works */
+		lim.cpu_weight = WR_CG_UNSET;
+	}
+	if (s.memory_bytes != slot->mem || s.pids != slot->pids) {
 		if (s.memory_bytes != slot->mem)
 			lim.memory_bytes = s.memory_bytes;
 		if (s.pids != slot->pids)
 			lim.pids = s.pids;
-		if (slot->low)
-			lim.cpu_weight = WR_FN_WEIGHT_CALL;
 		if ((r = wr_cgroup_set_limits(slot->leaf, &lim, err)) < 0)
 			goto out;
 	}
