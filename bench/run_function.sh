@@ -48,7 +48,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-WORK=$(mktemp -d /tmp/warren-bench-fn.XXXXXX)
+WORK=$(mktemp -d -p /tmp warren-bench-fn.$$.$(printf "X%.0s" 1 2 3 4 5 6))
 chmod 0755 "$WORK"
 CG_BASE=warren-bench-fn-$$
 

@@ -48,7 +48,7 @@ if [ -f "$STAMP" ] && [ -d "$DIR" ] && newer "$STAMP" "$PY" && newer "$STAMP" "$
 	exit 0
 fi
 
-TMP=$(mktemp -d "$OUT/.python.XXXXXX")
+TMP=$(mktemp -d "$OUT/.python.$(printf "X%.0s" 1 2 3 4 5 6)")
 trap 'rm -rf "$TMP"' EXIT
 trap 'exit 130' INT TERM HUP
 R=$TMP/rootfs

