@@ -407,6 +407,7 @@ EOF
 
 "$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
 "$ROOT/bench/bench_image.sh" "$BUILD" || failed="$failed images(bench/bench_image.sh)"
+"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2
 	exit 1

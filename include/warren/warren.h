@@ -463,6 +463,53 @@ WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pin
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,
 			       char **report_json, warren_error **err);
 
+/* ---- functions (the function tier) --------------------------------------- */
+
+typedef struct {
+	const char *path; /* relative to the call's working dir (/work) */
+	const void *data; /* text is sent as is, other bytes base64-encoded */
+	size_t len;
+	uint32_t mode; /* 0: 0644 */
+} warren_call_file;
+
+#define WARREN_CALL_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *image;	 /* configured name, or a path (Unix socket only) */
+	const char *const *argv; /* NULL-terminated; or, with language: */
+	const char *language;	 /* "python" */
+	const char *code;	 /* source run in the warm interpreter */
+	const warren_kv *env;
+	size_t n_env;
+	const void *stdin_data;
+	size_t stdin_len;
+	const warren_call_file *files;
+	size_t n_files;
+	double timeout;	    /* seconds, 0: the daemon's default (10) */
+	double cpu_time;    /* seconds of CPU, 0: = timeout */
+	int64_t memory_mb;  /* 0: default (256) */
+	int64_t pids;	    /* 0: default (64) */
+	int64_t output_cap; /* bytes per stream, 0: default (1 MiB) */
+	bool binary;	    /* exact bytes (base64 on the wire) instead of UTF-8 text */
+} warren_call_opts;
+#define WARREN_CALL_OPTS_INIT                                                                      \
+	{                                                                                          \
+		WARREN_CALL_OPTS_VERSION                                                           \
+	}
+
+/* One sandboxed call (POST /v1/functions/call). The result is a command
+ * result; reason also "cpu_time". A zygote that died under the call is the
+ * error "unavailable" (retry). */
+WARREN_API int warren_function_call(warren_client *client, const warren_call_opts *opts,
+				    warren_exec_result **out, warren_error **err);
+/* n calls in one request, run in parallel (parallel 0: the daemon's
+ * default), results in order: results[i] or, for a call that could not run,
+ * errs[i] (errs may be NULL). Returns 0 when the batch ran, even if some of
+ * its calls could not; a bad call fails the whole batch (nothing ran). */
+WARREN_API int warren_function_call_batch(warren_client *client, const warren_call_opts *calls,
+					  size_t n, unsigned parallel, warren_exec_result **results,
+					  warren_error **errs, warren_error **err);
+
 /* ---- registry push and pull (API.md "Registry push and pull") --------- */
 
 /* Credentials for one registry call: username + password, or a ready

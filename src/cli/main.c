@@ -18,6 +18,7 @@ static const struct {
     {"run", cmd_run, "create a sandbox, run a command in it, destroy it (no daemon)"},
     {"create", cmd_create, "create a sandbox in the daemon; prints its id"},
     {"exec", cmd_exec, "run a command in a sandbox, streaming its output"},
+    {"call", cmd_call, "one sandboxed function call (argv, or Python code) on a warm zygote"},
     {"shell", cmd_shell, "an interactive terminal in a sandbox (shell or CMD)"},
     {"cp", cmd_cp, "copy files or directories to or from a sandbox"},
     {"ls", cmd_ls, "list sandboxes, or files with SANDBOX:PATH"},

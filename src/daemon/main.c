@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
+#include "daemon/functions.h"
 #include "daemon/config.h"
 #include "daemon/images.h"
 #include "daemon/db.h"
@@ -108,7 +109,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (wrd_db_open(db, &err) < 0 || wrd_mgr_init(&cfg, &err) < 0 ||
-	    wrd_mgr_recover(&err) < 0 || wrd_mgr_start_monitor(&err) < 0) {
+	    wrd_mgr_recover(&err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||
+	    wrd_functions_init(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
 	}
@@ -137,6 +139,7 @@ int main(int argc, char **argv)
 	wr_info("shutting down: finishing %u requests in flight", wrd_http_inflight());
 	wrd_http_shutdown(cfg.shutdown_timeout);
 	wrd_mgr_stop_monitor();
+	wrd_functions_stop();
 	status = 0;
 out:
 	wrd_images_close();

@@ -5,6 +5,7 @@
 #include "daemon/api_images.h"
 #include "daemon/api_registry.h"
 #include "daemon/commands.h"
+#include "daemon/functions.h"
 #include "daemon/pty.h"
 
 #include "common/cleanup.h"
@@ -38,7 +39,9 @@
 #define P26 "/v1/images/events"
 #define P27 "/v1/images/pull"
 #define P28 "/v1/images/{id}/push"
-#define P29 "other"
+#define P29 "/v1/functions/call"
+#define P30 "/v1/functions/batch"
+#define P31 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -70,7 +73,9 @@ const char *const wrd_route_labels[] = {
     P26, /* 26 */
     P27, /* 27 */
     P28, /* 28 */
-    P29, /* 29: no route */
+    P29, /* 29 */
+    P30, /* 30 */
+    P31, /* 31: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -121,5 +126,8 @@ const struct wrd_route wrd_routes[] = {
     /* registry push and pull (api_registry.c) */
     R("POST", 27, WRD_BODY_JSON, WRD_LONG, wrd_api_img_pull),
     R("POST", 28, WRD_BODY_JSON, WRD_LONG, wrd_api_img_push),
+    /* functions (api_functions.c) */
+    R("POST", 29, WRD_BODY_JSON, WRD_LONG, wrd_api_fn_call),
+    R("POST", 30, WRD_BODY_JSON, WRD_LONG, wrd_api_fn_batch),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

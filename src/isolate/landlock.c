@@ -80,7 +80,8 @@ static uint64_t fs_rights(int abi)
 	return r;
 }
 
-int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e)
+int wr_landlock_ruleset(const struct wr_landlock_policy *p, uint32_t *restrict_flags,
+			struct wr_cerr *e)
 {
 	if (p == NULL)
 		return wr_cerr_set(e, EINVAL, "landlock: no policy");
@@ -126,14 +127,27 @@ int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e)
 	 * the restricted task execs, i.e. only our own setup code; the denials
 	 * worth seeing are the workload's, after exec, so log_denials asks for
 	 * NEW_EXEC_ON. Without it we also silence the (short) pre-exec part. */
-	uint32_t flags = 0;
+	*restrict_flags = 0;
 	if (abi >= 7)
-		flags = p->log_denials ? LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
-				       : LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF;
+		*restrict_flags = p->log_denials ? LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+						 : LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF;
+	return steal_fd(&rfd);
+}
 
+int wr_landlock_restrict(int ruleset_fd, uint32_t restrict_flags, struct wr_cerr *e)
+{
 	/* Invariant: no_new_privs is already set (or the caller holds
 	 * CAP_SYS_ADMIN); otherwise the kernel answers EPERM here. */
-	if (landlock_restrict_self(rfd, flags) < 0)
+	if (landlock_restrict_self(ruleset_fd, restrict_flags) < 0)
 		return wr_cerr_sys(e, "landlock: restrict self");
 	return 0;
+}
+
+int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e)
+{
+	uint32_t flags;
+	_cleanup_close_ int rfd = wr_landlock_ruleset(p, &flags, e);
+	if (rfd < 0)
+		return rfd;
+	return wr_landlock_restrict(rfd, flags, e);
 }

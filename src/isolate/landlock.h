@@ -32,4 +32,13 @@ int wr_landlock_abi(void);
  * Returns -ENOSYS/-EOPNOTSUPP if Landlock is unavailable. */
 int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e);
 
+/* The two halves of wr_landlock_apply, for a ruleset made once and applied
+ * by many processes (the function tier's zygote makes it once, in its final
+ * root; every call restricts itself with it, which gives each call a domain
+ * of its own). wr_landlock_ruleset returns the ruleset fd (close-on-exec)
+ * and the flags to pass to wr_landlock_restrict. Never allocate. */
+int wr_landlock_ruleset(const struct wr_landlock_policy *p, uint32_t *restrict_flags,
+			struct wr_cerr *e);
+int wr_landlock_restrict(int ruleset_fd, uint32_t restrict_flags, struct wr_cerr *e);
+
 #endif

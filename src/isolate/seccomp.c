@@ -873,9 +873,22 @@ int wr_seccomp_load(const struct wr_seccomp_prog *prog, struct wr_cerr *e)
 {
 	if (prog == NULL || prog->fprog.filter == NULL || prog->fprog.len == 0)
 		return wr_cerr_set(e, EINVAL, "seccomp: no compiled program");
+	return wr_seccomp_load_insns(prog->fprog.filter, prog->fprog.len, e);
+}
+
+void wr_seccomp_prog_insns(const struct wr_seccomp_prog *prog, const void **insns, size_t *n)
+{
+	*insns = prog->fprog.filter;
+	*n = prog->fprog.len;
+}
+
+int wr_seccomp_load_insns(const void *insns, size_t n, struct wr_cerr *e)
+{
+	if (insns == NULL || n == 0 || n > BPF_MAXINSNS)
+		return wr_cerr_set(e, EINVAL, "seccomp: no compiled program");
 	/* The kernel copies the program; ours stays untouched. No TSYNC: the
 	 * caller is the single thread of a freshly cloned child. */
-	struct sock_fprog f = prog->fprog;
+	struct sock_fprog f = {.len = (unsigned short)n, .filter = (struct sock_filter *)insns};
 	if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &f) < 0)
 		return wr_cerr_sys(e, "seccomp: install filter");
 	return 0;

@@ -25,6 +25,7 @@
 #define WARREN_ISOLATE_SECCOMP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -57,6 +58,13 @@ int wr_seccomp_get(enum wr_seccomp_profile profile, const struct wr_seccomp_prog
 /* Child half: install the program on the calling thread with TSYNC off.
  * Requires no_new_privs already set (or CAP_SYS_ADMIN). */
 int wr_seccomp_load(const struct wr_seccomp_prog *prog, struct wr_cerr *e);
+
+/* The compiled program as classic BPF instructions (struct sock_filter,
+ * 8 bytes each), for a process that cannot share our memory: the function
+ * tier hands them to its zygotes, which load them per call with
+ * wr_seccomp_load_insns (same rules as wr_seccomp_load). */
+void wr_seccomp_prog_insns(const struct wr_seccomp_prog *prog, const void **insns, size_t *n);
+int wr_seccomp_load_insns(const void *insns, size_t n, struct wr_cerr *e);
 
 /* For tests and docs: the names of the syscalls the profile refuses with
  * EPERM, NULL-terminated. */

@@ -17,6 +17,7 @@ const char *wr_exit_reason_name(enum wr_exit_reason r)
 	case WR_EXIT_OOM: return "oom";
 	case WR_EXIT_KILLED: return "killed";
 	case WR_EXIT_START_FAILED: return "start_failed";
+	case WR_EXIT_CPU_TIME: return "cpu_time";
 	}
 	return "unknown";
 }

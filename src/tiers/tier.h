@@ -104,6 +104,7 @@ enum wr_exit_reason {
 	WR_EXIT_OOM,	      /* killed by the OOM killer in the sandbox's memory cgroup */
 	WR_EXIT_KILLED,	      /* warren killed it on request (sandbox kill) */
 	WR_EXIT_START_FAILED, /* exec failed: see exit_code 126/127 */
+	WR_EXIT_CPU_TIME,     /* exceeded its CPU time limit (function tier) */
 };
 const char *wr_exit_reason_name(enum wr_exit_reason r);
 

@@ -10,6 +10,10 @@ Quick start::
         sb.files.write("/tmp/data.bin", b"\\x00\\x01")
         print(sb.files.read("/tmp/data.bin", format="bytes"))
 
+One-off sandboxed calls on warm zygotes: :mod:`warren.functions`
+(``warren.functions.call(image, argv)``, ``call(image, code=..., language="python")``,
+``batch([...])``, and ``acall``/``abatch`` for asyncio).
+
 :class:`AsyncSandbox` offers the same API with coroutines. Errors are typed
 (:class:`WarrenError` and subclasses, one per API error code).
 """
@@ -31,9 +35,10 @@ from .images import AsyncImages, ImageInfo, Images  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
                             AsyncFiles, AsyncSandbox)
+from . import functions  # noqa: E402
 
 __all__ = [
-    "__version__",
+    "__version__", "functions",
     "Sandbox", "AsyncSandbox",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",

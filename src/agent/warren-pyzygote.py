@@ -1,0 +1,401 @@
+# warren-pyzygote: the Python zygote of a function pool.
+#
+# The host starts the image's python3 with this file as `-c` source, as PID 1
+# of the pool's namespaces, after the same set-up as the native zygote
+# (src/agent/warren-zygote.c): fd 3 the control socket, fd 4 the Landlock
+# ruleset made by the host's C code in the pool's root, fd 5 a memfd with the
+# seccomp program compiled by the host. It imports the configured modules
+# once and then serves MAKE requests exactly like the native zygote (wire
+# format: src/tiers/function_proto.h): each slot is an os.fork() of this warm
+# interpreter in a new pid, mount and IPC namespace, joined to its leaf
+# cgroup, with fresh tmpfs on /tmp, /work and /dev/shm and a /proc of its
+# own; it then drops to the call user (no capabilities), sets no_new_privs,
+# restricts itself with the host's Landlock ruleset and loads the host's
+# seccomp program, all before its call arrives. On CALL it writes the input
+# files, takes its stdio, lowers its rlimits, closes every other fd and runs
+# the submitted code in-process.
+# Only the standard library is used (ctypes for the system calls Python has
+# no wrapper for). Nothing here is trusted by the host: exit status and usage
+# come from the kernel (pidfd) and the leaf cgroup.
+import ctypes
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+
+MAGIC = 0x314E4657
+T_MAKE, T_SLOT, T_ERROR, T_CALL, T_REAPED, T_READY = 1, 2, 3, 4, 5, 6
+FD_CTL, FD_LANDLOCK, FD_SECCOMP = 3, 4, 5
+CALL_UID = 1000
+WORKDIR = "/work"
+INLINE_MAX = 49152
+PAYLOAD_FD = 1
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+PR_SET_NO_NEW_PRIVS = 38
+SYS_SECCOMP = 317
+SYS_LANDLOCK_RESTRICT_SELF = 446
+SECCOMP_SET_MODE_FILTER = 1
+
+HDR = struct.Struct("=II")
+MAKE = struct.Struct("=IIQQII")
+SLOT = struct.Struct("=IIQ")
+ERROR = struct.Struct("=IIQi480s")
+CALL = struct.Struct("=IIQQQQQIIII")
+REAPED = struct.Struct("=IIii")
+FILEREC = struct.Struct("=IIQ")
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def oserr(what):
+    e = ctypes.get_errno()
+    return OSError(e, "%s: %s" % (what, os.strerror(e)))
+
+
+def check(rc, what):
+    if rc < 0:
+        raise oserr(what)
+
+
+def send(sock, data, fds=()):
+    anc = []
+    if fds:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("=%di" % len(fds), *fds))]
+    sock.sendmsg([data], anc)
+
+
+def recv(sock, size, maxfds):
+    data, anc, _, _ = sock.recvmsg(size, socket.CMSG_SPACE(4 * maxfds))
+    fds = []
+    for level, kind, blob in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            n = len(blob) // 4
+            fds.extend(struct.unpack("=%di" % n, blob[: 4 * n]))
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    return data, fds
+
+
+def send_error(sock, slot, err):
+    msg = str(err).encode("utf-8", "replace")[:479]
+    code = err.errno if isinstance(err, OSError) and err.errno else 5
+    try:
+        send(sock, ERROR.pack(MAGIC, T_ERROR, slot, code, msg))
+    except OSError:
+        pass
+
+
+def tmpfs(path, size, mode):
+    opts = ("size=%d,mode=%s,uid=%d,gid=%d" % (size, mode, CALL_UID, CALL_UID)).encode()
+    check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts),
+          "mount tmpfs on " + path)
+
+
+def slot_setup(procs, tmp_bytes):
+    for fd in procs:
+        os.write(fd, b"0")
+        os.close(fd)
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    tmpfs("/tmp", tmp_bytes, "1777")
+    tmpfs(WORKDIR, tmp_bytes, "0755")
+    tmpfs("/dev/shm", tmp_bytes, "1777")
+    check(libc.mount(b"devpts", b"/dev/pts", b"devpts", MS_NOSUID | MS_NOEXEC,
+                     b"newinstance,ptmxmode=0666,mode=0620"), "mount devpts")
+    check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                     b"subset=pid"), "mount proc")
+
+
+def write_files(blob, off, n):
+    work = os.open(WORKDIR, os.O_PATH | os.O_DIRECTORY)
+    for _ in range(n):
+        mode, nlen, dlen = FILEREC.unpack_from(blob, off)
+        off += FILEREC.size
+        name = bytes(blob[off:off + nlen]).decode("utf-8", "surrogateescape")
+        off += nlen
+        data = blob[off:off + dlen]
+        off += dlen
+        parts = name.split("/")
+        if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise OSError(22, "files: bad path %r" % name)
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i])
+            try:
+                os.mkdir(d, 0o755, dir_fd=work)
+            except FileExistsError:
+                pass
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                     mode & 0o7777, dir_fd=work)
+        try:
+            mv = memoryview(data)
+            while mv:
+                mv = mv[os.write(fd, mv):]
+            os.fchmod(fd, mode & 0o7777)
+        finally:
+            os.close(fd)
+    os.close(work)
+    return off
+
+
+def confine(bpf):
+    # Ahead of the call, as the native zygote does: the call user without
+    # capabilities, no_new_privs, Landlock, seccomp last. What follows once
+    # the call arrives needs no privilege and no refused system call.
+    os.setgroups([CALL_UID])
+    os.setresgid(CALL_UID, CALL_UID, CALL_UID)
+    os.setresuid(CALL_UID, CALL_UID, CALL_UID)
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, FD_LANDLOCK, LL_FLAGS), "landlock")
+    os.close(FD_LANDLOCK)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(bpf))
+    check(libc.syscall(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(prog)), "seccomp")
+
+
+def limits(cpu, fsize, nofile):
+    lim = [(resource.RLIMIT_NOFILE, nofile or 256), (resource.RLIMIT_CORE, 0),
+           (resource.RLIMIT_RTPRIO, 0)]
+    if cpu:
+        lim.append((resource.RLIMIT_CPU, cpu))
+    if fsize:
+        lim.append((resource.RLIMIT_FSIZE, fsize))
+    for res, v in lim:
+        resource.setrlimit(res, (v, v))
+
+
+def run_call(sock):
+    data, fds = recv(sock, CALL.size + INLINE_MAX, 4)
+    if not data:
+        os._exit(0)
+    call = CALL.unpack_from(data, 0)
+    magic, kind, cpu, fsize, nofile, plen, clen, argc, envc, nfiles, flags = call
+    if magic != MAGIC or kind != T_CALL or len(fds) < 3:
+        raise OSError(71, "bad call message")
+    if flags & PAYLOAD_FD:
+        if len(fds) < 4:
+            raise OSError(71, "call payload missing")
+        blob = os.pread(fds[3], plen, 0)
+    else:
+        blob = data[CALL.size:]
+    if len(blob) != plen:
+        raise OSError(71, "call payload truncated")
+    off = 0
+    strs = []
+    for _ in range(argc + envc):
+        z = blob.index(b"\0", off)
+        strs.append(blob[off:z].decode("utf-8", "surrogateescape"))
+        off = z + 1
+    argv, env = strs[:argc], strs[argc:]
+    off = write_files(blob, off, nfiles)
+    code = blob[off:off + clen].decode("utf-8", "surrogateescape")
+    for i in range(3):
+        os.dup2(fds[i], i)
+    limits(cpu, fsize, nofile)
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+    sys.argv = argv or [""]
+    keep = sock.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 20)
+    sock.close()
+    return argv, code
+
+
+def execute(argv, code):
+    status = 0
+    try:
+        if code:
+            g = {"__name__": "__main__", "__builtins__": __builtins__}
+            exec(compile(code, "<call>", "exec"), g)
+        else:
+            import runpy
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            status = 0
+        elif isinstance(c, int):
+            status = c & 0xFF
+        else:
+            print(c, file=sys.stderr)
+            status = 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        status = 1
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+
+def hand_over_namespaces(keep):
+    # The zygote holds our mount and IPC namespaces (the fds sit unread in
+    # its end of `keep` until it reaped us), so that unmounting our tmpfs
+    # (an RCU grace period each) happens after the call, not in our exit.
+    fds = [os.open("/proc/self/ns/mnt", os.O_RDONLY), os.open("/proc/self/ns/ipc", os.O_RDONLY)]
+    send(keep, b"n", fds)
+    for fd in fds:
+        os.close(fd)
+    keep.close()
+
+
+def prefault():
+    # A dry run of what the call's path touches: every page the interpreter
+    # writes there (reference counts of the code, modules and objects it
+    # uses) is copied from the zygote now, while the slot waits, and not
+    # after the call arrived.
+    CALL.unpack_from(bytes(CALL.size), 0)
+    FILEREC.unpack_from(bytes(FILEREC.size), 0)
+    bytes(8).index(b"\0", 0)
+    b"".decode("utf-8", "surrogateescape")
+    for res in (resource.RLIMIT_NOFILE, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE):
+        resource.getrlimit(res)
+    dict(os.environ)
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile("print(end='')", "<call>", "exec"), g)
+    for f in (sys.stdout, sys.stderr):
+        f.flush()
+
+
+def slot_main(sock, keep, procs, tmp_bytes, bpf):
+    try:
+        slot_setup(procs, tmp_bytes)
+        hand_over_namespaces(keep)
+        confine(bpf)
+        os.chdir(WORKDIR)
+        prefault()
+        argv, code = run_call(sock)
+    except BaseException as e:
+        send_error(sock, 0, e)
+        os._exit(126)
+    execute(argv, code)
+
+
+def main():
+    global LL_FLAGS
+    LL_FLAGS = int(sys.argv[1])
+    preload = [m for m in sys.argv[2].split(",") if m] if len(sys.argv) > 2 else []
+    ctl = socket.socket(fileno=FD_CTL)
+    bpf_bytes = os.pread(FD_SECCOMP, os.fstat(FD_SECCOMP).st_size, 0)
+    os.close(FD_SECCOMP)
+    bpf = ctypes.create_string_buffer(bpf_bytes, len(bpf_bytes))
+    try:
+        import importlib
+        for m in preload:
+            importlib.import_module(m)
+    except BaseException as e:
+        send_error(ctl, 0, OSError(2, "preload %s: %s" % (m, e)))
+        return 1
+    # Everything imported so far is shared copy-on-write with every slot:
+    # keep the collector off those pages (it would copy them in each call).
+    import gc
+    gc.collect()
+    gc.freeze()
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w)
+    signal.signal(signal.SIGCHLD, lambda *a: None)
+    slots = {}
+    send(ctl, HDR.pack(MAGIC, T_READY))
+    while True:
+        try:
+            ready, _, _ = select.select([ctl, r], [], [])
+        except InterruptedError:
+            continue
+        if r in ready:
+            try:
+                while os.read(r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        while slots:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            entry = slots.pop(pid, None)
+            if entry is not None:
+                s, keep = entry
+                try:
+                    send(s, REAPED.pack(MAGIC, T_REAPED, st, 0))
+                except OSError:
+                    pass
+                s.close()
+                keep.close()
+        if ctl not in ready:
+            continue
+        data, procs = recv(ctl, MAKE.size, 8)
+        if not data:
+            return 0
+        if len(data) != MAKE.size:
+            for fd in procs:
+                os.close(fd)
+            continue
+        magic, kind, slot, tmp_bytes, _, _ = MAKE.unpack(data)
+        if magic != MAGIC or kind != T_MAKE:
+            continue
+        try:
+            host_end, slot_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            keep_ours, keep_slot = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            # The next child is PID 1 of a new pid namespace; ours is set
+            # back right after, so every slot gets one of its own.
+            check(libc.unshare(CLONE_NEWPID), "unshare pid")
+            try:
+                pid = os.fork()
+            except BaseException:
+                libc.setns(own_pidns, CLONE_NEWPID)
+                raise
+            if pid != 0:
+                check(libc.setns(own_pidns, CLONE_NEWPID), "setns pid")
+            if pid == 0:
+                ctl.close()
+                host_end.close()
+                keep_ours.close()
+                for s, k in slots.values():
+                    s.close()
+                    k.close()
+                os.close(r)
+                os.close(w)
+                os.close(own_pidns)
+                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf)
+            for fd in procs:
+                os.close(fd)
+            keep_slot.close()
+            slots[pid] = (slot_end, keep_ours)
+            pidfd = os.pidfd_open(pid)
+            send(ctl, SLOT.pack(MAGIC, T_SLOT, slot), [pidfd, host_end.fileno()])
+            os.close(pidfd)
+            host_end.close()
+        except OSError as e:
+            for fd in procs:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            send_error(ctl, slot, e)
+
+
+LL_FLAGS = 0
+if __name__ == "__main__":
+    sys.exit(main())

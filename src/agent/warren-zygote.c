@@ -1,0 +1,502 @@
+/* warren-zygote: the native zygote of a function pool (see
+ * docs/ARCHITECTURE.md, "Function tier", and src/tiers/function_proto.h).
+ *
+ * The host starts it as PID 1 of the pool's namespaces (user, mount with the
+ * image's root read-only, pid, ipc, uts, net with loopback only), in the
+ * pool's cgroup, with fd 3 the control socket, fd 4 the Landlock ruleset of
+ * every call and fd 5 a memfd holding the seccomp program. It is small,
+ * static and single-threaded, so forking it is cheap.
+ *
+ * Per MAKE it forks a call slot S ahead of the call:
+ *   clone3(NEWPID|NEWNS|NEWIPC): S is PID 1 of a pid namespace of its own,
+ *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
+ *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
+ *   and a /proc of its pid namespace only (subset=pid) -> the call user
+ *   without capabilities -> no_new_privs -> Landlock -> seccomp -> waits
+ *   for CALL (all of that ahead of the call, off its path).
+ * On CALL S writes the input files (as the call user, into its own /work),
+ * takes its stdio, lowers its rlimits, marks every other fd close-on-exec
+ * and execs argv.
+ * The zygote reaps S and tells the host on S's socket (REAPED); the host
+ * reads the exit status from the kernel (pidfd) and usage from the leaf.
+ *
+ * Statically linked with the isolate modules it needs (mount, caps,
+ * landlock, rlimit, seccomp) and nothing of the image.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/compat.h"
+#include "common/error.h"
+#include "isolate/caps.h"
+#include "isolate/landlock.h"
+#include "isolate/mount.h"
+#include "isolate/rlimit.h"
+#include "isolate/seccomp.h"
+#include "tiers/function_proto.h"
+
+static void *g_bpf;
+static size_t g_bpf_n;
+static uint32_t g_ll_flags;
+
+struct slot {
+	pid_t pid;
+	int sock;  /* our copy of S's end: REAPED goes here */
+	int ns[2]; /* S's mount and IPC namespaces, held until S is reaped */
+};
+static struct slot *g_slots;
+static size_t g_nslots, g_aslots;
+
+static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int max)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 16)];
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct msghdr m = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
+	ssize_t n;
+	do
+		n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	*nfds = 0;
+	if (n < 0)
+		return -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int *p = (int *)CMSG_DATA(c);
+		for (int i = 0; i < k; i++) {
+			if (*nfds < max)
+				fds[(*nfds)++] = p[i];
+			else
+				close(p[i]);
+		}
+	}
+	return n;
+}
+
+static int send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 16)] = {0};
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (nfds > 0) {
+		m.msg_control = cbuf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : 0;
+}
+
+static void send_error(int sock, uint64_t slot, const struct wr_cerr *e)
+{
+	struct wr_fnp_error m = {
+	    .h = {WR_FNP_MAGIC, WR_FNP_ERROR}, .slot = slot, .errnum = e->errnum};
+	snprintf(m.msg, sizeof(m.msg), "%s", e->msg);
+	send_fds(sock, &m, sizeof(m), NULL, 0);
+}
+
+/* ---- the call slot S ------------------------------------------------------ */
+
+static int tmpfs_at(const char *path, uint64_t size, const char *mode, struct wr_cerr *e)
+{
+	char sz[48], md[24], uid[24], gid[24];
+	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)size);
+	snprintf(md, sizeof(md), "mode=%s", mode);
+	snprintf(uid, sizeof(uid), "uid=%d", WR_FNP_CALL_UID);
+	snprintf(gid, sizeof(gid), "gid=%d", WR_FNP_CALL_UID);
+	const char *opts[] = {sz, md, uid, gid, NULL};
+	int m = wr_mount_new("tmpfs", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, e);
+	if (m < 0)
+		return -1;
+	int r = wr_mount_attach(m, AT_FDCWD, path, e);
+	close(m);
+	return r;
+}
+
+/* Fresh per-call filesystems in S's own mount namespace. */
+static int slot_mounts(uint64_t tmp_bytes, struct wr_cerr *e)
+{
+	if (tmpfs_at("/tmp", tmp_bytes, "1777", e) < 0 ||
+	    tmpfs_at(WR_FNP_WORKDIR, tmp_bytes, "0755", e) < 0 ||
+	    tmpfs_at("/dev/shm", tmp_bytes, "1777", e) < 0)
+		return -1;
+	static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", NULL};
+	int pts =
+	    wr_mount_new("devpts", "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
+	if (pts < 0 || wr_mount_attach(pts, AT_FDCWD, "/dev/pts", e) < 0)
+		return -1;
+	close(pts);
+	/* Only this call's processes; subset=pid leaves out every global
+	 * /proc file (kcore, sysrq-trigger, ...) instead of masking them. */
+	static const char *const proc_opts[] = {"subset=pid", NULL};
+	int proc = wr_mount_new("proc", "proc", proc_opts,
+				MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
+	if (proc < 0 || wr_mount_attach(proc, AT_FDCWD, "/proc", e) < 0)
+		return -1;
+	close(proc);
+	return 0;
+}
+
+/* Input files: relative paths beneath /work, parents created. */
+static int write_files(const char *p, const char *end, uint32_t n, struct wr_cerr *e)
+{
+	int work = open(WR_FNP_WORKDIR, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (work < 0)
+		return wr_cerr_sys(e, "open %s", WR_FNP_WORKDIR);
+	for (uint32_t i = 0; i < n; i++) {
+		struct wr_fnp_file_rec rec;
+		if ((size_t)(end - p) < sizeof(rec))
+			return wr_cerr_set(e, EINVAL, "files: truncated");
+		memcpy(&rec, p, sizeof(rec));
+		p += sizeof(rec);
+		if ((size_t)(end - p) < rec.name_len ||
+		    (size_t)(end - p) - rec.name_len < rec.data_len || rec.name_len == 0 ||
+		    rec.name_len >= 4096)
+			return wr_cerr_set(e, EINVAL, "files: truncated");
+		char name[4096];
+		memcpy(name, p, rec.name_len);
+		name[rec.name_len] = 0;
+		p += rec.name_len;
+		/* Parents, one component at a time, all beneath /work. */
+		for (char *s = strchr(name, '/'); s; s = strchr(s + 1, '/')) {
+			*s = 0;
+			if (mkdirat(work, name, 0755) < 0 && errno != EEXIST)
+				return wr_cerr_sys(e, "files: mkdir %s", name);
+			*s = '/';
+		}
+		struct open_how how = {.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+				       .mode = rec.mode & 07777,
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+		int fd = wr_openat2(work, name, &how);
+		if (fd < 0)
+			return wr_cerr_sys(e, "files: create %s", name);
+		size_t off = 0;
+		while (off < rec.data_len) {
+			ssize_t w = write(fd, p + off, rec.data_len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				close(fd);
+				return wr_cerr_sys(e, "files: write %s", name);
+			}
+			off += (size_t)w;
+		}
+		/* Created by the call user already; mode without the umask. */
+		if (fchmod(fd, rec.mode & 07777) < 0) {
+			close(fd);
+			return wr_cerr_sys(e, "files: chown %s", name);
+		}
+		close(fd);
+		p += rec.data_len;
+	}
+	close(work);
+	return 0;
+}
+
+static __attribute__((noreturn)) void slot_fail(int sock, struct wr_cerr *e, int code)
+{
+	send_error(sock, 0, e);
+	_exit(code);
+}
+
+static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int nprocs,
+						uint64_t tmp_bytes)
+{
+	struct wr_cerr e = {0};
+	/* Invariant: joined before anything is charged to us (the mounts'
+	 * pages, the call's memory). */
+	for (int i = 0; i < nprocs; i++) {
+		if (write(procs[i], "0", 1) != 1) {
+			wr_cerr_sys(&e, "join the call's cgroup");
+			slot_fail(sock, &e, 126);
+		}
+		close(procs[i]);
+	}
+	if (slot_mounts(tmp_bytes, &e) < 0)
+		slot_fail(sock, &e, 126);
+	/* Confined before the call arrives, so that none of this (the filter's
+	 * JIT compile above all) is on the call's path: the call user without
+	 * capabilities, no_new_privs, Landlock, seccomp. What remains after the
+	 * call arrives is unprivileged and allowed by the filter: reading the
+	 * message, writing the call's files into our own /work (owned by the
+	 * call user), stdio, lowering rlimits, exec. */
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (wr_caps_switch_user(WR_FNP_CALL_UID, WR_FNP_CALL_UID, 0, &e) < 0)
+		slot_fail(sock, &e, 126);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		wr_cerr_sys(&e, "no_new_privs");
+		slot_fail(sock, &e, 126);
+	}
+	if (wr_landlock_restrict(WR_FNP_FD_LANDLOCK, g_ll_flags, &e) < 0)
+		slot_fail(sock, &e, 126);
+	close(WR_FNP_FD_LANDLOCK);
+	/* Invariant: seccomp is the last privilege-dropping step; nothing after
+	 * it needs a privilege or a refused call. */
+	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
+		slot_fail(sock, &e, 126);
+
+	static char hdrbuf[sizeof(struct wr_fnp_call) + WR_FNP_INLINE_MAX];
+	int fds[4];
+	int nfds;
+	ssize_t n = recv_fds(sock, hdrbuf, sizeof(hdrbuf), fds, &nfds, 4);
+	if (n == 0)
+		_exit(0); /* the host dropped the slot unused */
+	struct wr_fnp_call c;
+	if (n < (ssize_t)sizeof(c) || nfds < 3) {
+		wr_cerr_set(&e, EPROTO, "bad call message");
+		slot_fail(sock, &e, 126);
+	}
+	memcpy(&c, hdrbuf, sizeof(c));
+	const char *payload = hdrbuf + sizeof(c);
+	if (c.h.magic != WR_FNP_MAGIC || c.h.type != WR_FNP_CALL) {
+		wr_cerr_set(&e, EPROTO, "bad call message");
+		slot_fail(sock, &e, 126);
+	}
+	if (c.flags & WR_FNP_PAYLOAD_FD) {
+		if (nfds < 4) {
+			wr_cerr_set(&e, EPROTO, "call payload missing");
+			slot_fail(sock, &e, 126);
+		}
+		void *m = mmap(NULL, c.payload_len ? c.payload_len : 1, PROT_READ, MAP_PRIVATE,
+			       fds[3], 0);
+		if (m == MAP_FAILED) {
+			wr_cerr_sys(&e, "map call payload");
+			slot_fail(sock, &e, 126);
+		}
+		payload = m;
+	} else if ((uint64_t)(n - (ssize_t)sizeof(c)) != c.payload_len) {
+		wr_cerr_set(&e, EPROTO, "call payload truncated");
+		slot_fail(sock, &e, 126);
+	}
+	const char *end = payload + c.payload_len;
+	if (c.argc == 0 || c.argc > 65536 || c.envc > 65536) {
+		wr_cerr_set(&e, EPROTO, "bad argv");
+		slot_fail(sock, &e, 126);
+	}
+	char **argv = calloc((size_t)c.argc + 1, sizeof(char *));
+	char **envp = calloc((size_t)c.envc + 1, sizeof(char *));
+	const char *p = payload;
+	for (uint32_t i = 0; i < c.argc + c.envc; i++) {
+		const char *z = memchr(p, 0, (size_t)(end - p));
+		if (z == NULL || argv == NULL || envp == NULL) {
+			wr_cerr_set(&e, EPROTO, "call payload truncated");
+			slot_fail(sock, &e, 126);
+		}
+		if (i < c.argc)
+			argv[i] = (char *)p;
+		else
+			envp[i - c.argc] = (char *)p;
+		p = z + 1;
+	}
+	if (write_files(p, end, c.nfiles, &e) < 0)
+		slot_fail(sock, &e, 126);
+
+	if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) {
+		wr_cerr_sys(&e, "stdio");
+		slot_fail(sock, &e, 126);
+	}
+	if (chdir(WR_FNP_WORKDIR) < 0) {
+		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
+		slot_fail(sock, &e, 126);
+	}
+	struct wr_rlimits rl;
+	wr_rlimits_default(&rl);
+	rl.nofile = c.nofile ? c.nofile : 256;
+	if (c.cpu_secs)
+		rl.cpu_secs = c.cpu_secs;
+	if (c.fsize)
+		rl.fsize = c.fsize;
+	if (wr_rlimits_apply(&rl, &e) < 0)
+		slot_fail(sock, &e, 126);
+	/* Every fd but stdio closes at exec; the socket's close is how a
+	 * successful exec shows. */
+	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
+		wr_cerr_sys(&e, "close_range");
+		slot_fail(sock, &e, 126);
+	}
+	execvpe(argv[0], argv, envp);
+	int saved = errno;
+	e.errnum = saved;
+	snprintf(e.msg, sizeof(e.msg), "exec %s: %s", argv[0], strerror(saved));
+	slot_fail(sock, &e, saved == ENOENT ? 127 : 126);
+}
+
+/* ---- the zygote ----------------------------------------------------------- */
+
+static void slot_add(pid_t pid, int sock, const int ns[2])
+{
+	if (g_nslots == g_aslots) {
+		size_t na = g_aslots ? g_aslots * 2 : 16;
+		struct slot *ns = realloc(g_slots, na * sizeof(*ns));
+		if (ns == NULL) {
+			close(sock);
+			return;
+		}
+		g_slots = ns;
+		g_aslots = na;
+	}
+	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}};
+}
+
+static void reap(void)
+{
+	for (;;) {
+		int st;
+		pid_t pid = waitpid(-1, &st, WNOHANG | __WALL);
+		if (pid <= 0)
+			return;
+		for (size_t i = 0; i < g_nslots; i++) {
+			if (g_slots[i].pid != pid)
+				continue;
+			struct wr_fnp_reaped m = {.h = {WR_FNP_MAGIC, WR_FNP_REAPED}, .status = st};
+			send_fds(g_slots[i].sock, &m, sizeof(m), NULL, 0);
+			close(g_slots[i].sock);
+			/* Tearing S's mounts down (an RCU grace period per unmount)
+			 * happens here, after the host has its answer, and not in
+			 * S's exit, which the call waits for. */
+			for (int k = 0; k < 2; k++)
+				if (g_slots[i].ns[k] >= 0)
+					close(g_slots[i].ns[k]);
+			g_slots[i] = g_slots[--g_nslots];
+			break;
+		}
+	}
+}
+
+static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int nprocs)
+{
+	struct wr_cerr e = {0};
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		wr_cerr_sys(&e, "socketpair");
+		goto fail;
+	}
+	int pidfd = -1;
+	struct wr_clone_args a;
+	memset(&a, 0, sizeof(a));
+	a.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_PIDFD;
+	a.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	a.exit_signal = SIGCHLD;
+	long pid = wr_clone3(&a);
+	if (pid < 0) {
+		wr_cerr_sys(&e, "fork a call slot");
+		close(sp[0]);
+		close(sp[1]);
+		goto fail;
+	}
+	if (pid == 0) {
+		close(ctl);
+		close(sp[0]);
+		for (size_t i = 0; i < g_nslots; i++) {
+			close(g_slots[i].sock);
+			for (int k = 0; k < 2; k++)
+				if (g_slots[i].ns[k] >= 0)
+					close(g_slots[i].ns[k]);
+		}
+		slot_main(sp[1], procs, nprocs, mk->tmp_bytes);
+	}
+	for (int i = 0; i < nprocs; i++)
+		close(procs[i]);
+	/* clone3 made S's namespaces: no race with S here. */
+	int ns[2];
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", pid);
+	ns[0] = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/proc/%ld/ns/ipc", pid);
+	ns[1] = open(path, O_RDONLY | O_CLOEXEC);
+	slot_add((pid_t)pid, sp[1], ns);
+	struct wr_fnp_slot m = {.h = {WR_FNP_MAGIC, WR_FNP_SLOT}, .slot = mk->slot};
+	int fds[2] = {pidfd, sp[0]};
+	send_fds(ctl, &m, sizeof(m), fds, 2);
+	close(pidfd);
+	close(sp[0]);
+	return;
+fail:
+	for (int i = 0; i < nprocs; i++)
+		close(procs[i]);
+	send_error(ctl, mk->slot, &e);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return 2;
+	g_ll_flags = (uint32_t)strtoul(argv[1], NULL, 10);
+	struct stat st;
+	if (fstat(WR_FNP_FD_SECCOMP, &st) < 0 || st.st_size <= 0 || st.st_size % 8)
+		return 3;
+	g_bpf = malloc((size_t)st.st_size);
+	if (g_bpf == NULL || pread(WR_FNP_FD_SECCOMP, g_bpf, (size_t)st.st_size, 0) != st.st_size)
+		return 3;
+	g_bpf_n = (size_t)st.st_size / 8;
+	close(WR_FNP_FD_SECCOMP);
+
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		return 4;
+	int ctl = WR_FNP_FD_CTL;
+	struct wr_fnp_hdr ready = {WR_FNP_MAGIC, WR_FNP_READY};
+	if (send_fds(ctl, &ready, sizeof(ready), NULL, 0) < 0)
+		return 6;
+	for (;;) {
+		struct pollfd pf[2] = {{.fd = ctl, .events = POLLIN},
+				       {.fd = sfd, .events = POLLIN}};
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 5;
+		}
+		if (pf[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof(si)) > 0)
+				;
+			reap();
+		}
+		if (pf[0].revents & POLLIN) {
+			struct wr_fnp_make mk;
+			int procs[WR_FNP_MAX_PROCS], np;
+			ssize_t n = recv_fds(ctl, &mk, sizeof(mk), procs, &np, WR_FNP_MAX_PROCS);
+			if (n == 0)
+				return 0; /* the host closed the pool */
+			if (n != (ssize_t)sizeof(mk) || mk.h.magic != WR_FNP_MAGIC ||
+			    mk.h.type != WR_FNP_MAKE) {
+				for (int i = 0; i < np; i++)
+					close(procs[i]);
+				continue;
+			}
+			make_slot(ctl, &mk, procs, np);
+		} else if (pf[0].revents & (POLLHUP | POLLERR)) {
+			return 0;
+		}
+	}
+}

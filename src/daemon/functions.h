@@ -1,0 +1,19 @@
+/* The function tier in warrend: POST /v1/functions/call and
+ * POST /v1/functions/batch (api_functions.c). */
+#ifndef WARREN_DAEMON_FUNCTIONS_H
+#define WARREN_DAEMON_FUNCTIONS_H
+
+#include "common/error.h"
+#include "daemon/api.h"
+#include "daemon/config.h"
+
+/* After the container tier is up (wrd_mgr_init). warren-zygote is taken
+ * from WARREN_ZYGOTE or beside warren-init. */
+int wrd_functions_init(const struct wrd_config *cfg, wr_err *err);
+/* At exit: every pool's calls and zygote killed, cgroups removed. */
+void wrd_functions_stop(void);
+
+void wrd_api_fn_call(struct wrd_req *r);
+void wrd_api_fn_batch(struct wrd_req *r);
+
+#endif

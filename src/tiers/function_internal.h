@@ -1,0 +1,80 @@
+/* Shared between function.c (pools, zygotes, slots), function_call.c (a
+ * call) and function_pools.c (the keyed set). */
+#ifndef WARREN_TIERS_FUNCTION_INTERNAL_H
+#define WARREN_TIERS_FUNCTION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "isolate/cgroup.h"
+#include "isolate/idmap.h"
+#include "tiers/function.h"
+
+struct wr_function_globals {
+	char *zygote_path;
+	char *python_path;
+	unsigned spare, max_spare;
+	bool ready;
+};
+extern struct wr_function_globals wr_fn_globals;
+
+/* A call slot: a process the zygote forked ahead of a call, in its leaf. */
+struct fn_slot {
+	uint64_t id;
+	unsigned gen;		/* zygote generation that made it */
+	int pidfd;		/* S, from the zygote (host kernel object) */
+	int sock;		/* our end of S's socket */
+	struct wr_cgroup *leaf; /* S's leaf cgroup */
+	uint64_t mem, pids;	/* the leaf's current limits */
+	bool low;		/* the leaf still has the preparation's CPU weight */
+	struct fn_slot *next;
+};
+
+struct wr_function_pool {
+	char id[40];
+	char *image, *language, *tenant, *preload_csv;
+	uint64_t memory_bytes, pids, tmp_bytes;
+	struct wr_idmap idmap;
+	bool have_idmap;
+	struct wr_cgroup *cg;  /* the pool: its limits */
+	struct wr_cgroup *zcg; /* pure v2: the zygote's leaf */
+	int lower_fd;	       /* image base mount (detached) */
+	int bpf_fd;	       /* memfd: the seccomp program */
+
+	pthread_mutex_t lock; /* everything below */
+	int ctl;	      /* control socket; -1: no zygote */
+	int zpidfd;
+	pid_t zpid;
+	unsigned gen, restarts;
+	struct fn_slot *ready, *pending, **pending_tail;
+	struct fn_slot *retired; /* used slots whose leaf is still to remove */
+	unsigned nready, npending, inflight, spare;
+	uint64_t next_slot, last_used_ns;
+	bool destroyed;
+};
+
+/* function.c */
+int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
+/* After a call took its slot and started: keep spares forked ahead. */
+void wr_fn_top_up(struct wr_function_pool *p);
+void wr_fn_slot_free(struct fn_slot *s, bool kill);
+/* CPU weights of a slot's leaf: while it is prepared (it yields to calls
+ * that run) and once its call starts. */
+#define WR_FN_WEIGHT_PREP 1
+#define WR_FN_WEIGHT_CALL 100
+#define WR_FN_ZYGOTE_NICE 19
+/* A used slot: its leaf is removed by the next top-up (off the path of the
+ * call that returns now). */
+void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s);
+/* True (and the zygote marked for replacement) when the zygote of
+ * generation gen is dead or dies within a short grace period. */
+bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen);
+void wr_fn_call_done(struct wr_function_pool *p);
+
+/* Messages with fds (SOCK_SEQPACKET). */
+int wr_fn_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
+ssize_t wr_fn_recv(int sock, void *buf, size_t len, int *fds, int *nfds, int max, int flags);
+
+#endif

@@ -1,0 +1,213 @@
+/* The function tier's Python zygote: calls run submitted code in a fork of
+ * a warm interpreter, with the same confinement as any call. Needs the
+ * Python test image (WARREN_TEST_PYIMAGE, scripts/mkimage-python.sh). */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "function_fixture.h"
+
+static struct wr_function_pool *g_pool;
+
+static int setup(void **state)
+{
+	(void)state;
+	const char *img = getenv("WARREN_TEST_PYIMAGE");
+	if (img == NULL || fx_setup("warren-fnpy") < 0)
+		return -1;
+	static const char *const preload[] = {"json", "decimal"};
+	g_pool = fx_pool(img, "python", preload, 2, "tenant-py");
+	return g_pool ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	wr_function_pool_destroy(&g_pool, NULL);
+	return fx_teardown();
+}
+
+static struct wr_call_result py(const char *code, uint64_t timeout_ms)
+{
+	return fx_call(g_pool, &(struct wr_call_spec){.code = code, .timeout_ms = timeout_ms});
+}
+
+static void test_code_runs_warm(void **state)
+{
+	(void)state;
+	struct wr_call_result r = py("import sys\nprint(sum(range(1000)))\n"
+				     "print('json' in sys.modules, 'decimal' in sys.modules)\n"
+				     "sys.stderr.write('e\\n')\nsys.exit(4)",
+				     0);
+	assert_int_equal(r.reason, WR_EXIT_EXITED);
+	assert_int_equal(r.exit_code, 4);
+	assert_string_equal(r.out, "499500\nTrue True\n");
+	assert_string_equal(r.err, "e\n");
+	wr_call_result_free(&r);
+	r = py("raise ValueError('boom')", 0);
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "ValueError: boom"));
+	wr_call_result_free(&r);
+}
+
+static void test_same_confinement(void **state)
+{
+	(void)state;
+	struct wr_call_result r =
+	    py("import os\n"
+	       "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines()"
+	       " if ':\\t' in l)\n"
+	       "print(st['NoNewPrivs'].strip(), st['Seccomp'].strip(), st['CapEff'].strip())\n"
+	       "print(os.getuid(), os.getpid(), os.getcwd(), sorted(os.listdir('/proc'))[:1])\n"
+	       "try:\n    open('/etc/x', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
+	       "try:\n    os.unshare(0)\nexcept AttributeError:\n    pass\n"
+	       "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+	       "print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\n"
+	       "print(sorted(os.listdir('/proc/self/fd')))",
+	       0);
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out, "1 2 0000000000000000\n1000 1 /work ['1']\n30\n-1 1\n"
+				   "['0', '1', '2', '3']\n");
+	wr_call_result_free(&r);
+}
+
+static void test_files_stdin_and_file_argv(void **state)
+{
+	(void)state;
+	struct wr_call_file files[] = {
+	    {.path = "main.py", .data = "import sys\nprint(sys.argv[1:], input())\n", .len = 39}};
+	const char *argv[] = {"main.py", "a", "b", NULL};
+	struct wr_call_result r = fx_call(g_pool, &(struct wr_call_spec){.argv = argv,
+									 .files = files,
+									 .n_files = 1,
+									 .stdin_data = "line\n",
+									 .stdin_len = 5});
+	assert_int_equal(r.exit_code, 0);
+	assert_string_equal(r.out, "['a', 'b'] line\n");
+	wr_call_result_free(&r);
+}
+
+static void test_interpreter_state_not_shared(void **state)
+{
+	(void)state;
+	struct wr_call_result r =
+	    py("import builtins, json\nbuiltins.LEAK = 1\njson.dumps = None\nprint('set')", 0);
+	assert_string_equal(r.out, "set\n");
+	wr_call_result_free(&r);
+	r = py("import builtins, json\nprint(hasattr(builtins, 'LEAK'), json.dumps([1]))", 0);
+	assert_string_equal(r.out, "False [1]\n");
+	wr_call_result_free(&r);
+}
+
+struct bg {
+	pthread_t t;
+	struct wr_call_result r;
+	const char *code;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg *b = arg;
+	b->r = py(b->code, 20000);
+	return NULL;
+}
+
+static void test_abstract_sockets_and_signals_scoped(void **state)
+{
+	(void)state;
+	struct bg a = {.code =
+			   "import socket, time\n"
+			   "s = socket.socket(socket.AF_UNIX)\n"
+			   "s.bind(b'\\0warren-fn-test')\ns.listen()\ntime.sleep(3)\nprint('a')"};
+	assert_int_equal(pthread_create(&a.t, NULL, bg_main, &a), 0);
+	usleep(1500000);
+	struct wr_call_result r =
+	    py("import socket, os\n"
+	       "c = socket.socket(socket.AF_UNIX)\n"
+	       "try:\n    c.connect(b'\\0warren-fn-test')\n    print('connected')\n"
+	       "except OSError as e:\n    print('refused', e.errno)\n",
+	       0);
+	assert_non_null(strstr(r.out, "refused"));
+	wr_call_result_free(&r);
+	pthread_join(a.t, NULL);
+	assert_string_equal(a.r.out, "a\n");
+	wr_call_result_free(&a.r);
+}
+
+static void test_python_bombs(void **state)
+{
+	(void)state;
+	struct wr_call_result r = fx_call(
+	    g_pool, &(struct wr_call_spec){.code = "x = bytearray(400 << 20)\nprint(len(x))",
+					   .memory_bytes = 64ull << 20});
+	assert_int_equal(r.reason, WR_EXIT_OOM);
+	wr_call_result_free(&r);
+	r = fx_call(g_pool,
+		    &(struct wr_call_spec){.code = "while True: pass", .cpu_time_ms = 1000});
+	assert_int_equal(r.reason, WR_EXIT_CPU_TIME);
+	wr_call_result_free(&r);
+	r = py("import time\ntime.sleep(10)", 400);
+	assert_int_equal(r.reason, WR_EXIT_TIMEOUT);
+	wr_call_result_free(&r);
+	r = fx_call(g_pool, &(struct wr_call_spec){.code = "import sys\nwhile True: "
+							   "sys.stdout.write('y' * 65536)",
+						   .output_cap = 100000});
+	if (!r.out_truncated)
+		fprintf(stderr, "flood: %s %d out %zu err %.300s\n", wr_exit_reason_name(r.reason),
+			r.exit_code, r.out_len, r.err);
+	assert_true(r.out_truncated);
+	assert_int_equal(r.out_len, 100000);
+	wr_call_result_free(&r);
+	r = py("import os\nfor i in range(200):\n    if os.fork() == 0:\n        import time\n"
+	       "        time.sleep(30)\nprint('forked')",
+	       2000);
+	/* pids.max (64) stops the forks; the sleepers die with the call. */
+	assert_int_equal(r.exit_code, 1);
+	assert_non_null(strstr(r.err, "BlockingIOError"));
+	wr_call_result_free(&r);
+	r = py("print('still fine')", 0);
+	assert_string_equal(r.out, "still fine\n");
+	wr_call_result_free(&r);
+}
+
+static void test_bad_preload_is_reported(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"no_such_module_xyz"};
+	struct wr_function_pool_spec ps = {.image = getenv("WARREN_TEST_PYIMAGE"),
+					   .language = "python",
+					   .preload = bad,
+					   .n_preload = 1};
+	struct wr_function_pool *p = NULL;
+	wr_err err = NULL;
+	assert_true(wr_function_pool_create(&ps, &p, &err) < 0);
+	assert_non_null(strstr(err->msg, "no_such_module_xyz"));
+	wr_err_free(&err);
+	static const char *const evil[] = {"os; import x"};
+	ps.preload = evil;
+	assert_true(wr_function_pool_create(&ps, &p, &err) < 0);
+	assert_string_equal(err->field, "preload");
+	wr_err_free(&err);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_code_runs_warm),
+	    cmocka_unit_test(test_same_confinement),
+	    cmocka_unit_test(test_files_stdin_and_file_argv),
+	    cmocka_unit_test(test_interpreter_state_not_shared),
+	    cmocka_unit_test(test_abstract_sockets_and_signals_scoped),
+	    cmocka_unit_test(test_python_bombs),
+	    cmocka_unit_test(test_bad_preload_is_reported),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
