@@ -1,4 +1,4 @@
-/* Durable state: SQLite in WAL mode, synchronous=FULL.
+/* Durable state: SQLite in WAL mode, synchronous=NORMAL.
  *
  *   sandboxes  one row per sandbox ever created (records stay after kill);
  *              written synchronously before the API answers
@@ -46,7 +46,6 @@ int wrd_db_open(const char *path, wr_err *err);
 void wrd_db_close(void);
 
 int wrd_db_insert(const struct wrd_record *r, wr_err *err);
-int wrd_db_set_running(const char *id, pid_t init_pid, wr_err *err);
 int wrd_db_set_state(const char *id, enum wrd_state st, wr_err *err);
 int wrd_db_set_expires(const char *id, int64_t expires_ms, wr_err *err);
 int wrd_db_delete(const char *id, wr_err *err);

@@ -549,8 +549,14 @@ void wrd_http_commit(struct wrd_http_priv *p)
 	MHD_resume_connection(p->conn);
 }
 
-/* Pool and long handlers: commit the reply unless the handler streamed
- * (wrd_reply_stream committed already and the reply is MHD's now). */
+void wrd_reply_send(struct wrd_req *r)
+{
+	if (!r->priv->committed)
+		wrd_http_commit(r->priv);
+}
+
+/* Pool and long handlers: commit the reply unless the handler streamed or
+ * sent it early (the reply is MHD's then). */
 static void run_and_commit(void *arg)
 {
 	struct wrd_http_priv *p = arg;

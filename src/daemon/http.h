@@ -89,6 +89,11 @@ void wrd_reply_err(struct wrd_req *r, const wr_err err);
  * from pool/long handlers. -1 (reply set to 500) on failure. */
 int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype);
 
+/* Send the answer set so far now; the handler goes on with work the
+ * client need not wait for and must not reply again. Only from pool/long
+ * handlers. */
+void wrd_reply_send(struct wrd_req *r);
+
 /* A request header (case-insensitive name), or NULL. */
 const char *wrd_header(struct wrd_req *r, const char *name);
 /* Add a header to the answer set so far (after a wrd_reply_*). */

@@ -59,7 +59,7 @@ static void reap_job(void *arg)
 {
 	struct reap *rp = arg;
 	_cleanup_err_ wr_err err = NULL;
-	if (wrd_mgr_kill(rp->sb, rp->why, rp->detail, &err) < 0 && err->errnum != ESRCH)
+	if (wrd_mgr_kill(rp->sb, rp->why, rp->detail, NULL, NULL, &err) < 0 && err->errnum != ESRCH)
 		wr_warn("%s", err->msg);
 	wrd_mgr_put(rp->sb);
 	free(rp);
