@@ -121,6 +121,11 @@ static const char schema[] =
     " ended_ms INTEGER, init_pid INTEGER NOT NULL DEFAULT 0, spec TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS sandboxes_list ON sandboxes(tenant, created_ms, id);"
     "CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes(state);"
+    "CREATE TABLE IF NOT EXISTS commands ("
+    " sandbox_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, cmd TEXT NOT NULL,"
+    " started_ms INTEGER NOT NULL, host_pid INTEGER NOT NULL, ns_pid INTEGER NOT NULL,"
+    " start_ticks INTEGER NOT NULL, result TEXT, PRIMARY KEY (sandbox_id, id))"
+    " WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS events ("
     " sandbox_id TEXT NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
     " type TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (sandbox_id, seq))"
@@ -329,6 +334,82 @@ int wrd_db_delete(const char *id, wr_err *err)
 	if (r == 0)
 		r = write_stmt("DELETE FROM events WHERE sandbox_id = ?1", "delete events", err,
 			       bind_id, id, false);
+	if (r == 0)
+		r = write_stmt("DELETE FROM commands WHERE sandbox_id = ?1", "delete commands", err,
+			       bind_id, id, false);
+	return r;
+}
+
+/* ---- background commands ------------------------------------------------ */
+
+static void bind_cmd(sqlite3_stmt *st, const void *ctx)
+{
+	const struct wrd_cmd_row *c = ctx;
+	sqlite3_bind_text(st, 1, c->sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, c->id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
+	sqlite3_bind_text(st, 4, c->cmd, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 5, c->started_ms);
+	sqlite3_bind_int64(st, 6, c->host_pid);
+	sqlite3_bind_int64(st, 7, c->ns_pid);
+	sqlite3_bind_int64(st, 8, (sqlite3_int64)c->start_ticks);
+	if (c->result)
+		sqlite3_bind_text(st, 9, c->result, -1, SQLITE_STATIC);
+}
+
+int wrd_db_cmd_insert(const struct wrd_cmd_row *c, wr_err *err)
+{
+	return write_stmt("INSERT OR REPLACE INTO commands (sandbox_id, id, seq, cmd, started_ms,"
+			  " host_pid, ns_pid, start_ticks, result)"
+			  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+			  "insert command", err, bind_cmd, c, false);
+}
+
+int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err)
+{
+	/* ?3..?8 are bound but unused: ?9 makes them valid indexes */
+	return write_stmt("UPDATE commands SET result = ?9 WHERE sandbox_id = ?1 AND id = ?2",
+			  "finish command", err, bind_cmd, c, false);
+}
+
+int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
+		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err)
+{
+	sqlite3 *db = reader_get(err);
+	if (db == NULL)
+		return -EIO;
+	sqlite3_stmt *st = NULL;
+	int r = 0;
+	/* the newest `max`, handed over oldest first */
+	if (sqlite3_prepare_v2(db,
+			       "SELECT id, seq, cmd, started_ms, host_pid, ns_pid, start_ticks, "
+			       "result FROM (SELECT * FROM commands WHERE sandbox_id = ?1 "
+			       "ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+			       -1, &st, NULL) != SQLITE_OK) {
+		r = db_fail(db, err, "load commands");
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, max);
+	int rc;
+	while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct wrd_cmd_row c = {
+		    .sandbox_id = sandbox_id,
+		    .id = (const char *)sqlite3_column_text(st, 0),
+		    .seq = (uint64_t)sqlite3_column_int64(st, 1),
+		    .cmd = (const char *)sqlite3_column_text(st, 2),
+		    .started_ms = sqlite3_column_int64(st, 3),
+		    .host_pid = (pid_t)sqlite3_column_int64(st, 4),
+		    .ns_pid = (pid_t)sqlite3_column_int64(st, 5),
+		    .start_ticks = (uint64_t)sqlite3_column_int64(st, 6),
+		    .result = (const char *)sqlite3_column_text(st, 7),
+		};
+		if (c.id && c.cmd)
+			r = cb(&c, ctx);
+	}
+out:
+	sqlite3_finalize(st);
+	reader_put(db);
 	return r;
 }
 
