@@ -38,6 +38,7 @@
 #define MAX_ENV 4096
 #define DRAIN_QUIET_MS 200 /* after the exit: no more output for this long */
 #define DRAIN_MAX_MS 5000
+#define EOF_SETTLE_MS 30
 #define SEND_MAX_MS 5000 /* the exit frame to a client that does not read */
 #define LINGER_MS 2000	 /* then for the client to close */
 
@@ -58,6 +59,7 @@ struct relay {
 	size_t hdr_len;
 	bool in_frame, eof_pending;
 	bool eof_wait; /* the eof frame waits for the reader (see eof_ready) */
+	uint64_t eof_ready_since;
 	uint8_t type;
 	uint32_t left; /* payload bytes of the current frame still to come */
 	unsigned char arg[4];
@@ -134,8 +136,8 @@ static void resize(struct relay *x)
 		ioctl(x->master, TIOCSWINSZ, &ws); /* the terminal sends SIGWINCH */
 }
 
-/* Is a process blocked reading (or polling) its stdio? From the numbers
- * of /proc/<pid>/syscall: "nr arg0 ...". */
+/* Is a process blocked reading its stdio? From the numbers of
+ * /proc/<pid>/syscall: "nr arg0 ...". */
 static bool pid_reading(pid_t pid)
 {
 	char path[64], buf[128];
@@ -151,15 +153,10 @@ static bool pid_reading(pid_t pid)
 	long nr = strtol(buf, NULL, 10);
 	const char *a0 = strchr(buf, ' ');
 	unsigned long fd0 = a0 ? strtoul(a0 + 1, NULL, 16) : 99;
-	switch (nr) {
-	case 0: /* read */
-	case 19: /* readv */ return fd0 <= 2;
-	case 7:	  /* poll */
-	case 23:  /* select */
-	case 270: /* pselect6 */
-	case 271: /* ppoll */ return true;
-	default: return false;
-	}
+	/* read(2)/readv(2) of stdin..stderr only: a poll on the terminal may be
+	 * a line editor peeking before it switches to raw mode (busybox asks
+	 * the terminal where the cursor is) */
+	return (nr == 0 || nr == 19) && fd0 <= 2;
 }
 
 /* Some process of the foreground group pg blocked reading? The group's
@@ -218,9 +215,9 @@ static bool fg_reading(pid_t pg)
  * read (the input queue, seen through a peer fd of the terminal, is empty)
  * and then until either the terminal is raw (a line editor waits for a
  * key: ^D on an empty line ends it) or the foreground process is blocked
- * reading or polling (a canonical reader: cat, read). A command that never
+ * reading (a canonical reader: cat, read), on looks 30 ms apart. A command that never
  * reads keeps the eof pending, as a real terminal would. */
-static bool eof_ready(struct relay *x)
+static bool eof_ready_now(struct relay *x)
 {
 	int peer = ioctl(x->master, TIOCGPTPEER, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
 	if (peer >= 0) {
@@ -235,6 +232,21 @@ static bool eof_ready(struct relay *x)
 		return true;
 	pid_t pg = tcgetpgrp(x->master);
 	return pg <= 0 || fg_reading(pg);
+}
+
+/* Ready on looks at least EOF_SETTLE_MS apart, none between them saying
+ * otherwise: a program passing through a state (a shell between two
+ * commands) is not taken for one waiting in it. */
+static bool eof_ready(struct relay *x)
+{
+	uint64_t now = wr_now_ns();
+	if (!eof_ready_now(x)) {
+		x->eof_ready_since = 0;
+		return false;
+	}
+	if (x->eof_ready_since == 0)
+		x->eof_ready_since = now;
+	return now - x->eof_ready_since >= EOF_SETTLE_MS * 1000000ull;
 }
 
 /* Act on the buffered client bytes. false when the terminal would block
