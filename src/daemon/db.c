@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/cleanup.h"
 #include "daemon/jsonutil.h"
@@ -632,11 +633,15 @@ void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t
 	    detail ? json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(9)) : strdup("{}");
 	json_decref(detail);
 	pthread_mutex_lock(&g_evlock);
+	bool first = g_evq == NULL; /* later ones wait for the same commit */
 	*g_evtail = e;
 	g_evtail = &e->next;
-	pthread_cond_signal(&g_evcond);
+	if (first)
+		pthread_cond_signal(&g_evcond);
 	pthread_mutex_unlock(&g_evlock);
 }
+
+#define EV_GATHER_MS 20
 
 static const char ev_insert_sql[] = "INSERT OR REPLACE INTO events (sandbox_id, seq, time_ms, "
 				    "type, detail) VALUES (?1, ?2, ?3, ?4, ?5)";
@@ -691,10 +696,26 @@ int wrd_db_flush_events(wr_err *err)
 static void *flusher_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-events");
 	for (;;) {
 		pthread_mutex_lock(&g_evlock);
 		while (g_evq == NULL && !g_evstop && !g_ck_wanted)
 			pthread_cond_wait(&g_evcond, &g_evlock);
+		/* Gather for a moment: a sandbox's events come a few ms apart
+		 * (created, command_started, command_finished, killed) and each
+		 * commit costs as much as many rows. Readers flush first, so
+		 * nobody waits for this; a crash loses at most these ms. */
+		if (g_evq && !g_evstop) {
+			struct timespec dl;
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += EV_GATHER_MS * 1000000L;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+			while (!g_evstop && pthread_cond_timedwait(&g_evcond, &g_evlock, &dl) == 0)
+				;
+		}
 		bool stop = g_evstop, ck = g_ck_wanted;
 		g_ck_wanted = false;
 		pthread_mutex_unlock(&g_evlock);

@@ -345,6 +345,7 @@ static void pstream_free(void *cls)
 static void *relay_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-relay");
 	struct epoll_event evs[64];
 	for (;;) {
 		int n = epoll_wait(g_relay_ep, evs, 64, -1);
@@ -405,9 +406,12 @@ static pthread_t *g_workers;
 static unsigned g_nworkers;
 static atomic_uint g_long_threads;
 
+/* Threads are named for top and perf: wrd-pool, wrd-long, wrd-relay
+ * (MHD's own: MHD-single). */
 static void *worker_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-pool");
 	for (;;) {
 		pthread_mutex_lock(&g_qlock);
 		while (g_qhead == NULL && !g_qstop)
@@ -468,6 +472,7 @@ static bool long_reserve(void)
 static void *long_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-long");
 	for (;;) {
 		pthread_mutex_lock(&g_llock);
 		g_lidle++;
@@ -860,8 +865,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static struct MHD_Daemon *start_daemon(int fd, struct listener *l, unsigned max_conn)
 {
 	return MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-		MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO |
+		MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
 	    0, NULL, NULL, access_cb, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
 	    completed_cb, NULL, MHD_OPTION_CONNECTION_LIMIT, max_conn,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,

@@ -303,9 +303,11 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 		wrd_mgr_put(sb);
 		return wr_err_wrap(err, "create sandbox");
 	}
+	/* Our own pidfd, not the tier's: the monitor's epoll set holds it until
+	 * the monitor thread drops the watch, which may come after destroy
+	 * closed the tier's (sharing it would need a dup, the same syscall).
+	 * pidfd_open makes it close-on-exec. */
 	sb->pidfd = wr_pidfd_open(sb->rec.init_pid, 0);
-	if (sb->pidfd >= 0)
-		fcntl(sb->pidfd, F_SETFD, FD_CLOEXEC);
 	sb->state = WRD_RUNNING;
 	wrd_table_insert(sb);
 	wrd_monitor_watch(sb);

@@ -145,6 +145,7 @@ static int64_t scan(void)
 static void *monitor_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-monitor");
 	struct epoll_event evs[64];
 	int64_t timeout = 0;
 	while (!atomic_load(&g_stop)) {
