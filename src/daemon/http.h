@@ -36,7 +36,11 @@
 
 #define WRD_JSON_MAX (1u << 20)
 
-enum wrd_class { WRD_INLINE, WRD_POOL, WRD_LONG };
+/* Where a handler runs: MHD's thread (inline: never blocks), the worker
+ * pool, the create lane (creates wait for a spawner: on a lane of their
+ * own they never hold up kills, reads and file calls), or a thread of its
+ * own (long: commands, streams). */
+enum wrd_class { WRD_INLINE, WRD_POOL, WRD_CREATE, WRD_LONG };
 enum wrd_body { WRD_BODY_NONE, WRD_BODY_JSON, WRD_BODY_UPLOAD };
 
 struct wrd_req;
