@@ -371,6 +371,9 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 	wrd_sbx_event(sb, type, detail);
 	if (dead) {
 		wait_dead(sb);
+		/* Its processes are gone: it uses its store images no more. The
+		 * answer says they are released (holders 0), like the rest. */
+		wrd_images_release_sandbox(sb->rec.id);
 		atomic_fetch_add(&g_releasing, 1);
 		dead(ctx);
 	}
@@ -381,9 +384,10 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 	pthread_mutex_unlock(&sb->lock);
 	int r = sb->ops->destroy(&sb->tsb, err);
 	table_remove(sb);
-	wrd_images_release_sandbox(sb->rec.id); /* its store images (images.c) */
 	if (dead)
 		atomic_fetch_sub(&g_releasing, 1);
+	else
+		wrd_images_release_sandbox(sb->rec.id); /* its store images (images.c) */
 	if (r < 0)
 		return wr_err_wrap(err, "kill sandbox %s", sb->rec.id);
 	return 0;
