@@ -31,9 +31,17 @@ struct warren_client {
 	char *auth_header; /* "Authorization: Bearer ..." or NULL */
 	long connect_timeout_ms;
 	long request_timeout_ms;
-	CURLSH *share;
-	pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+	/* Idle easy handles, each with its open connection to the daemon:
+	 * a call takes one (or makes one) and puts it back. Reusing the
+	 * handle keeps its connection and its internal state (wakeup
+	 * socketpair, buffers), which curl_easy_init would make anew. */
+	pthread_mutex_t pool_lock;
+	CURL **pool;
+	size_t n_pool;
 };
+/* Idle handles (= idle connections) a client keeps; more concurrent calls
+ * than this still work, their surplus connections close when they end. */
+#define WC_POOL_MAX 256
 
 struct warren_sandbox {
 	warren_client *client;

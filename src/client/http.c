@@ -1,7 +1,9 @@
 /* libwarren: the client handle and the HTTP layer over libcurl.
  *
- * Every call uses its own easy handle; connections are pooled through a
- * share handle, so a client may be used from several threads at once. */
+ * A call takes an idle easy handle from the client's pool (or makes one)
+ * and returns it afterwards with its connection still open, so a client
+ * may be used from several threads at once and each of them reuses a
+ * connection (keep-alive) without contending on a shared cache. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,21 +104,6 @@ int wc_check_id(struct wc_call *c, const char *field, const char *id)
 	return 0;
 }
 
-static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
-{
-	(void)h;
-	(void)access;
-	warren_client *cl = ud;
-	pthread_mutex_lock(&cl->locks[data]);
-}
-
-static void share_unlock(CURL *h, curl_lock_data data, void *ud)
-{
-	(void)h;
-	warren_client *cl = ud;
-	pthread_mutex_unlock(&cl->locks[data]);
-}
-
 int warren_client_new(const warren_client_opts *opts, warren_client **out, warren_error **errp)
 {
 	struct wc_call c = {0};
@@ -141,8 +128,7 @@ int warren_client_new(const warren_client_opts *opts, warren_client **out, warre
 		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
 		return wc_finish(&c, r, errp, "new client");
 	}
-	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-		pthread_mutex_init(&cl->locks[i], NULL);
+	pthread_mutex_init(&cl->pool_lock, NULL);
 	cl->connect_timeout_ms = opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 10000;
 	cl->request_timeout_ms = opts->request_timeout_ms > 0 ? opts->request_timeout_ms : 0;
 	if (opts->url && *opts->url) {
@@ -179,16 +165,11 @@ int warren_client_new(const warren_client_opts *opts, warren_client **out, warre
 			goto fail;
 		}
 	}
-	cl->share = curl_share_init();
-	if (cl->base_url == NULL || cl->share == NULL) {
+	cl->pool = calloc(WC_POOL_MAX, sizeof(*cl->pool));
+	if (cl->base_url == NULL || cl->pool == NULL) {
 		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
 		goto fail;
 	}
-	curl_share_setopt(cl->share, CURLSHOPT_LOCKFUNC, share_lock);
-	curl_share_setopt(cl->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
-	curl_share_setopt(cl->share, CURLSHOPT_USERDATA, cl);
-	curl_share_setopt(cl->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-	curl_share_setopt(cl->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 	*out = cl;
 	return 0;
 fail:
@@ -200,10 +181,10 @@ void warren_client_free(warren_client *cl)
 {
 	if (cl == NULL)
 		return;
-	if (cl->share)
-		curl_share_cleanup(cl->share);
-	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-		pthread_mutex_destroy(&cl->locks[i]);
+	for (size_t i = 0; i < cl->n_pool; i++)
+		curl_easy_cleanup(cl->pool[i]);
+	free(cl->pool);
+	pthread_mutex_destroy(&cl->pool_lock);
 	free(cl->base_url);
 	free(cl->socket_path);
 	free(cl->auth_header);
@@ -211,6 +192,33 @@ void warren_client_free(warren_client *cl)
 }
 
 /* ---- one transfer ---------------------------------------------------- */
+
+static CURL *handle_get(warren_client *cl)
+{
+	CURL *h = NULL;
+	pthread_mutex_lock(&cl->pool_lock);
+	if (cl->n_pool > 0)
+		h = cl->pool[--cl->n_pool];
+	pthread_mutex_unlock(&cl->pool_lock);
+	return h ? h : curl_easy_init();
+}
+
+static void handle_put(warren_client *cl, CURL *h)
+{
+	if (h == NULL)
+		return;
+	/* Options back to their defaults (they point at this call's stack
+	 * and buffers); the connection stays open in the handle. */
+	curl_easy_reset(h);
+	pthread_mutex_lock(&cl->pool_lock);
+	if (cl->n_pool < WC_POOL_MAX) {
+		cl->pool[cl->n_pool++] = h;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&cl->pool_lock);
+	if (h)
+		curl_easy_cleanup(h);
+}
 
 struct xfer {
 	struct wc_call *c;
@@ -373,7 +381,7 @@ int wc_do(struct wc_call *c, struct wc_req *rq, struct wc_buf *body)
 		return wc_fail(c, "internal", ENOMEM, "out of memory");
 	_cleanup_free_ char *url = wc_fmt("%s%s", cl->base_url, rq->path);
 	_cleanup_free_ char *json_text = NULL;
-	CURL *h = curl_easy_init();
+	CURL *h = handle_get(cl);
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.c = c, .rq = rq, .curl = h, .body = body};
 	char errbuf[CURL_ERROR_SIZE] = "";
@@ -383,7 +391,6 @@ int wc_do(struct wc_call *c, struct wc_req *rq, struct wc_buf *body)
 		goto out;
 	}
 	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_SHARE, cl->share);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, cl->connect_timeout_ms);
@@ -433,9 +440,8 @@ int wc_do(struct wc_call *c, struct wc_req *rq, struct wc_buf *body)
 out:
 	wc_buf_free(&x.errbody);
 	wc_buf_free(&x.line);
+	handle_put(cl, h);
 	curl_slist_free_all(hdrs);
-	if (h)
-		curl_easy_cleanup(h);
 	return r;
 }
 

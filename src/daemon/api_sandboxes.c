@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
 #include "daemon/images.h"
@@ -416,6 +417,22 @@ void wrd_api_sb_list(struct wrd_req *r)
 	wrd_reply_json(r, 200, o);
 }
 
+struct kill_ctx {
+	struct wrd_req *r;
+	bool sent;
+};
+
+/* The record says killed and no process of the sandbox is left: answer
+ * now; releasing cgroups, uid range and the handle follows on this thread
+ * (the sandbox counts toward max_sandboxes until then). */
+static void kill_dead(void *ctx)
+{
+	struct kill_ctx *k = ctx;
+	wrd_reply_empty(k->r, 204);
+	wrd_reply_send(k->r);
+	k->sent = true;
+}
+
 void wrd_api_sb_kill(struct wrd_req *r)
 {
 	if (wrd_query_check(r, NULL) < 0)
@@ -424,12 +441,19 @@ void wrd_api_sb_kill(struct wrd_req *r)
 	if (sb == NULL)
 		return;
 	_cleanup_err_ wr_err err = NULL;
-	if (wrd_mgr_kill(sb, WRD_KILLED, json_object(), &err) < 0 && err->errnum == ESRCH)
+	struct kill_ctx k = {.r = r};
+	int rc = wrd_mgr_kill(sb, WRD_KILLED, json_object(), kill_dead, &k, &err);
+	if (k.sent) {
+		/* answered already: a failure to release is the daemon's */
+		if (rc < 0)
+			wr_warn("%s", err->msg);
+	} else if (rc < 0 && err->errnum == ESRCH) {
 		wrd_reply_error(r, "conflict", NULL, "%s", err->msg);
-	else if (err)
+	} else if (rc < 0) {
 		wrd_reply_err(r, err);
-	else
+	} else {
 		wrd_reply_empty(r, 204);
+	}
 	wrd_mgr_put(sb);
 }
 

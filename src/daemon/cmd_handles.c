@@ -152,9 +152,15 @@ void wrd_api_cmd_stream(struct wrd_req *r)
 		struct wr_exec_result res = c->res;
 		char *error = c->error ? strdup(c->error) : NULL;
 		bool done = c->done;
+		json_t *adopted = done && c->adopted ? wrd_cmd_adopted_result(c) : NULL;
 		pthread_mutex_unlock(&c->lock);
-		if (done)
+		if (adopted) {
+			json_object_set_new(adopted, "output_available", json_false());
+			wrd_nd_exit_json(&nd, adopted);
+			json_decref(adopted);
+		} else if (done) {
 			wrd_nd_exit(&nd, &res, error);
+		}
 		free(error);
 		free(buf);
 		close(nd.fd);

@@ -11,6 +11,8 @@
 #include "daemon/manager.h"
 #include "tiers/tier.h"
 
+#define WRD_MAX_CMD_RECORDS 256 /* finished commands remembered per sandbox */
+
 struct chunk {
 	int stream;
 	size_t off, len;
@@ -52,6 +54,18 @@ struct wrd_cmd {
 	unsigned short rows, cols;
 	void (*on_pty)(void *ctx, int master_fd);
 	void *pty_ctx;
+	/* a background command's durable record (cmd_adopt.c) */
+	bool persisted;
+	char sbid[17];
+	int64_t started_ms;
+	/* adopted after a daemon restart: not our child, its output went to
+	 * the previous process; watched by the monitor through a pidfd */
+	bool adopted;
+	int adopt_pidfd;
+	pid_t adopt_pid, adopt_ns_pid;
+	uint64_t adopt_ticks;
+	char *adopt_kill; /* cgroup.kill of its leaf, or NULL */
+	json_t *final;	  /* adopted, finished: the result fields */
 };
 
 struct ndjson {
@@ -79,6 +93,23 @@ int wrd_cmd_kill_tree(struct wrd_cmd *c);
 /* A pidfd of the running command (-ESRCH before it runs and once it has
  * exited). Thread-safe. */
 int wrd_cmd_pidfd(struct wrd_cmd *c);
+
+/* cmd_adopt.c: persistence of background commands across restarts. */
+/* Wait (bounded) until c runs or ended, then write its record; false if it
+ * could not be written (the command runs, unremembered by a restart). */
+bool wrd_cmd_persist_start(struct wrd_cmd *c);
+/* c ended: record its result (a no-op unless persisted). */
+void wrd_cmd_persist_finish(struct wrd_cmd *c);
+/* The monitor saw an adopted command's pidfd readable: it exited. */
+void wrd_cmd_adopted_exit(struct wrd_cmd *c);
+/* The result fields of an adopted, finished command (caller holds c->lock):
+ * a new reference. */
+json_t *wrd_cmd_adopted_result(struct wrd_cmd *c);
+int wrd_cmd_adopted_kill(struct wrd_cmd *c);
+int wrd_cmd_adopted_pidfd(struct wrd_cmd *c);
+void wrd_nd_exit_json(struct ndjson *o, json_t *fields);
+/* monitor.c: watch an adopted command's pidfd (takes a reference). */
+void wrd_monitor_watch_cmd(struct wrd_cmd *c);
 
 /* A new command record (one reference), argv etc. filled by the caller. */
 struct wrd_cmd *wrd_cmd_new(void);

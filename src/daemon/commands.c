@@ -18,7 +18,6 @@
 #include "daemon/jsonutil.h"
 #include "daemon/metrics.h"
 
-#define MAX_CMD_RECORDS 256 /* finished commands remembered per sandbox */
 #define MAX_ARGV 4096
 
 void wrd_cmd_put(struct wrd_cmd *c)
@@ -43,6 +42,10 @@ void wrd_cmd_put(struct wrd_cmd *c)
 	}
 	free(c->env);
 	free(c->cwd);
+	if (c->adopt_pidfd >= 0)
+		close(c->adopt_pidfd);
+	free(c->adopt_kill);
+	json_decref(c->final);
 	pthread_mutex_destroy(&c->lock);
 	wr_exec_ctl_destroy(&c->ctl);
 	pthread_cond_destroy(&c->cv);
@@ -92,11 +95,26 @@ json_t *wrd_cmd_json(struct wrd_cmd *c, bool full)
 	json_object_set(o, "cmd", c->cmd);
 	json_object_set_new(o, "state", json_string(c->done ? "finished" : "running"));
 	json_object_set_new(o, "background", json_boolean(c->background));
+	if (c->adopted)
+		json_object_set_new(o, "output_available", json_false());
 	if (!c->done) {
 		json_object_set_new(o, "exit_code", json_null());
 		json_object_set_new(o, "reason", json_null());
 		if (full)
 			json_object_set_new(o, "pid", json_integer(wrd_cmd_ns_pid(c)));
+		return o;
+	}
+	if (c->adopted) {
+		json_t *f = wrd_cmd_adopted_result(c);
+		if (!full) {
+			json_object_set(o, "exit_code", json_object_get(f, "exit_code"));
+			json_object_set(o, "reason", json_object_get(f, "reason"));
+		} else {
+			json_object_update(o, f);
+			json_object_set_new(o, "stdout", json_string(""));
+			json_object_set_new(o, "stderr", json_string(""));
+		}
+		json_decref(f);
 		return o;
 	}
 	if (c->error) {
@@ -184,10 +202,20 @@ void wrd_nd_exit(struct ndjson *o, const struct wr_exec_result *res, const char 
 	nd_line(o, j);
 }
 
+void wrd_nd_exit_json(struct ndjson *o, json_t *fields)
+{
+	json_t *j = json_object();
+	json_object_set_new(j, "type", json_string("exit"));
+	json_object_update(j, fields);
+	nd_line(o, j);
+}
+
 /* ---- a running command, through the tier's control ------------------- */
 
 pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
 {
+	if (c->adopted)
+		return c->done ? 0 : c->adopt_ns_pid;
 	return wr_exec_ctl_ns_pid(&c->ctl);
 }
 
@@ -195,11 +223,15 @@ pid_t wrd_cmd_ns_pid(struct wrd_cmd *c)
  * kill on pure v1); a kill before the command starts means it never runs. */
 int wrd_cmd_kill_tree(struct wrd_cmd *c)
 {
+	if (c->adopted)
+		return wrd_cmd_adopted_kill(c);
 	return wr_exec_ctl_kill(&c->ctl);
 }
 
 int wrd_cmd_pidfd(struct wrd_cmd *c)
 {
+	if (c->adopted)
+		return wrd_cmd_adopted_pidfd(c);
 	return wr_exec_ctl_pidfd(&c->ctl);
 }
 
@@ -323,6 +355,7 @@ void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 		json_object_set_new(d, "error", json_string(c->error ? c->error : "exec failed"));
 	}
 	wrd_sbx_event(sb, "command_finished", d);
+	wrd_cmd_persist_finish(c);
 	if (c->req) {
 		if (r < 0) {
 			wrd_reply_err(c->req, err);
@@ -534,7 +567,7 @@ void wrd_cmd_register(struct wrd_sbx *sb, struct wrd_cmd *c)
 		pp = &(*pp)->next;
 	*pp = c;
 	sb->n_cmds++;
-	if (sb->n_cmds > MAX_CMD_RECORDS) {
+	if (sb->n_cmds > WRD_MAX_CMD_RECORDS) {
 		for (pp = &sb->cmds; *pp; pp = &(*pp)->next) {
 			pthread_mutex_lock(&(*pp)->lock);
 			bool done = (*pp)->done;
@@ -561,6 +594,7 @@ struct wrd_cmd *wrd_cmd_new(void)
 	wr_exec_ctl_init(&c->ctl);
 	pthread_cond_init(&c->cv, NULL);
 	c->stdin_r = c->stdin_w = -1;
+	c->adopt_pidfd = -1;
 	c->user = -1;
 	return c;
 }
@@ -611,10 +645,16 @@ void wrd_api_cmd_run(struct wrd_req *r)
 			wrd_cmd_put(c);
 			return;
 		}
+		/* Durable before the answer, like a sandbox's record: a restart
+		 * still lists it (cmd_adopt.c). */
+		wrd_cmd_persist_start(c);
+		pthread_mutex_lock(&c->lock);
+		bool done = c->done;
+		pthread_mutex_unlock(&c->lock);
 		json_t *o = json_object();
 		json_object_set_new(o, "id", json_string(c->id));
-		json_object_set_new(o, "pid", json_integer(0));
-		json_object_set_new(o, "state", json_string("running"));
+		json_object_set_new(o, "pid", json_integer(done ? 0 : wrd_cmd_ns_pid(c)));
+		json_object_set_new(o, "state", json_string(done ? "finished" : "running"));
 		wrd_reply_json(r, 201, o);
 		wrd_cmd_put(c);
 		return;

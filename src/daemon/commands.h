@@ -23,6 +23,9 @@ void wrd_api_cmd_kill(struct wrd_req *r);
 
 /* Sandbox kill: close every command's stdin so nothing waits on it. */
 void wrd_cmds_abort(struct wrd_sbx *sb);
+/* Daemon start: the background commands an adopted sandbox had
+ * (cmd_adopt.c). */
+int wrd_cmds_adopt(struct wrd_sbx *sb, wr_err *err);
 /* Last reference of the sandbox dropped: free the command records. */
 void wrd_cmds_free(struct wrd_sbx *sb);
 

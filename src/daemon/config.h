@@ -43,7 +43,7 @@ struct wrd_config {
 	size_t n_images;
 	struct wrd_limits defaults;
 	char *image_store;	   /* the "image_store" object as JSON text, or NULL */
-	unsigned workers;	   /* worker threads for short kernel work */
+	unsigned workers;	   /* threads of each lane (pool.c): pool, create */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */
 	unsigned max_connections;  /* per listener */

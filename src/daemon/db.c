@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/cleanup.h"
 #include "daemon/jsonutil.h"
@@ -121,6 +122,11 @@ static const char schema[] =
     " ended_ms INTEGER, init_pid INTEGER NOT NULL DEFAULT 0, spec TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS sandboxes_list ON sandboxes(tenant, created_ms, id);"
     "CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes(state);"
+    "CREATE TABLE IF NOT EXISTS commands ("
+    " sandbox_id TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, cmd TEXT NOT NULL,"
+    " started_ms INTEGER NOT NULL, host_pid INTEGER NOT NULL, ns_pid INTEGER NOT NULL,"
+    " start_ticks INTEGER NOT NULL, result TEXT, PRIMARY KEY (sandbox_id, id))"
+    " WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS events ("
     " sandbox_id TEXT NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
     " type TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (sandbox_id, seq))"
@@ -129,6 +135,29 @@ static const char schema[] =
 static void *flusher_main(void *arg);
 static pthread_t g_flusher;
 static bool g_flusher_running;
+static sqlite3 *g_ck; /* the flusher's: checkpoints */
+static bool g_ck_wanted;
+static pthread_mutex_t g_evlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_evcond = PTHREAD_COND_INITIALIZER;
+
+/* Checkpoints run on the flusher thread, never in a request: SQLite's
+ * automatic one runs in the commit that crosses the threshold and syncs
+ * the WAL and the database file there (fsync on the API's path). Runs on
+ * the writer's thread after each commit, g_wlock held. */
+#define CKPT_PAGES 1000
+static int wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
+{
+	(void)ctx;
+	(void)db;
+	(void)name;
+	if (pages >= CKPT_PAGES) {
+		pthread_mutex_lock(&g_evlock);
+		g_ck_wanted = true;
+		pthread_cond_signal(&g_evcond);
+		pthread_mutex_unlock(&g_evlock);
+	}
+	return SQLITE_OK;
+}
 
 int wrd_db_open(const char *path, wr_err *err)
 {
@@ -138,6 +167,10 @@ int wrd_db_open(const char *path, wr_err *err)
 		return -1;
 	if (exec_sql(g_w, schema, err) < 0)
 		return wr_err_wrap(err, "database %s: schema", path);
+	if (exec_sql(g_w, "PRAGMA wal_autocheckpoint=0", err) < 0 ||
+	    open_conn(path, true, &g_ck, err) < 0)
+		return wr_err_wrap(err, "database %s", path);
+	sqlite3_wal_hook(g_w, wal_hook, NULL);
 	if (pthread_create(&g_flusher, NULL, flusher_main, NULL) != 0)
 		return wr_err_set(err, EAGAIN, "database: start event flusher");
 	g_flusher_running = true;
@@ -173,14 +206,49 @@ static void reader_put(sqlite3 *db)
 
 /* ---- sandbox records ---------------------------------------------------- */
 
+/* The writer's statements, prepared once (each SQL text is a literal:
+ * the pointer is the key). Under g_wlock. */
+#define NSTMT 16
+static struct {
+	const char *sql;
+	sqlite3_stmt *st;
+} g_stmts[NSTMT];
+
+static sqlite3_stmt *writer_stmt(const char *sql)
+{
+	int i = 0;
+	for (; i < NSTMT && g_stmts[i].sql; i++)
+		if (g_stmts[i].sql == sql)
+			return g_stmts[i].st;
+	sqlite3_stmt *st = NULL;
+	if (sqlite3_prepare_v3(g_w, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK)
+		return NULL;
+	if (i < NSTMT) {
+		g_stmts[i].sql = sql;
+		g_stmts[i].st = st;
+	}
+	return st;
+}
+
+static void writer_stmt_done(sqlite3_stmt *st)
+{
+	for (int i = 0; i < NSTMT && g_stmts[i].sql; i++)
+		if (g_stmts[i].st == st) {
+			sqlite3_reset(st);
+			sqlite3_clear_bindings(st);
+			return;
+		}
+	sqlite3_finalize(st); /* the cache was full */
+}
+
 static int write_stmt(const char *sql, const char *what, wr_err *err,
 		      void (*bind)(sqlite3_stmt *st, const void *ctx), const void *ctx,
 		      bool must_change)
 {
 	pthread_mutex_lock(&g_wlock);
-	sqlite3_stmt *st = NULL;
 	int r = 0;
-	if (sqlite3_prepare_v2(g_w, sql, -1, &st, NULL) != SQLITE_OK) {
+	sqlite3_stmt *st = writer_stmt(sql);
+	if (st == NULL) {
 		r = db_fail(g_w, err, what);
 		goto out;
 	}
@@ -192,7 +260,8 @@ static int write_stmt(const char *sql, const char *what, wr_err *err,
 	if (must_change && sqlite3_changes(g_w) == 0)
 		r = wr_err_set(err, ENOENT, "database: %s: no such sandbox", what);
 out:
-	sqlite3_finalize(st);
+	if (st)
+		writer_stmt_done(st);
 	pthread_mutex_unlock(&g_wlock);
 	return r;
 }
@@ -240,13 +309,6 @@ static void bind_upd(sqlite3_stmt *st, const void *ctx)
 	sqlite3_bind_int64(st, 3, u->b);
 }
 
-int wrd_db_set_running(const char *id, pid_t init_pid, wr_err *err)
-{
-	struct upd u = {.id = id, .a = init_pid};
-	return write_stmt("UPDATE sandboxes SET state = 'running', init_pid = ?2 WHERE id = ?1",
-			  "mark sandbox running", err, bind_upd, &u, true);
-}
-
 int wrd_db_set_state(const char *id, enum wrd_state st, wr_err *err)
 {
 	struct upd u = {.id = id, .text = wrd_state_name(st), .b = wrd_now_ms()};
@@ -273,6 +335,82 @@ int wrd_db_delete(const char *id, wr_err *err)
 	if (r == 0)
 		r = write_stmt("DELETE FROM events WHERE sandbox_id = ?1", "delete events", err,
 			       bind_id, id, false);
+	if (r == 0)
+		r = write_stmt("DELETE FROM commands WHERE sandbox_id = ?1", "delete commands", err,
+			       bind_id, id, false);
+	return r;
+}
+
+/* ---- background commands ------------------------------------------------ */
+
+static void bind_cmd(sqlite3_stmt *st, const void *ctx)
+{
+	const struct wrd_cmd_row *c = ctx;
+	sqlite3_bind_text(st, 1, c->sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, c->id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
+	sqlite3_bind_text(st, 4, c->cmd, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 5, c->started_ms);
+	sqlite3_bind_int64(st, 6, c->host_pid);
+	sqlite3_bind_int64(st, 7, c->ns_pid);
+	sqlite3_bind_int64(st, 8, (sqlite3_int64)c->start_ticks);
+	if (c->result)
+		sqlite3_bind_text(st, 9, c->result, -1, SQLITE_STATIC);
+}
+
+int wrd_db_cmd_insert(const struct wrd_cmd_row *c, wr_err *err)
+{
+	return write_stmt("INSERT OR REPLACE INTO commands (sandbox_id, id, seq, cmd, started_ms,"
+			  " host_pid, ns_pid, start_ticks, result)"
+			  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+			  "insert command", err, bind_cmd, c, false);
+}
+
+int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err)
+{
+	/* ?3..?8 are bound but unused: ?9 makes them valid indexes */
+	return write_stmt("UPDATE commands SET result = ?9 WHERE sandbox_id = ?1 AND id = ?2",
+			  "finish command", err, bind_cmd, c, false);
+}
+
+int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
+		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err)
+{
+	sqlite3 *db = reader_get(err);
+	if (db == NULL)
+		return -EIO;
+	sqlite3_stmt *st = NULL;
+	int r = 0;
+	/* the newest `max`, handed over oldest first */
+	if (sqlite3_prepare_v2(db,
+			       "SELECT id, seq, cmd, started_ms, host_pid, ns_pid, start_ticks, "
+			       "result FROM (SELECT * FROM commands WHERE sandbox_id = ?1 "
+			       "ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
+			       -1, &st, NULL) != SQLITE_OK) {
+		r = db_fail(db, err, "load commands");
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, max);
+	int rc;
+	while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+		struct wrd_cmd_row c = {
+		    .sandbox_id = sandbox_id,
+		    .id = (const char *)sqlite3_column_text(st, 0),
+		    .seq = (uint64_t)sqlite3_column_int64(st, 1),
+		    .cmd = (const char *)sqlite3_column_text(st, 2),
+		    .started_ms = sqlite3_column_int64(st, 3),
+		    .host_pid = (pid_t)sqlite3_column_int64(st, 4),
+		    .ns_pid = (pid_t)sqlite3_column_int64(st, 5),
+		    .start_ticks = (uint64_t)sqlite3_column_int64(st, 6),
+		    .result = (const char *)sqlite3_column_text(st, 7),
+		};
+		if (c.id && c.cmd)
+			r = cb(&c, ctx);
+	}
+out:
+	sqlite3_finalize(st);
+	reader_put(db);
 	return r;
 }
 
@@ -478,8 +616,6 @@ struct ev {
 	struct ev *next;
 };
 static struct ev *g_evq, **g_evtail = &g_evq;
-static pthread_mutex_t g_evlock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_evcond = PTHREAD_COND_INITIALIZER;
 static bool g_evstop;
 
 void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t *detail)
@@ -497,11 +633,18 @@ void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t
 	    detail ? json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(9)) : strdup("{}");
 	json_decref(detail);
 	pthread_mutex_lock(&g_evlock);
+	bool first = g_evq == NULL; /* later ones wait for the same commit */
 	*g_evtail = e;
 	g_evtail = &e->next;
-	pthread_cond_signal(&g_evcond);
+	if (first)
+		pthread_cond_signal(&g_evcond);
 	pthread_mutex_unlock(&g_evlock);
 }
+
+#define EV_GATHER_MS 20
+
+static const char ev_insert_sql[] = "INSERT OR REPLACE INTO events (sandbox_id, seq, time_ms, "
+				    "type, detail) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /* Caller holds g_wlock: draining under it keeps commits in queue order. */
 static int flush_locked(wr_err *err)
@@ -515,10 +658,7 @@ static int flush_locked(wr_err *err)
 		return 0;
 	int r = exec_sql(g_w, "BEGIN", err);
 	sqlite3_stmt *st = NULL;
-	if (r == 0 && sqlite3_prepare_v2(g_w,
-					 "INSERT OR REPLACE INTO events (sandbox_id, seq, time_ms, "
-					 "type, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-					 -1, &st, NULL) != SQLITE_OK)
+	if (r == 0 && (st = writer_stmt(ev_insert_sql)) == NULL)
 		r = db_fail(g_w, err, "insert event");
 	for (struct ev *e = list; e;) {
 		if (r == 0) {
@@ -536,7 +676,8 @@ static int flush_locked(wr_err *err)
 		free(e);
 		e = next;
 	}
-	sqlite3_finalize(st);
+	if (st)
+		writer_stmt_done(st);
 	if (r == 0)
 		r = exec_sql(g_w, "COMMIT", err);
 	else
@@ -555,14 +696,36 @@ int wrd_db_flush_events(wr_err *err)
 static void *flusher_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-events");
 	for (;;) {
 		pthread_mutex_lock(&g_evlock);
-		while (g_evq == NULL && !g_evstop)
+		while (g_evq == NULL && !g_evstop && !g_ck_wanted)
 			pthread_cond_wait(&g_evcond, &g_evlock);
-		bool stop = g_evstop;
+		/* Gather for a moment: a sandbox's events come a few ms apart
+		 * (created, command_started, command_finished, killed) and each
+		 * commit costs as much as many rows. Readers flush first, so
+		 * nobody waits for this; a crash loses at most these ms. */
+		if (g_evq && !g_evstop) {
+			struct timespec dl;
+			clock_gettime(CLOCK_REALTIME, &dl);
+			dl.tv_nsec += EV_GATHER_MS * 1000000L;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+			while (!g_evstop && pthread_cond_timedwait(&g_evcond, &g_evlock, &dl) == 0)
+				;
+		}
+		bool stop = g_evstop, ck = g_ck_wanted;
+		g_ck_wanted = false;
 		pthread_mutex_unlock(&g_evlock);
 		_cleanup_err_ wr_err err = NULL;
 		wrd_db_flush_events(&err);
+		/* PASSIVE: never waits for readers or the writer; what it could
+		 * not copy now goes with the next one. */
+		if (ck)
+			sqlite3_wal_checkpoint_v2(g_ck, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL,
+						  NULL);
 		if (stop)
 			return NULL;
 	}
@@ -643,6 +806,14 @@ void wrd_db_close(void)
 	for (int i = 0; i < g_rfree; i++)
 		sqlite3_close(g_rpool[i]);
 	g_rfree = 0;
+	for (int i = 0; i < NSTMT; i++) {
+		sqlite3_finalize(g_stmts[i].st);
+		g_stmts[i].sql = NULL;
+		g_stmts[i].st = NULL;
+	}
+	if (g_ck)
+		sqlite3_close(g_ck);
+	g_ck = NULL;
 	if (g_w)
 		sqlite3_close(g_w);
 	g_w = NULL;

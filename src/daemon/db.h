@@ -1,4 +1,4 @@
-/* Durable state: SQLite in WAL mode, synchronous=FULL.
+/* Durable state: SQLite in WAL mode, synchronous=NORMAL.
  *
  *   sandboxes  one row per sandbox ever created (records stay after kill);
  *              written synchronously before the API answers
@@ -46,7 +46,6 @@ int wrd_db_open(const char *path, wr_err *err);
 void wrd_db_close(void);
 
 int wrd_db_insert(const struct wrd_record *r, wr_err *err);
-int wrd_db_set_running(const char *id, pid_t init_pid, wr_err *err);
 int wrd_db_set_state(const char *id, enum wrd_state st, wr_err *err);
 int wrd_db_set_expires(const char *id, int64_t expires_ms, wr_err *err);
 int wrd_db_delete(const char *id, wr_err *err);
@@ -71,6 +70,23 @@ int wrd_db_each_active(int (*cb)(struct wrd_record *r, void *ctx), void *ctx, wr
 /* (tier, state, count) rows, for /metrics. */
 int wrd_db_count_states(void (*cb)(const char *tier, const char *state, int64_t n, void *ctx),
 			void *ctx, wr_err *err);
+
+/* Background commands, so that a restart still knows them: written when
+ * one has started (before its 201), and its result when it ends. */
+struct wrd_cmd_row {
+	const char *sandbox_id, *id;
+	uint64_t seq;	 /* its number in the sandbox (c<seq>) */
+	const char *cmd; /* JSON: as given */
+	int64_t started_ms;
+	pid_t host_pid, ns_pid;
+	uint64_t start_ticks; /* /proc/<pid>/stat starttime: the pid is still it */
+	const char *result;   /* JSON: the command object when finished, else NULL */
+};
+int wrd_db_cmd_insert(const struct wrd_cmd_row *c, wr_err *err);
+int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err);
+/* The newest `max` of a sandbox, oldest first. */
+int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
+		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err);
 
 /* Events. seq comes from the caller (per sandbox, dense). detail is
  * stolen (may be NULL). */

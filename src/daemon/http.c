@@ -345,6 +345,7 @@ static void pstream_free(void *cls)
 static void *relay_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-relay");
 	struct epoll_event evs[64];
 	for (;;) {
 		int n = epoll_wait(g_relay_ep, evs, 64, -1);
@@ -390,141 +391,6 @@ int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype)
 	return fds[1];
 }
 
-/* ---- worker pool and long threads ------------------------------------- */
-
-struct job {
-	void (*fn)(void *arg);
-	void *arg;
-	struct job *next;
-};
-static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_qcond = PTHREAD_COND_INITIALIZER;
-static struct job *g_qhead, **g_qtail = &g_qhead;
-static bool g_qstop;
-static pthread_t *g_workers;
-static unsigned g_nworkers;
-static atomic_uint g_long_threads;
-
-static void *worker_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		pthread_mutex_lock(&g_qlock);
-		while (g_qhead == NULL && !g_qstop)
-			pthread_cond_wait(&g_qcond, &g_qlock);
-		struct job *j = g_qhead;
-		if (j == NULL) {
-			pthread_mutex_unlock(&g_qlock);
-			return NULL;
-		}
-		g_qhead = j->next;
-		if (g_qhead == NULL)
-			g_qtail = &g_qhead;
-		pthread_mutex_unlock(&g_qlock);
-		j->fn(j->arg);
-		free(j);
-	}
-}
-
-int wrd_pool_submit(void (*fn)(void *arg), void *arg)
-{
-	struct job *j = calloc(1, sizeof(*j));
-	if (j == NULL)
-		return -ENOMEM;
-	j->fn = fn;
-	j->arg = arg;
-	pthread_mutex_lock(&g_qlock);
-	*g_qtail = j;
-	g_qtail = &j->next;
-	pthread_cond_signal(&g_qcond);
-	pthread_mutex_unlock(&g_qlock);
-	return 0;
-}
-
-/* Long jobs run on a pool of up to max_commands threads that grows on
- * demand: a few are made at start, another when a job finds none idle.
- * Threads may be created while sandboxes are being cloned: the tier's code
- * between clone and exec calls set*id only as raw syscalls (glibc's
- * wrappers would wait for every thread, a half-created one included).
- * Fewer idle threads also make each clone of this process cheaper. */
-static pthread_mutex_t g_llock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_lcond = PTHREAD_COND_INITIALIZER;
-static struct job *g_lhead, **g_ltail = &g_lhead;
-static pthread_t *g_long;
-static unsigned g_nlong;			/* the cap: max_commands */
-static unsigned g_lcreated, g_lidle, g_lqueued; /* under g_llock */
-#define LONG_INITIAL 8
-
-static bool long_reserve(void)
-{
-	unsigned cur = atomic_load(&g_long_threads);
-	do {
-		if (cur >= g_nlong)
-			return false;
-	} while (!atomic_compare_exchange_weak(&g_long_threads, &cur, cur + 1));
-	return true;
-}
-
-static void *long_main(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		pthread_mutex_lock(&g_llock);
-		g_lidle++;
-		while (g_lhead == NULL)
-			pthread_cond_wait(&g_lcond, &g_llock);
-		g_lidle--;
-		g_lqueued--;
-		struct job *j = g_lhead;
-		g_lhead = j->next;
-		if (g_lhead == NULL)
-			g_ltail = &g_lhead;
-		pthread_mutex_unlock(&g_llock);
-		j->fn(j->arg);
-		free(j);
-		atomic_fetch_sub(&g_long_threads, 1);
-	}
-	return NULL;
-}
-
-/* The slot is already reserved, so an idle thread exists or will. */
-static int long_start(void (*fn)(void *arg), void *arg)
-{
-	struct job *j = calloc(1, sizeof(*j));
-	if (j == NULL) {
-		atomic_fetch_sub(&g_long_threads, 1);
-		return -ENOMEM;
-	}
-	j->fn = fn;
-	j->arg = arg;
-	pthread_mutex_lock(&g_llock);
-	*g_ltail = j;
-	g_ltail = &j->next;
-	g_lqueued++;
-	/* Invariant: a queued job always has a thread to come: jobs queued
-	 * never outnumber idle threads while the cap allows more (and
-	 * long_reserve keeps running + queued jobs within the cap). */
-	if (g_lqueued > g_lidle && g_lcreated < g_nlong) {
-		pthread_attr_t attr;
-		pthread_attr_init(&attr);
-		pthread_attr_setstacksize(&attr, 2 << 20);
-		/* On failure the job still runs when a thread frees up. */
-		if (pthread_create(&g_long[g_lcreated], &attr, long_main, NULL) == 0)
-			g_lcreated++;
-		pthread_attr_destroy(&attr);
-	}
-	pthread_cond_signal(&g_lcond);
-	pthread_mutex_unlock(&g_llock);
-	return 0;
-}
-
-int wrd_spawn_long(void (*fn)(void *arg), void *arg)
-{
-	if (!long_reserve())
-		return -EAGAIN;
-	return long_start(fn, arg);
-}
-
 /* ---- request phases ----------------------------------------------------- */
 
 static void priv_unref(struct wrd_http_priv *p)
@@ -549,8 +415,14 @@ void wrd_http_commit(struct wrd_http_priv *p)
 	MHD_resume_connection(p->conn);
 }
 
-/* Pool and long handlers: commit the reply unless the handler streamed
- * (wrd_reply_stream committed already and the reply is MHD's now). */
+void wrd_reply_send(struct wrd_req *r)
+{
+	if (!r->priv->committed)
+		wrd_http_commit(r->priv);
+}
+
+/* Pool and long handlers: commit the reply unless the handler streamed or
+ * sent it early (the reply is MHD's then). */
 static void run_and_commit(void *arg)
 {
 	struct wrd_http_priv *p = arg;
@@ -810,7 +682,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 			perror_(p, "internal", NULL, "handler gave no answer");
 		return queue(p);
 	}
-	if (cls_ == WRD_LONG && !long_reserve()) {
+	if (cls_ == WRD_LONG && !wrd_long_reserve()) {
 		perror_(p, "resource_exhausted", NULL,
 			"too many commands and streams in flight (max_commands %u)",
 			g_cfg->max_commands);
@@ -818,8 +690,9 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 	}
 	atomic_fetch_add(&p->refs, 1);
 	MHD_suspend_connection(conn);
-	int r =
-	    cls_ == WRD_LONG ? long_start(run_and_commit, p) : wrd_pool_submit(run_and_commit, p);
+	int r = cls_ == WRD_LONG     ? wrd_long_start(run_and_commit, p)
+		: cls_ == WRD_CREATE ? wrd_lane_submit(WRD_LANE_CREATE, run_and_commit, p)
+				     : wrd_lane_submit(WRD_LANE_POOL, run_and_commit, p);
 	if (r < 0) {
 		perror_(p, "resource_exhausted", NULL, "cannot start a worker");
 		atomic_fetch_sub(&p->refs, 1);
@@ -854,8 +727,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static struct MHD_Daemon *start_daemon(int fd, struct listener *l, unsigned max_conn)
 {
 	return MHD_start_daemon(
-	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-		MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
+	    MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_TURBO |
+		MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG,
 	    0, NULL, NULL, access_cb, l, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
 	    completed_cb, NULL, MHD_OPTION_CONNECTION_LIMIT, max_conn,
 	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
@@ -887,27 +760,8 @@ int wrd_http_start(const struct wrd_config *cfg, const struct wrd_route *routes,
 	if (pthread_create(&g_relay, NULL, relay_main, NULL) != 0)
 		return wr_err_set(err, EAGAIN, "start relay thread");
 
-	g_nworkers = cfg->workers;
-	g_workers = calloc(g_nworkers, sizeof(*g_workers));
-	if (g_workers == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	for (unsigned i = 0; i < g_nworkers; i++)
-		if (pthread_create(&g_workers[i], NULL, worker_main, NULL) != 0)
-			return wr_err_set(err, EAGAIN, "start worker thread");
-	g_long = calloc(cfg->max_commands, sizeof(*g_long));
-	if (g_long == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 2 << 20);
-	g_nlong = cfg->max_commands;
-	unsigned initial = g_nlong < LONG_INITIAL ? g_nlong : LONG_INITIAL;
-	for (g_lcreated = 0; g_lcreated < initial; g_lcreated++)
-		if (pthread_create(&g_long[g_lcreated], &attr, long_main, NULL) != 0) {
-			pthread_attr_destroy(&attr);
-			return wr_err_set(err, EAGAIN, "start command thread %u", g_lcreated);
-		}
-	pthread_attr_destroy(&attr);
+	if (wrd_pool_start(cfg, err) < 0)
+		return -1;
 
 	int fd = wrd_unix_listener(cfg, err);
 	if (fd < 0)
@@ -962,14 +816,7 @@ void wrd_http_shutdown(unsigned timeout_s)
 			MHD_stop_daemon(g_daemons[i]);
 			g_daemons[i] = NULL;
 		}
-	pthread_mutex_lock(&g_qlock);
-	g_qstop = true;
-	pthread_cond_broadcast(&g_qcond);
-	pthread_mutex_unlock(&g_qlock);
-	for (unsigned i = 0; i < g_nworkers; i++)
-		pthread_join(g_workers[i], NULL);
-	free(g_workers);
-	g_workers = NULL;
+	wrd_pool_stop();
 	uint64_t one = 1;
 	if (write(g_relay_stop, &one, sizeof(one)) == sizeof(one))
 		pthread_join(g_relay, NULL);

@@ -36,7 +36,11 @@
 
 #define WRD_JSON_MAX (1u << 20)
 
-enum wrd_class { WRD_INLINE, WRD_POOL, WRD_LONG };
+/* Where a handler runs: MHD's thread (inline: never blocks), the worker
+ * pool, the create lane (creates wait for a spawner: on a lane of their
+ * own they never hold up kills, reads and file calls), or a thread of its
+ * own (long: commands, streams). */
+enum wrd_class { WRD_INLINE, WRD_POOL, WRD_CREATE, WRD_LONG };
 enum wrd_body { WRD_BODY_NONE, WRD_BODY_JSON, WRD_BODY_UPLOAD };
 
 struct wrd_req;
@@ -88,6 +92,11 @@ void wrd_reply_err(struct wrd_req *r, const wr_err err);
  * (blocking, close-on-exec) which the caller writes and must close. Only
  * from pool/long handlers. -1 (reply set to 500) on failure. */
 int wrd_reply_stream(struct wrd_req *r, unsigned status, const char *ctype);
+
+/* Send the answer set so far now; the handler goes on with work the
+ * client need not wait for and must not reply again. Only from pool/long
+ * handlers. */
+void wrd_reply_send(struct wrd_req *r);
 
 /* A request header (case-insensitive name), or NULL. */
 const char *wrd_header(struct wrd_req *r, const char *name);

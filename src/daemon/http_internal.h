@@ -36,4 +36,14 @@ void wrd_http_commit(struct wrd_http_priv *p);
  * for an upgraded socket learns that none will come. */
 void wrd_upgrade_ended(struct wrd_http_priv *p, enum MHD_RequestTerminationCode toe);
 
+/* pool.c: the threads handlers run on. Lanes are fixed sets of workers
+ * with a FIFO each; long jobs get a thread each, up to max_commands. */
+enum wrd_lane { WRD_LANE_POOL, WRD_LANE_CREATE, WRD_NLANES };
+int wrd_pool_start(const struct wrd_config *cfg, wr_err *err);
+void wrd_pool_stop(void);
+int wrd_lane_submit(enum wrd_lane lane, void (*fn)(void *arg), void *arg);
+/* Reserve a long thread (false at the cap), then start the job on it. */
+bool wrd_long_reserve(void);
+int wrd_long_start(void (*fn)(void *arg), void *arg);
+
 #endif

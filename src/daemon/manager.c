@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -93,12 +94,18 @@ struct wrd_sbx **wrd_table_snapshot(size_t *n)
 	return v;
 }
 
+/* Sandboxes killed whose resources are still being released (after the
+ * kill was answered): in the table, no longer live. Their processes are
+ * gone; what is left (cgroup directories, a uid range) does not count
+ * against max_sandboxes. */
+static atomic_size_t g_releasing;
+
 size_t wrd_mgr_live(void)
 {
 	pthread_rwlock_rdlock(&g_tlock);
-	size_t n = g_count;
+	size_t n = g_count, rel = atomic_load(&g_releasing);
 	pthread_rwlock_unlock(&g_tlock);
-	return n;
+	return n > rel ? n - rel : 0;
 }
 
 int wrd_mgr_get(const char *tenant, const char *id, struct wrd_sbx **out)
@@ -273,33 +280,35 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 		wrd_mgr_put(sb);
 		return wr_err_field(err, "tier", "tier: unknown tier '%s'", rec->tier);
 	}
-	/* Durable before the kernel work: a crash from here on leaves a
-	 * record that the next start cleans up. */
-	if (wrd_db_insert(&sb->rec, err) < 0) {
-		wrd_mgr_put(sb);
-		return wr_err_wrap(err, "create sandbox");
-	}
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = wrd_spec_from_record(&sb->rec, &spec, &env, err);
 	if (r == 0)
 		r = sb->ops->create(&spec, &sb->tsb, err);
+	/* Write ordering: the record is written once, after the kernel work
+	 * and before the answer, in state running with PID 1 (one commit).
+	 * A crash before the commit leaves kernel objects that no record
+	 * names: the next start's sweep keeps only ids of live records and
+	 * removes them (nothing unacknowledged survives). A crash after it
+	 * leaves a running record that the next start adopts. */
 	if (r == 0) {
 		sb->rec.init_pid = wr_sandbox_init_pid(sb->tsb);
-		r = wrd_db_set_running(sb->rec.id, sb->rec.init_pid, err);
+		sb->rec.state = WRD_RUNNING;
+		r = wrd_db_insert(&sb->rec, err);
 	}
 	if (r < 0) {
 		_cleanup_err_ wr_err e2 = NULL;
 		if (sb->tsb)
 			sb->ops->destroy(&sb->tsb, &e2);
-		wrd_db_delete(sb->rec.id, &e2);
 		wrd_mgr_put(sb);
-		return -1;
+		return wr_err_wrap(err, "create sandbox");
 	}
+	/* Our own pidfd, not the tier's: the monitor's epoll set holds it until
+	 * the monitor thread drops the watch, which may come after destroy
+	 * closed the tier's (sharing it would need a dup, the same syscall).
+	 * pidfd_open makes it close-on-exec. */
 	sb->pidfd = wr_pidfd_open(sb->rec.init_pid, 0);
-	if (sb->pidfd >= 0)
-		fcntl(sb->pidfd, F_SETFD, FD_CLOEXEC);
-	sb->state = sb->rec.state = WRD_RUNNING;
+	sb->state = WRD_RUNNING;
 	wrd_table_insert(sb);
 	wrd_monitor_watch(sb);
 	json_t *d = json_object();
@@ -315,7 +324,27 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 
 /* ---- kill --------------------------------------------------------------- */
 
-int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err *err)
+/* Every process of the sandbox has exited when PID 1 has: the kernel kills
+ * the rest of its PID namespace (commands joined it too) and waits for
+ * them before PID 1's exit completes. */
+static void wait_dead(struct wrd_sbx *sb)
+{
+	if (sb->pidfd < 0)
+		return;
+	struct pollfd pf = {.fd = sb->pidfd, .events = POLLIN};
+	uint64_t deadline = wr_now_ns() + 5000000000ull;
+	for (;;) {
+		uint64_t now = wr_now_ns();
+		if (now >= deadline)
+			return;
+		int n = poll(&pf, 1, (int)((deadline - now) / 1000000) + 1);
+		if (n != 0 && !(n < 0 && errno == EINTR))
+			return;
+	}
+}
+
+int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*dead)(void *ctx),
+		 void *ctx, wr_err *err)
 {
 	pthread_mutex_lock(&sb->lock);
 	if (sb->state != WRD_RUNNING) {
@@ -338,7 +367,16 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err 
 	const char *type = why == WRD_KILLED	  ? "killed"
 			   : why == WRD_TIMED_OUT ? "timeout"
 						  : "failed";
+	/* queued before the answer: readers flush the queue first */
 	wrd_sbx_event(sb, type, detail);
+	if (dead) {
+		wait_dead(sb);
+		/* Its processes are gone: it uses its store images no more. The
+		 * answer says they are released (holders 0), like the rest. */
+		wrd_images_release_sandbox(sb->rec.id);
+		atomic_fetch_add(&g_releasing, 1);
+		dead(ctx);
+	}
 	wrd_cmds_abort(sb);
 	pthread_mutex_lock(&sb->lock);
 	while (sb->busy > 0)
@@ -346,7 +384,10 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err 
 	pthread_mutex_unlock(&sb->lock);
 	int r = sb->ops->destroy(&sb->tsb, err);
 	table_remove(sb);
-	wrd_images_release_sandbox(sb->rec.id); /* its store images (images.c) */
+	if (dead)
+		atomic_fetch_sub(&g_releasing, 1);
+	else
+		wrd_images_release_sandbox(sb->rec.id); /* its store images (images.c) */
 	if (r < 0)
 		return wr_err_wrap(err, "kill sandbox %s", sb->rec.id);
 	return 0;

@@ -77,8 +77,12 @@ void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail);
  * and running. Errors: EAGAIN (node full), EINVAL with field, others. */
 int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err);
 /* Move a running sandbox to `why` (killed, timed_out, failed), kill and
- * release everything. -ESRCH when it was not running. */
-int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, wr_err *err);
+ * release everything. -ESRCH when it was not running. dead (may be NULL)
+ * is called once the new state is durable and every process of the
+ * sandbox is gone (or after 5 s of waiting for that), before the
+ * resources are released: the API answers there. */
+int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*dead)(void *ctx),
+		 void *ctx, wr_err *err);
 int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err);
 
 /* ---- shared by manager.c and monitor.c ---------------------------------- */

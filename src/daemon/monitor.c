@@ -14,6 +14,8 @@
 #include "common/cleanup.h"
 #include "common/compat.h"
 #include "common/log.h"
+#include "daemon/cmd_internal.h"
+#include "daemon/commands.h"
 #include "daemon/http.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
@@ -32,6 +34,18 @@ void wrd_monitor_watch(struct wrd_sbx *sb)
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = sb};
 	if (epoll_ctl(g_ep, EPOLL_CTL_ADD, sb->pidfd, &ev) < 0)
 		wrd_mgr_put(sb);
+}
+
+/* Adopted commands share the epoll set, their pointers tagged with bit 0
+ * (a struct pointer's is always clear). */
+void wrd_monitor_watch_cmd(struct wrd_cmd *c)
+{
+	if (c->adopt_pidfd < 0 || g_ep < 0)
+		return;
+	atomic_fetch_add(&c->refs, 1); /* the epoll set's */
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)c | 1};
+	if (epoll_ctl(g_ep, EPOLL_CTL_ADD, c->adopt_pidfd, &ev) < 0)
+		wrd_cmd_put(c);
 }
 
 void wrd_monitor_forget(struct wrd_sbx *sb)
@@ -59,7 +73,7 @@ static void reap_job(void *arg)
 {
 	struct reap *rp = arg;
 	_cleanup_err_ wr_err err = NULL;
-	if (wrd_mgr_kill(rp->sb, rp->why, rp->detail, &err) < 0 && err->errnum != ESRCH)
+	if (wrd_mgr_kill(rp->sb, rp->why, rp->detail, NULL, NULL, &err) < 0 && err->errnum != ESRCH)
 		wr_warn("%s", err->msg);
 	wrd_mgr_put(rp->sb);
 	free(rp);
@@ -131,6 +145,7 @@ static int64_t scan(void)
 static void *monitor_main(void *arg)
 {
 	(void)arg;
+	pthread_setname_np(pthread_self(), "wrd-monitor");
 	struct epoll_event evs[64];
 	int64_t timeout = 0;
 	while (!atomic_load(&g_stop)) {
@@ -140,6 +155,15 @@ static void *monitor_main(void *arg)
 				uint64_t v;
 				if (read(g_wake, &v, sizeof(v)) < 0)
 					continue;
+				continue;
+			}
+			if (evs[i].data.u64 & 1) {
+				/* an adopted command exited */
+				struct wrd_cmd *c =
+				    (struct wrd_cmd *)(uintptr_t)(evs[i].data.u64 & ~1ull);
+				epoll_ctl(g_ep, EPOLL_CTL_DEL, c->adopt_pidfd, NULL);
+				wrd_cmd_adopted_exit(c);
+				wrd_cmd_put(c);
 				continue;
 			}
 			struct wrd_sbx *sb = evs[i].data.ptr;
@@ -167,6 +191,12 @@ int wrd_mgr_start_monitor(wr_err *err)
 	struct wrd_sbx **v = wrd_table_snapshot(&n);
 	for (size_t i = 0; v && i < n; i++) {
 		wrd_monitor_watch(v[i]);
+		/* and the running commands recovery adopted */
+		pthread_mutex_lock(&v[i]->lock);
+		for (struct wrd_cmd *c = v[i]->cmds; c; c = c->next)
+			if (c->adopted && !c->done)
+				wrd_monitor_watch_cmd(c);
+		pthread_mutex_unlock(&v[i]->lock);
 		wrd_mgr_put(v[i]);
 	}
 	free(v);
@@ -230,6 +260,9 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	sb->pidfd = wr_pidfd_open(rec->init_pid, 0);
 	sb->state = sb->rec.state = WRD_RUNNING;
 	wrd_table_insert(sb);
+	_cleanup_err_ wr_err cerr = NULL;
+	if (wrd_cmds_adopt(sb, &cerr) < 0)
+		wr_warn("sandbox %s: its commands could not be loaded: %s", rec->id, cerr->msg);
 	json_t *d = json_object();
 	json_object_set_new(d, "init_pid", json_integer(rec->init_pid));
 	wrd_sbx_event(sb, "adopted", d);

@@ -38,6 +38,7 @@
 #define MAX_ENV 4096
 #define DRAIN_QUIET_MS 200 /* after the exit: no more output for this long */
 #define DRAIN_MAX_MS 5000
+#define EOF_SETTLE_MS 30
 #define SEND_MAX_MS 5000 /* the exit frame to a client that does not read */
 #define LINGER_MS 2000	 /* then for the client to close */
 
@@ -48,6 +49,7 @@ struct relay {
 	int sock, master;
 	bool started;	 /* the command ran: relay() was called */
 	bool gone;	 /* the client closed or broke the connection */
+	bool rd_eof;	 /* the client closed its write side: kill, still answer */
 	bool malformed;	 /* ... or sent a frame outside the protocol */
 	bool master_eof; /* every holder of the terminal closed it */
 	/* client -> terminal: socket bytes, parsed in place */
@@ -56,6 +58,8 @@ struct relay {
 	unsigned char hdr[5];
 	size_t hdr_len;
 	bool in_frame, eof_pending;
+	bool eof_wait; /* the eof frame waits for the reader (see eof_ready) */
+	uint64_t eof_ready_since;
 	uint8_t type;
 	uint32_t left; /* payload bytes of the current frame still to come */
 	unsigned char arg[4];
@@ -132,11 +136,129 @@ static void resize(struct relay *x)
 		ioctl(x->master, TIOCSWINSZ, &ws); /* the terminal sends SIGWINCH */
 }
 
+/* Is a process blocked reading its stdio? From the numbers of
+ * /proc/<pid>/syscall: "nr arg0 ...". */
+static bool pid_reading(pid_t pid)
+{
+	char path[64], buf[128];
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	long nr = strtol(buf, NULL, 10);
+	const char *a0 = strchr(buf, ' ');
+	unsigned long fd0 = a0 ? strtoul(a0 + 1, NULL, 16) : 99;
+	/* read(2)/readv(2) of stdin..stderr only: a poll on the terminal may be
+	 * a line editor peeking before it switches to raw mode (busybox asks
+	 * the terminal where the cursor is) */
+	return (nr == 0 || nr == 19) && fd0 <= 2;
+}
+
+/* Some process of the foreground group pg blocked reading? The group's
+ * leader and its descendants in the group (a non-interactive `sh -c` runs
+ * `cat` in its own group), at most 64 of them. */
+static bool fg_reading(pid_t pg)
+{
+	pid_t todo[64];
+	size_t n = 0, i = 0;
+	todo[n++] = pg;
+	while (i < n) {
+		pid_t pid = todo[i++];
+		char path[64], buf[4096];
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t len = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		buf[len] = 0;
+		/* "pid (comm) state ppid pgrp ...": comm may hold spaces */
+		const char *rp = strrchr(buf, ')');
+		int ppid = 0, pgrp = 0;
+		char st;
+		if (rp == NULL || sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) != 3)
+			continue;
+		if (pgrp == pg && pid_reading(pid))
+			return true;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		len = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		buf[len] = 0;
+		for (char *p = buf, *e; n < WR_ARRAY_SIZE(todo); p = e) {
+			long c = strtol(p, &e, 10);
+			if (e == p)
+				break;
+			todo[n++] = (pid_t)c;
+		}
+	}
+	return false;
+}
+
+/* An eof frame types the terminal's EOF character, but only once the
+ * command can take it as end of input; typed any earlier it is wrong:
+ * ahead of unread input it cuts a line short, and typed while the
+ * terminal is canonical ahead of a program that then switches it to raw
+ * mode (a shell's line editor between two commands of a script) it
+ * arrives as a NUL byte. So wait until everything typed before has been
+ * read (the input queue, seen through a peer fd of the terminal, is empty)
+ * and then until either the terminal is raw (a line editor waits for a
+ * key: ^D on an empty line ends it) or the foreground process is blocked
+ * reading (a canonical reader: cat, read), on looks 30 ms apart. A command that never
+ * reads keeps the eof pending, as a real terminal would. */
+static bool eof_ready_now(struct relay *x)
+{
+	int peer = ioctl(x->master, TIOCGPTPEER, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (peer >= 0) {
+		int queued = 0;
+		int r = ioctl(peer, TIOCINQ, &queued);
+		close(peer);
+		if (r == 0 && queued > 0)
+			return false;
+	}
+	struct termios t;
+	if (tcgetattr(x->master, &t) < 0 || !(t.c_lflag & ICANON))
+		return true;
+	pid_t pg = tcgetpgrp(x->master);
+	return pg <= 0 || fg_reading(pg);
+}
+
+/* Ready on looks at least EOF_SETTLE_MS apart, none between them saying
+ * otherwise: a program passing through a state (a shell between two
+ * commands) is not taken for one waiting in it. */
+static bool eof_ready(struct relay *x)
+{
+	uint64_t now = wr_now_ns();
+	if (!eof_ready_now(x)) {
+		x->eof_ready_since = 0;
+		return false;
+	}
+	if (x->eof_ready_since == 0)
+		x->eof_ready_since = now;
+	return now - x->eof_ready_since >= EOF_SETTLE_MS * 1000000ull;
+}
+
 /* Act on the buffered client bytes. false when the terminal would block
  * (wait for POLLOUT on it). */
 static bool consume(struct relay *x)
 {
 	for (;;) {
+		x->eof_wait = false;
+		if (x->eof_pending && !eof_ready(x)) {
+			x->eof_wait = true; /* look again shortly */
+			return true;
+		}
 		if (x->eof_pending) {
 			/* end of input: the terminal's EOF character (^D) */
 			struct termios t;
@@ -190,7 +312,9 @@ static void sock_read(struct relay *x)
 	ssize_t n = read(x->sock, x->in + x->in_len, x->in_cap - x->in_len);
 	if (n > 0)
 		x->in_len += (size_t)n;
-	else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+	else if (n == 0)
+		x->rd_eof = true;
+	else if (errno != EAGAIN && errno != EINTR)
 		x->gone = true;
 }
 
@@ -299,9 +423,9 @@ static void relay(void *ctx, int master)
 	int pidfd = cmd_pidfd(x->c);
 	bool exited = pidfd == -ESRCH, killed = false;
 	while (!exited) {
-		bool blocked = !x->gone && !x->malformed && !consume(x);
+		bool blocked = !x->gone && !x->malformed && !x->rd_eof && !consume(x);
 		bool live = !x->gone && !x->malformed;
-		if (!live && !killed) {
+		if ((!live || x->rd_eof) && !killed) {
 			kill_tree(x, pidfd);
 			killed = true;
 		}
@@ -312,7 +436,7 @@ static void relay(void *ctx, int master)
 			pf[np++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
 		}
 		if (live) {
-			short ev = x->in_len < x->in_cap ? POLLIN : 0;
+			short ev = x->in_len < x->in_cap && !x->rd_eof ? POLLIN : 0;
 			if (x->out_len)
 				ev |= POLLOUT;
 			is = np;
@@ -328,6 +452,8 @@ static void relay(void *ctx, int master)
 		/* without a pidfd (EMFILE), look again every 100 ms; once killed,
 		 * kill again each second until it is gone */
 		int timeout = pidfd < 0 ? 100 : killed ? 1000 : -1;
+		if (x->eof_wait && live && (timeout < 0 || timeout > 20))
+			timeout = 20;
 		int n = poll(pf, (nfds_t)np, timeout);
 		if (n < 0 && errno != EINTR) {
 			x->gone = true;
@@ -342,7 +468,7 @@ static void relay(void *ctx, int master)
 		if (ip >= 0 && pf[ip].revents)
 			exited = true;
 		if (is >= 0) {
-			if (pf[is].revents & POLLIN)
+			if ((pf[is].revents & POLLIN) && !x->rd_eof)
 				sock_read(x);
 			else if (pf[is].revents & (POLLERR | POLLHUP))
 				x->gone = true;
@@ -525,7 +651,7 @@ static void finish(struct relay *x)
 	/* Closing with input unread (a late eof frame) would reset the
 	 * connection, and a reset can discard the exit frame before the client
 	 * reads it: end our side, then read until the client closes. */
-	if (x->gone || shutdown(x->sock, SHUT_WR) < 0)
+	if (x->gone || shutdown(x->sock, SHUT_WR) < 0 || x->rd_eof)
 		return;
 	uint64_t deadline = wr_now_ns() + LINGER_MS * 1000000ull;
 	char buf[4096];

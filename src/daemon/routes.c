@@ -89,7 +89,7 @@ const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 const struct wrd_route wrd_routes[] = {
     R("GET", 0, WRD_BODY_NONE, WRD_INLINE, wrd_api_health),
     R("GET", 1, WRD_BODY_NONE, WRD_POOL, wrd_api_metrics),
-    R("POST", 2, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_create),
+    R("POST", 2, WRD_BODY_JSON, WRD_CREATE, wrd_api_sb_create),
     R("GET", 2, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_list),
     R("GET", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_get),
     R("DELETE", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_kill),

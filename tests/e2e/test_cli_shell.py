@@ -39,6 +39,21 @@ def test_piped_input(cli, sb):
     assert "3" in p.out.replace("\r", "").split("\n"), p.out
 
 
+def test_piped_script_without_exit(cli, sb):
+    """A script piped into the shell needs no `exit`: at the end of the
+    input the shell gets ^D once it has read everything, and exits with
+    the status of its last command."""
+    p = cli("shell", sb, input=b"echo hi\n", timeout=60)
+    assert p.returncode == 0, (p.out, p.err)
+    assert "hi" in p.out.replace("\r", "").split("\n"), p.out
+    script = b"echo one\nsleep 0.5\necho two\nfalse\n"
+    p = cli("shell", sb, input=script, timeout=60)
+    out = p.out.replace("\r", "").split("\n")
+    assert p.returncode == 1 and "one" in out and "two" in out, (p.out, p.err)
+    # no stray byte reaches the shell: nothing is reported as not found
+    assert "not found" not in p.out, p.out
+
+
 def test_command_and_options(cli, sb):
     p = cli("shell", "-u", "1000", "-w", "/tmp", "-e", "K=V", sb, "--",
             "sh", "-c", "id -u; pwd; echo $K; echo $TERM; exit 7", input=b"",

@@ -32,6 +32,7 @@ from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # 
 from . import images  # noqa: E402
 from . import registry  # noqa: E402
 from .images import AsyncImages, ImageInfo, Images  # noqa: E402
+from .pty import AsyncPty, AsyncPtyHandle, Pty, PtyHandle  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
                             AsyncFiles, AsyncSandbox)
@@ -42,6 +43,7 @@ __all__ = [
     "Sandbox", "AsyncSandbox",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
+    "Pty", "AsyncPty", "PtyHandle", "AsyncPtyHandle",
     "SandboxInfo", "CommandResult", "CommandInfo", "EntryInfo", "FileType", "Event",
     "UploadResult", "ConnectionConfig",
     "images", "Images", "AsyncImages", "ImageInfo", "registry",

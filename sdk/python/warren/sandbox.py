@@ -13,6 +13,7 @@ from ._ndjson import NDJSONDecoder
 from ._tar import IterReader, build_tar, iter_file, safe_extract
 from .exceptions import (CommandExitError, ConflictError, NotFoundError, RequestTimeoutError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
+from .pty import Pty
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "ByteStream"]
 
@@ -443,6 +444,7 @@ class Sandbox:
         self._info = _info
         self.commands = Commands(self)
         self.files = Files(self)
+        self.pty = Pty(self)
 
     @property
     def sandbox_id(self) -> str:

@@ -17,6 +17,7 @@ from ._ndjson import NDJSONDecoder
 from ._tar import build_tar, safe_extract
 from .exceptions import CommandExitError, ConflictError, NotFoundError, RequestTimeoutError
 from .models import CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult
+from .pty import AsyncPty
 from .sandbox import WAIT_POLL, _cmd_timeout
 
 __all__ = ["AsyncSandbox", "AsyncCommands", "AsyncCommandHandle", "AsyncFiles",
@@ -393,6 +394,7 @@ class AsyncSandbox:
         self._info = _info
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
+        self.pty = AsyncPty(self)
 
     @property
     def sandbox_id(self) -> str:
