@@ -1,6 +1,7 @@
 #include "isolate/netns.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <net/if.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -23,4 +24,11 @@ int wr_netns_loopback_up(struct wr_cerr *e)
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
 		return wr_cerr_sys(e, "loopback: up");
 	return 0;
+}
+
+int wr_netns_new(struct wr_cerr *e)
+{
+	if (unshare(CLONE_NEWNET) < 0)
+		return wr_cerr_sys(e, "network namespace");
+	return wr_netns_loopback_up(e);
 }

@@ -2,18 +2,18 @@
  *
  * Create pipeline (parent P = this process, child C = the sandbox's PID 1):
  *
- *   P  validate -> uid range -> cgroup (limits) + leaf "init" (pure v2)
- *      -> image lower (cached detached mount) -> seccomp program (cached)
- *      -> open cgroup.procs of PID 1's cgroups
- *      -> clone(CLONE_VM, user|mnt|pid|ipc|uts|net) onto a stack of its own
- *   C  join the cgroups (write "0" to those fds) -> open the mountpoint
- *   P  meanwhile: write uid/gid maps -> idmap a clone of the lower to C's
- *      userns -> send it to C ("go")
- *   C  wait for "go" -> become root of the userns -> unshare cgroupns
- *      -> hostname, loopback -> rootfs (overlay, /proc, /sys, /dev, masks,
+ *   P  validate -> image layers (cached detached mounts) -> seccomp
+ *      program (cached) -> clone(CLONE_VM, user|mnt|pid|ipc|uts) onto a
+ *      stack of its own
+ *   C  open the mountpoint -> unshare a network namespace, lo up
+ *      -> hostname -> wait for "go"
+ *   P  meanwhile: uid range -> cgroup (limits) + leaf "init" (pure v2)
+ *      -> write uid/gid maps -> idmap a clone of each layer to C's userns
+ *      -> send them and cgroup.procs fds of C's cgroups to C ("go")
+ *   C  join the cgroups (write "0") -> become root of the userns
+ *      -> unshare cgroupns -> rootfs (overlay, /proc, /sys, /dev, masks,
  *      pivot_root) -> stdio /dev/null -> drop caps -> no_new_privs
- *      -> Landlock -> mark fds close-on-exec -> seccomp (last)
- *      -> execveat(warren-init)
+ *      -> mark fds close-on-exec -> seccomp (last) -> execveat(warren-init)
  *   P  sync socket EOF (closed by exec) = ready; error message = failure
  *      -> keep a pidfd and an O_PATH fd of the root for file operations.
  *
@@ -112,20 +112,22 @@ static int image_lower(const char *image, wr_err *err)
 	return fd;
 }
 
-/* ---- the "go" message: every lower layer in one SCM_RIGHTS message ------ */
+/* ---- "go": the lower layers and PID 1's cgroup.procs in one message ---- */
 
 _Static_assert(WR_MAX_LAYERS <= WR_ROOTFS_MAX_LOWER, "rootfs takes every layer a spec may have");
 
-union lowers_cmsg {
-	char buf[CMSG_SPACE(sizeof(int) * WR_MAX_LAYERS)];
+#define MAX_PROCS 8 /* cgroup hierarchies PID 1 joins */
+
+union go_cmsg {
+	char buf[CMSG_SPACE(sizeof(int) * (WR_MAX_LAYERS + MAX_PROCS))];
 	struct cmsghdr align;
 };
 
-static int send_lowers(int sock, const int *fds, size_t n)
+static int send_go(int sock, const int *fds, size_t n)
 {
 	char byte = 'L';
 	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	union lowers_cmsg u;
+	union go_cmsg u;
 	memset(&u, 0, sizeof(u));
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 	msg.msg_control = u.buf;
@@ -142,12 +144,13 @@ static int send_lowers(int sock, const int *fds, size_t n)
 	return r == 1 ? 0 : -errno;
 }
 
-/* Child half (no allocation): exactly n fds into fds, or -errno. */
-static int recv_lowers(int sock, int *fds, size_t n)
+/* Child half (no allocation): at least n and at most max fds into fds;
+ * returns their count or -errno. */
+static int recv_go(int sock, int *fds, size_t n, size_t max)
 {
 	char byte;
 	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	union lowers_cmsg u;
+	union go_cmsg u;
 	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
 	msg.msg_control = u.buf;
 	msg.msg_controllen = sizeof(u.buf);
@@ -161,10 +164,12 @@ static int recv_lowers(int sock, int *fds, size_t n)
 		return -EPIPE;
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 	if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-	    c->cmsg_len != CMSG_LEN(sizeof(int) * n) || (msg.msg_flags & MSG_CTRUNC))
+	    (msg.msg_flags & MSG_CTRUNC) || c->cmsg_len < CMSG_LEN(sizeof(int) * n) ||
+	    c->cmsg_len > CMSG_LEN(sizeof(int) * max))
 		return -EBADMSG;
-	memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
-	return 0;
+	size_t got = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+	memcpy(fds, CMSG_DATA(c), sizeof(int) * got);
+	return (int)got;
 }
 
 /* ---- process-wide set-up ------------------------------------------------ */
@@ -222,11 +227,9 @@ out:
 /* ---- the child half ----------------------------------------------------- */
 
 struct child_args {
-	int sync;	  /* child's end of the sync socket */
-	int sync_p;	  /* the parent's end (our copy is closed first) */
-	int init_fd;	  /* O_PATH of warren-init */
-	const int *procs; /* cgroup.procs of PID 1's cgroups */
-	int nprocs;
+	int sync;	 /* child's end of the sync socket */
+	int sync_p;	 /* the parent's end (our copy is closed first) */
+	int init_fd;	 /* O_PATH of warren-init */
 	size_t n_lowers; /* lower layers that come with "go" */
 	bool die_with_parent;
 	const char *hostname;
@@ -257,15 +260,6 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "set parent-death signal");
 		child_fail(a->sync, &e);
 	}
-	/* Join our cgroups in the hierarchies clone3 could not place us in
-	 * (v1), while the parent writes our id maps: the fds were opened by the
-	 * parent, whose credentials the kernel checks. */
-	for (int i = 0; i < a->nprocs; i++) {
-		if (write(a->procs[i], "0", 1) != 1) {
-			wr_cerr_sys(&e, "join the sandbox's cgroup");
-			child_fail(a->sync, &e);
-		}
-	}
 	/* The mountpoint is opened while our kuid is still the host's root
 	 * (before setresuid below): its parent directories may be private to
 	 * root (a test's mkdtemp), and as the sandbox's uid we could not walk
@@ -276,14 +270,33 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "open %s", a->mountpoint);
 		child_fail(a->sync, &e);
 	}
+	/* While the parent allocates our uid range, makes our cgroups and
+	 * writes our id maps: our network namespace (owned by our user
+	 * namespace) with lo up, and our hostname. These need no id maps, only
+	 * the capabilities we have in our user namespace. */
+	if (wr_netns_new(&e) < 0)
+		child_fail(a->sync, &e);
+	if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
+		wr_cerr_sys(&e, "hostname");
+		child_fail(a->sync, &e);
+	}
 	/* "go": the parent has written our id maps and sends the image's
-	 * layers, base first. */
-	int lowers[WR_MAX_LAYERS];
-	int lr = recv_lowers(a->sync, lowers, a->n_lowers);
-	if (lr < 0) {
-		errno = -lr;
+	 * layers, base first, then cgroup.procs of our cgroups. */
+	int fds[WR_MAX_LAYERS + MAX_PROCS];
+	int nfd = recv_go(a->sync, fds, a->n_lowers, WR_ARRAY_SIZE(fds));
+	if (nfd < 0) {
+		errno = -nfd;
 		wr_cerr_sys(&e, "wait for parent");
 		child_fail(a->sync, &e);
+	}
+	/* Join our cgroups: the fds were opened by the parent, whose
+	 * credentials the kernel checks. */
+	for (int i = (int)a->n_lowers; i < nfd; i++) {
+		if (write(fds[i], "0", 1) != 1) {
+			wr_cerr_sys(&e, "join the sandbox's cgroup");
+			child_fail(a->sync, &e);
+		}
+		close(fds[i]);
 	}
 	/* Invariant: the maps exist now, so becoming uid 0 makes files we create
 	 * belong to the sandbox's host range instead of failing EOVERFLOW. */
@@ -293,19 +306,13 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "become root of the user namespace");
 		child_fail(a->sync, &e);
 	}
-	/* We joined our cgroups above, before "go": the new cgroup namespace
-	 * is rooted there and hides every host cgroup path. */
+	/* We joined our cgroups above: the new cgroup namespace is rooted
+	 * there and hides every host cgroup path. */
 	if (unshare(CLONE_NEWCGROUP) < 0) {
 		wr_cerr_sys(&e, "cgroup namespace");
 		child_fail(a->sync, &e);
 	}
-	if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
-		wr_cerr_sys(&e, "hostname");
-		child_fail(a->sync, &e);
-	}
-	if (wr_netns_loopback_up(&e) < 0)
-		child_fail(a->sync, &e);
-	if (wr_rootfs_setup(&rs, lowers, a->n_lowers, &e) < 0) {
+	if (wr_rootfs_setup(&rs, fds, a->n_lowers, &e) < 0) {
 		struct wr_cerr w;
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
@@ -492,8 +499,8 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	size_t n_layers = spec.n_layers ? spec.n_layers : 1, n_idm = 0;
 	int base_lower[WR_MAX_LAYERS], lower[WR_MAX_LAYERS];
 	char *stack = NULL;
-	int procs[8], nprocs = 0;
-	struct child_args ca = {.nprocs = 0};
+	int procs[MAX_PROCS], nprocs = 0;
+	struct child_args ca = {.sync = -1};
 
 	if (spec.id) {
 		snprintf(sb->id, sizeof(sb->id), "%s", spec.id);
@@ -530,6 +537,61 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	if ((r = wr_seccomp_get(WR_SECCOMP_INIT, &init_prog, err)) < 0)
 		goto fail;
 
+	init_fd = open(g->init_path, O_PATH | O_CLOEXEC);
+	if (init_fd < 0) {
+		r = wr_err_sys(err, "open %s", g->init_path);
+		goto fail;
+	}
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		r = wr_err_sys(err, "socketpair");
+		goto fail;
+	}
+	sync_p = sp[0];
+	sync_c = sp[1];
+
+	ca = (struct child_args){
+	    .sync = sync_c,
+	    .sync_p = sync_p,
+	    .n_lowers = n_layers,
+	    .init_fd = init_fd,
+	    .die_with_parent = in->die_with_parent,
+	    .hostname = spec.hostname ? spec.hostname : sb->id,
+	    .mountpoint = g->mountpoint,
+	    .rootfs = {.mountpoint_fd = -1,
+		       .disk_bytes = spec.disk_bytes,
+		       .disk_inodes = spec.disk_inodes,
+		       .shm_bytes = spec.shm_bytes},
+	    .seccomp = init_prog,
+	};
+	stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED) {
+		stack = NULL;
+		r = wr_err_sys(err, "create sandbox process: stack");
+		goto fail;
+	}
+	/* C shares our memory until it execs: no copy of this process's page
+	 * tables, none to tear down at the exec. It only reads ca (on this
+	 * frame, which outlives it: every path below either sees C exec
+	 * (sync EOF) or kills and reaps it) and writes its own stack.
+	 * C makes its network namespace itself (wr_netns_new), while we make
+	 * its uid range, cgroups and id maps: the two dearest parts of a create
+	 * overlap.
+	 * Invariant: until "go", C only opens the mountpoint, makes its network
+	 * namespace and sets its hostname: calls that fail only when the create
+	 * fails anyway; after "go" we only wait on the sync socket. We share
+	 * the thread's errno with C, so only a double failure could mix up the
+	 * errno of a message. */
+	pid = wr_ns_spawn(WR_NS_SANDBOX & ~(uint64_t)CLONE_NEWNET, child_main, &ca,
+			  stack + INIT_STACK, &sb->init_pidfd, err);
+	if (pid < 0) {
+		r = wr_err_wrap(err, "create sandbox process");
+		goto fail;
+	}
+	sb->init_pid = pid;
+	close(steal_fd(&sync_c));
+
 	if ((r = wr_idmap_alloc(g->state_dir, sb->id, &sb->idmap, err)) < 0)
 		goto fail;
 	have_idmap = true;
@@ -561,67 +623,12 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		init_cg = sb->init_cg;
 	}
 
-	init_fd = open(g->init_path, O_PATH | O_CLOEXEC);
-	if (init_fd < 0) {
-		r = wr_err_sys(err, "open %s", g->init_path);
-		goto fail;
-	}
-	int sp[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
-		r = wr_err_sys(err, "socketpair");
-		goto fail;
-	}
-	sync_p = sp[0];
-	sync_c = sp[1];
-
-	ca = (struct child_args){
-	    .sync = sync_c,
-	    .sync_p = sync_p,
-	    .n_lowers = n_layers,
-	    .init_fd = init_fd,
-	    .die_with_parent = in->die_with_parent,
-	    .hostname = spec.hostname ? spec.hostname : sb->id,
-	    .mountpoint = g->mountpoint,
-	    .rootfs = {.mountpoint_fd = -1,
-		       .disk_bytes = spec.disk_bytes,
-		       .disk_inodes = spec.disk_inodes,
-		       .shm_bytes = spec.shm_bytes},
-	    .seccomp = init_prog,
-	};
-	nprocs = wr_cgroup_procs_fds(init_cg, false, procs, (int)WR_ARRAY_SIZE(procs), err);
+	nprocs = wr_cgroup_procs_fds(init_cg, false, procs, MAX_PROCS, err);
 	if (nprocs < 0) {
 		nprocs = 0;
 		r = -1;
 		goto fail;
 	}
-	ca.procs = procs;
-	ca.nprocs = nprocs;
-	stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED) {
-		stack = NULL;
-		r = wr_err_sys(err, "create sandbox process: stack");
-		goto fail;
-	}
-	/* C shares our memory until it execs: no copy of this process's page
-	 * tables, none to tear down at the exec. It only reads ca (on this
-	 * frame, which outlives it: every path below either sees C exec
-	 * (sync EOF) or kills and reaps it) and writes its own stack.
-	 * Invariant: until "go", C only joins its cgroups, opens the
-	 * mountpoint and waits, while we write its maps; after "go" we only
-	 * wait on the sync socket. So the two never both run library code that
-	 * could fail at once (they share the thread's errno). */
-	pid = wr_ns_spawn(WR_NS_SANDBOX, child_main, &ca, stack + INIT_STACK, &sb->init_pidfd, err);
-	if (pid < 0) {
-		r = wr_err_wrap(err, "create sandbox process");
-		goto fail;
-	}
-	sb->init_pid = pid;
-	close(steal_fd(&sync_c));
-	/* C has copies of these (and of every fd); ca stays untouched. */
-	for (; nprocs > 0; nprocs--)
-		close(procs[nprocs - 1]);
-
 	if ((r = wr_idmap_write(pid, &sb->idmap, err)) < 0)
 		goto fail;
 	char path[64];
@@ -640,14 +647,23 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 			goto fail;
 		}
 	}
-	int sr = send_lowers(sync_p, lower, n_layers);
+	/* "go": the layers, base first, then PID 1's cgroup.procs. */
+	int go[WR_MAX_LAYERS + MAX_PROCS];
+	memcpy(go, lower, n_layers * sizeof(int));
+	memcpy(go + n_layers, procs, (size_t)nprocs * sizeof(int));
+	int sr = send_go(sync_p, go, n_layers + (size_t)nprocs);
 	if (sr < 0) {
+		/* C failed before "go": its report is the better explanation */
+		if ((r = wr_err_recv(sync_p, err)) < 0)
+			goto fail;
 		errno = -sr;
 		r = wr_err_sys(err, "start sandbox");
 		goto fail;
 	}
 	for (; n_idm > 0; n_idm--)
 		close(lower[n_idm - 1]);
+	for (; nprocs > 0; nprocs--)
+		close(procs[nprocs - 1]);
 	/* EOF: the child exec'd warren-init. A message: it failed. */
 	if ((r = wr_err_recv(sync_p, err)) < 0)
 		goto fail;
