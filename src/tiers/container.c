@@ -53,10 +53,6 @@
 #include "isolate/rootfs.h"
 #include "tiers/container_internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#endif
-
 struct wr_container_globals wr_cg_globals;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -359,17 +355,9 @@ static CHILD_FN int child_main(void *arg)
 
 /* ---- create ------------------------------------------------------------- */
 
-#define INIT_STACK (512 * 1024)
-
 static void unmap_stack(char **stack)
 {
-	if (*stack == NULL)
-		return;
-#if defined(__SANITIZE_ADDRESS__)
-	/* Frames that ended in exec never unpoisoned their red zones. */
-	__asan_unpoison_memory_region(*stack, INIT_STACK);
-#endif
-	munmap(*stack, INIT_STACK);
+	wr_spawn_stack_put(*stack);
 	*stack = NULL;
 }
 
@@ -564,10 +552,8 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		       .shm_bytes = spec.shm_bytes},
 	    .seccomp = init_prog,
 	};
-	stack = mmap(NULL, INIT_STACK, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED) {
-		stack = NULL;
+	stack = wr_spawn_stack_get();
+	if (stack == NULL) {
 		r = wr_err_sys(err, "create sandbox process: stack");
 		goto fail;
 	}
@@ -584,7 +570,7 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	 * the thread's errno with C, so only a double failure could mix up the
 	 * errno of a message. */
 	pid = wr_ns_spawn(WR_NS_SANDBOX & ~(uint64_t)CLONE_NEWNET, child_main, &ca,
-			  stack + INIT_STACK, &sb->init_pidfd, err);
+			  stack + WR_SPAWN_STACK, &sb->init_pidfd, err);
 	if (pid < 0) {
 		r = wr_err_wrap(err, "create sandbox process");
 		goto fail;

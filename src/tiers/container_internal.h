@@ -55,4 +55,14 @@ struct wr_sandbox {
 	struct wr_leaf *leaves;
 };
 
+/* Stacks for children that run in our memory until they exec (PID 1 of a
+ * create; the helper and the command of an exec): WR_SPAWN_STACK bytes,
+ * the top of the range is the top of the stack. One per thread is kept
+ * for its next spawn, so its pages are already faulted in. Put a stack
+ * back only once no child runs on it any more. NULL (errno set) on
+ * failure. */
+#define WR_SPAWN_STACK (512 * 1024)
+char *wr_spawn_stack_get(void);
+void wr_spawn_stack_put(char *stack);
+
 #endif

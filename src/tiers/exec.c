@@ -73,7 +73,54 @@ struct cmd_args {
 	struct wr_cerr cerr; /* C's failure */
 };
 
-#define SPAWN_STACK (256 * 1024)
+#define SPAWN_STACK (WR_SPAWN_STACK / 2) /* H's, then C's */
+
+/* ---- spawn stacks (also used by create) ----------------------------------- */
+
+static __thread char *t_stack; /* this thread's spare */
+static pthread_key_t g_stack_key;
+static pthread_once_t g_stack_once = PTHREAD_ONCE_INIT;
+
+static void stack_unmap(void *stack)
+{
+	munmap(stack, WR_SPAWN_STACK);
+}
+
+static void stack_key_init(void)
+{
+	/* unmaps a thread's spare when the thread exits */
+	pthread_key_create(&g_stack_key, stack_unmap);
+}
+
+char *wr_spawn_stack_get(void)
+{
+	char *s = t_stack;
+	if (s) {
+		t_stack = NULL;
+		pthread_setspecific(g_stack_key, NULL);
+		return s;
+	}
+	s = mmap(NULL, WR_SPAWN_STACK, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	return s == MAP_FAILED ? NULL : s;
+}
+
+void wr_spawn_stack_put(char *stack)
+{
+	if (stack == NULL)
+		return;
+#if defined(__SANITIZE_ADDRESS__)
+	/* Frames that ended in _exit/exec never unpoisoned their red zones:
+	 * clear the shadow before the range is used again. */
+	__asan_unpoison_memory_region(stack, WR_SPAWN_STACK);
+#endif
+	pthread_once(&g_stack_once, stack_key_init);
+	if (t_stack == NULL && pthread_setspecific(g_stack_key, stack) == 0) {
+		t_stack = stack;
+		return;
+	}
+	munmap(stack, WR_SPAWN_STACK);
+}
 
 /* H and C run on stacks ASan does not know; they are not instrumented
  * (ASan would otherwise warn about a stack switch at every _exit). */
@@ -535,10 +582,8 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		r = -1;
 		goto out;
 	}
-	stacks = mmap(NULL, 2 * SPAWN_STACK, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stacks == MAP_FAILED) {
-		stacks = NULL;
+	stacks = wr_spawn_stack_get();
+	if (stacks == NULL) {
 		r = wr_err_sys(err, "exec: stack");
 		goto out;
 	}
@@ -708,14 +753,8 @@ out:
 	}
 	for (int k = 0; k < ca.nprocs; k++)
 		close(ca.procs[k]);
-	if (stacks) {
-#if defined(__SANITIZE_ADDRESS__)
-		/* Frames that ended in _exit/exec never unpoisoned their red
-		 * zones: clear the shadow before the range can be reused. */
-		__asan_unpoison_memory_region(stacks, 2 * SPAWN_STACK);
-#endif
-		munmap(stacks, 2 * SPAWN_STACK);
-	}
+	/* H is reaped and C exec'd or exited: nothing runs on the stacks. */
+	wr_spawn_stack_put(stacks);
 	if (so.fd >= 0)
 		close(so.fd);
 	if (se.fd >= 0)

@@ -285,19 +285,10 @@ static void test_background_outlives_command_until_destroy(void **state)
 	assert_int_equal(count_inits(), before - 1);
 }
 
-/* A command's leaf exists only where the command is accounted or acted on
- * by itself (memory, unified); in pids and cpu its processes join the
- * sandbox's cgroup, whose limits apply there. */
-static void test_command_cgroups(void **state)
+/* Processes named sleep in a cgroup path containing needle; asserts where
+ * each sits per hierarchy. */
+static int count_sleeps_in(const char *needle, const char *cmd_needle)
 {
-	(void)state;
-	struct wr_sandbox *sb = mk(0);
-	struct wr_exec_result res = run(sb, 5000, "sleep 1000 >/dev/null 2>&1 &");
-	assert_int_equal(res.reason, WR_EXIT_EXITED);
-	wr_exec_result_free(&res);
-	char needle[160], cmd_needle[180];
-	snprintf(needle, sizeof(needle), "/%s/%s", g_base, wr_sandbox_id(sb));
-	snprintf(cmd_needle, sizeof(cmd_needle), "%s/cmd-", needle);
 	int found = 0;
 	DIR *d = opendir("/proc");
 	struct dirent *de;
@@ -333,6 +324,29 @@ static void test_command_cgroups(void **state)
 		free(cg);
 	}
 	closedir(d);
+	return found;
+}
+
+/* A command's leaf exists only where the command is accounted or acted on
+ * by itself (memory, unified); in pids and cpu its processes join the
+ * sandbox's cgroup, whose limits apply there. */
+static void test_command_cgroups(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	struct wr_exec_result res = run(sb, 5000, "sleep 1000 >/dev/null 2>&1 &");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	wr_exec_result_free(&res);
+	char needle[160], cmd_needle[180];
+	snprintf(needle, sizeof(needle), "/%s/%s", g_base, wr_sandbox_id(sb));
+	snprintf(cmd_needle, sizeof(cmd_needle), "%s/cmd-", needle);
+	/* the shell forked it: wait until the child has exec'd sleep */
+	int found = 0;
+	for (int tries = 0; tries < 100 && found == 0; tries++) {
+		if (tries)
+			usleep(20000);
+		found = count_sleeps_in(needle, cmd_needle);
+	}
 	assert_int_equal(found, 1);
 	destroy(&sb);
 }
