@@ -186,7 +186,8 @@ void wrd_api_img_push(struct wrd_req *r)
 {
 	static const char *const keys[] = {"to", "auth", "insecure", "chunk_size", NULL};
 	static const char *const query[] = {"ref", NULL};
-	if (wrd_query_check(r, query) < 0 || !store_ready(r))
+	if (!wrd_api_image_admin(r, "image push") || wrd_query_check(r, query) < 0 ||
+	    !store_ready(r))
 		return;
 	/* {ref} of the path, or "-" with ?ref= for names holding a '/' (as
 	 * the other /v1/images/{ref} routes) */
