@@ -16,7 +16,7 @@ from test_cli_client import Cli, one_error_line
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from warren import AsyncSandbox, Sandbox  # noqa: E402
-from warren.exceptions import InvalidArgumentError  # noqa: E402
+from warren.exceptions import NotFoundError  # noqa: E402
 
 
 def q(s):
@@ -133,7 +133,7 @@ def test_cli_create_with_layers(warrend, layer_images):
 def test_sdk_create_with_layers_sync(conn, layer_images):
     with Sandbox.create(image="busybox", layers=layer_images, **conn) as sb:
         check_stack(lambda cmd: sb.commands.run(cmd).stdout)
-    with pytest.raises(InvalidArgumentError) as e:
+    with pytest.raises(NotFoundError) as e:
         Sandbox.create(image="busybox", layers=["lay-a:1", "nosuch:9"], **conn)
     assert e.value.field == "layers[1]"
     with pytest.raises(TypeError):
