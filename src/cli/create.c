@@ -47,6 +47,9 @@ enum {
 	OPT_IDLE,
 	OPT_LAYER,
 	OPT_PULL,
+	OPT_REG_USER,
+	OPT_REG_PW,
+	OPT_REG_TOKEN,
 };
 
 static int parse_mb(const char *opt, const char *arg, int64_t *out)
@@ -76,6 +79,9 @@ int cmd_create(int argc, char **argv)
 	    {"idle-timeout", required_argument, NULL, OPT_IDLE},
 	    {"layer", required_argument, NULL, OPT_LAYER},
 	    {"pull", required_argument, NULL, OPT_PULL},
+	    {"registry-user", required_argument, NULL, OPT_REG_USER},
+	    {"registry-password-stdin", no_argument, NULL, OPT_REG_PW},
+	    {"registry-token-stdin", no_argument, NULL, OPT_REG_TOKEN},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -85,6 +91,8 @@ int cmd_create(int argc, char **argv)
 	_cleanup_free_ warren_kv *labels = calloc((size_t)argc, sizeof(*labels));
 	uint64_t v;
 	int c;
+	const char *reg_user = NULL;
+	bool reg_pw = false, reg_token = false;
 	_cleanup_free_ const char **layers = calloc((size_t)argc, sizeof(*layers));
 	if (env == NULL || labels == NULL || layers == NULL)
 		return cli_usage_error(NULL, "out of memory");
@@ -160,6 +168,9 @@ int cmd_create(int argc, char **argv)
 				    "--pull", "'%s' is not one of missing, always, never", optarg);
 			so.pull = optarg;
 			break;
+		case OPT_REG_USER: reg_user = optarg; break;
+		case OPT_REG_PW: reg_pw = true; break;
+		case OPT_REG_TOKEN: reg_token = true; break;
 		case 'h': create_usage(stdout); return 0;
 		default: return cli_bad_option(c, argv);
 		}
@@ -171,6 +182,22 @@ int cmd_create(int argc, char **argv)
 	so.env = env;
 	so.labels = labels;
 	so.layers = layers;
+	if ((reg_user != NULL) != reg_pw)
+		return cli_usage_error(reg_user ? "--registry-user" : "--registry-password-stdin",
+				       "--registry-user and --registry-password-stdin go together");
+	if (reg_token && reg_user)
+		return cli_usage_error("--registry-token-stdin",
+				       "--registry-token-stdin excludes --registry-user");
+	_cleanup_free_ char *secret = NULL;
+	if ((reg_pw || reg_token) &&
+	    (secret = cli_stdin_line(reg_pw ? "--registry-password-stdin"
+					    : "--registry-token-stdin")) == NULL)
+		return WR_EXIT_WARREN;
+	warren_registry_auth auth = {.username = reg_user,
+				     .password = reg_pw ? secret : NULL,
+				     .token = reg_token ? secret : NULL};
+	if (secret)
+		so.registry_auth = &auth;
 
 	warren_client *cl = NULL;
 	warren_sandbox *sb = NULL;

@@ -248,9 +248,16 @@ int wrd_images_open_config(const struct wrd_config *cfg, wr_err *err)
 
 uint64_t wrd_images_or_mgr_upload_limit(const char *tenant, const char *id)
 {
-	/* The only upload route without a sandbox id is the image import. */
-	if (id == NULL || id[0] == '\0')
-		return g_store ? g_upload_max : 0;
+	/* The only upload route without a sandbox id is the image import:
+	 * a tenant that may not import does not get its body spooled (the
+	 * route answers 403). The Unix socket's tenant may (the route checks
+	 * the transport itself). */
+	if (id == NULL || id[0] == '\0') {
+		const struct wrd_config *c = wrd_mgr_cfg;
+		bool may = c == NULL || wrd_config_is_admin(c, tenant) ||
+			   (tenant && c->unix_tenant && strcmp(tenant, c->unix_tenant) == 0);
+		return g_store && may ? g_upload_max : 0;
+	}
 	return wrd_mgr_upload_limit(tenant, id);
 }
 

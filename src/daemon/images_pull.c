@@ -1,7 +1,8 @@
 /* Pull on create: a sandbox's image (or layer) given as a registry
  * reference ("127.0.0.1:5000/team/py:3.12", "ghcr.io/a/b@sha256:...") is
  * pulled into the store when missing, lazily when the remote carries
- * warren's EROFS layer (wr_image_pull converts any other image fully), and
+ * warren's EROFS layer and no request credentials are needed (wr_image_pull
+ * converts any other image fully), and
  * the create goes on with the store image.
  *
  * The store name of a pulled reference is the reference itself
@@ -99,6 +100,10 @@ static void classify(wr_err err, const char *field)
 	case 0: err->errnum = ESHUTDOWN; break;
 	case EACCES:
 	case EPERM: f = "registry_auth"; break;
+	/* not an image this node can run (bad manifest, platform, media
+	 * type): the caller's reference is at fault */
+	case EBADMSG:
+	case ENOTSUP: err->errnum = EINVAL; break;
 	default: break;
 	}
 	/* parse_auth names "auth.*": the create's key is "registry_auth" */
@@ -115,7 +120,11 @@ static int do_pull(const char *remote, const char *name, json_t *auth, wr_err *e
 	struct wr_registry *reg = NULL;
 	if (wrd_registry_open_for(remote, auth, false, &reg, err) < 0)
 		return -EINVAL;
-	struct wr_image_pull_opts o = {.mode = WR_IMAGE_PULL_LAZY};
+	/* lazyfs fetches with its own credentials (the config's auth_file),
+	 * never with a request's: an image pulled with request credentials is
+	 * fetched in full, or its sandbox's reads would fail later. */
+	bool creds = json_is_object(auth) && json_object_size(auth) > 0;
+	struct wr_image_pull_opts o = {.mode = creds ? WR_IMAGE_PULL_FULL : WR_IMAGE_PULL_LAZY};
 	struct wr_image_pull_result res;
 	struct wr_image *img = NULL;
 	int r = wr_image_pull(wrd_images(), reg, remote, name, &o, &img, &res, err);

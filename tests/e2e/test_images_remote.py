@@ -17,7 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from lazy_util import CountingProxy, lazytool  # noqa: E402
-from registry_util import Registry, free_port, image_manifest, oci_layout  # noqa: E402
+from registry_util import (Registry, TokenServer, free_port, image_manifest,  # noqa: E402
+                           oci_layout)
+from test_cli_client import Cli, one_error_line  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
                                 reason="docker-registry not installed (scripts/deps.sh)")
@@ -147,6 +149,15 @@ def test_create_registry_errors_name_image(api, warrend, registry, fresh_daemon)
         r = c.post("/v1/sandboxes", {"image": dead})
         assert r.status == 503, r
         assert r.error == ("unavailable", "image"), r
+        # concurrent creates of a dead reference share the failure
+        out, ts = [], []
+        for _ in range(3):
+            ts.append(threading.Thread(target=lambda: out.append(
+                c.__class__(node).post("/v1/sandboxes", {"image": dead}).error)))
+            ts[-1].start()
+        for t in ts:
+            t.join()
+        assert out == [("unavailable", "image")] * 3, out
         r = c.post("/v1/sandboxes", {"image": f"{registry.host}/team/nosuch:1"})
         assert r.status == 404, r
         assert r.error[1] == "image", r
@@ -226,3 +237,44 @@ def test_lazyfs_fetch_failure_is_an_image_event(api, warrend, registry, proxy, f
         c.close()
         node.finish()
         stop_lazyfs(build, node)
+
+
+def test_create_with_registry_credentials(api, warrend, fresh_daemon, tmp_path):
+    ts = TokenServer(tmp_path / "tok", "carol", "pw-c4rol")
+    reg = Registry(tmp_path / "reg", auth=ts.registry_auth())
+    node = None
+    try:
+        r = api.post("/v1/images/import", {"path": str(warrend.images / "busybox"),
+                                           "ref": "sec:1"})
+        assert r.status == 201, r
+        remote = f"{reg.host}/sec/bb:1"
+        assert api.post(f"/v1/images/{q('sec:1')}/push",
+                        {"to": remote, "auth": {"username": "carol",
+                                                "password": "pw-c4rol"}}).status == 200
+        node = fresh_daemon().start()
+        c = node.client()
+        r = c.post("/v1/sandboxes", {"image": remote})
+        assert r.status == 400 and r.error[1] == "registry_auth", r
+        r = c.post("/v1/sandboxes", {"image": remote,
+                                     "registry_auth": {"username": "carol", "password": "x"}})
+        assert r.status == 400 and r.error[1] == "registry_auth", r
+        c.close()
+        cli = Cli(node)
+        one_error_line(cli("create", "--image", remote, "--registry-user", "carol"),
+                       "--registry-password-stdin")
+        p = cli("create", "--image", remote, "--registry-user", "carol",
+                "--registry-password-stdin", input=b"pw-c4rol\n", check=0)
+        sid = p.out.strip()
+        try:
+            # request credentials: fetched in full (lazyfs could not use them)
+            assert cli("exec", sid, "--", "echo", "private", check=0).out == "private\n"
+            img = cli.json("image", "inspect", remote)
+            assert img["complete"] is True
+        finally:
+            cli("rm", "-f", sid)
+        assert "pw-c4rol" not in node.log_text()
+    finally:
+        if node:
+            node.finish()
+        reg.stop()
+        ts.stop()
