@@ -16,7 +16,8 @@ from test_cli_client import Cli, one_error_line
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from warren import AsyncSandbox, Sandbox  # noqa: E402
-from warren.exceptions import NotFoundError  # noqa: E402
+from warren.exceptions import NotFoundError, PermissionDeniedError  # noqa: E402
+from warren.images import Images  # noqa: E402
 
 
 def q(s):
@@ -152,3 +153,12 @@ def test_sdk_create_with_layers_async(conn, layer_images):
         finally:
             await sb.kill()
     asyncio.run(main())
+
+
+def test_sdk_image_mutation_by_a_tenant_is_permission_denied(tenants, conn):
+    alice_kw, _ = tenants
+    with pytest.raises(PermissionDeniedError) as e:
+        Images(**alice_kw).gc(dry_run=True)
+    assert e.value.status == 403
+    assert Images(**conn).gc(dry_run=True)["dry_run"] is True
+    assert isinstance(Images(**alice_kw).list(), list)
