@@ -162,3 +162,12 @@ def test_sdk_image_mutation_by_a_tenant_is_permission_denied(tenants, conn):
     assert e.value.status == 403
     assert Images(**conn).gc(dry_run=True)["dry_run"] is True
     assert isinstance(Images(**alice_kw).list(), list)
+
+
+def test_cli_image_mutation_by_a_tenant_is_one_error_line(warrend):
+    cli = Cli(warrend)
+    env = {k: v for k, v in cli.env.items() if k != "WARREN_SOCKET"}
+    env.update(WARREN_URL=f"http://127.0.0.1:{warrend.port}",
+               WARREN_TOKEN=warrend.tokens["bob"])
+    one_error_line(cli("image", "gc", "--dry-run", env=env), "admin")
+    assert cli("image", "ls", env=env).returncode == 0
