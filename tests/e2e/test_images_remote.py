@@ -278,3 +278,32 @@ def test_create_with_registry_credentials(api, warrend, fresh_daemon, tmp_path):
             node.finish()
         reg.stop()
         ts.stop()
+
+
+def test_tenant_pulls_add_names_but_never_move_them(api, alice, warrend, registry, tmp_path):
+    bb = push(api, warrend.images / "busybox", "mv:bb", f"{registry.host}/team/mv:1")
+    other = tmp_path / "other"
+    subprocess.run(["cp", "-a", str(warrend.images / "busybox"), str(other)], check=True)
+    (other / "marker").write_text("other\n")
+    push(api, other, "mv:other", f"{registry.host}/team/mv:2")
+    remote1 = f"{registry.host}/team/mv:1"
+    # a new name: fine; the same name again for the same image: fine
+    r = alice.post("/v1/images/pull", {"ref": remote1, "as": "alice-mv:1"})
+    assert r.status == 200 and r.json()["digest"] == bb["digest"], r
+    r = alice.post("/v1/images/pull", {"ref": remote1, "as": "mv:bb"})
+    assert r.status == 200 and "mv:bb" in r.json()["refs"], r
+    # moving an existing name to another image: refused, the name stays
+    r = alice.post("/v1/images/pull", {"ref": f"{registry.host}/team/mv:2", "as": "mv:bb"})
+    assert r.status == 403 and r.error == ("permission_denied", "as"), r
+    assert api.get("/v1/images/mv:bb").json()["digest"] == bb["digest"]
+    # nor may a tenant claim another registry reference's create-time name
+    r = alice.post("/v1/images/pull", {"ref": f"{registry.host}/team/mv:2",
+                                       "as": f"{registry.host}/team/mv:1"})
+    assert r.status == 403 and r.error == ("permission_denied", "as"), r
+    r = alice.post("/v1/images/pull", {"ref": remote1, "as": remote1})
+    assert r.status == 200, r
+    # the Unix socket (an admin) may move names
+    r = api.post("/v1/images/pull", {"ref": f"{registry.host}/team/mv:2", "as": "mv:bb"})
+    assert r.status == 200 and r.json()["digest"] != bb["digest"], r
+    for n in ("mv:bb", "mv:other", "alice-mv:1", remote1):
+        api.delete(f"/v1/images/{q(n)}" if "/" not in n else f"/v1/images/-?ref={q(n)}")
