@@ -103,11 +103,24 @@ typedef struct {
 	const char *value;
 } warren_kv;
 
-#define WARREN_SANDBOX_OPTS_VERSION 1
+/* Credentials for one registry call: username + password, or a ready
+ * bearer token; all NULL for anonymous. Sent to warrend with the request,
+ * never stored. insecure allows plain http and unverified TLS (loopback
+ * registries need no flag). */
+typedef struct {
+	const char *username;
+	const char *password;
+	const char *token;
+	bool insecure;
+} warren_registry_auth;
+
+/* Version 2 added layers, pull and registry_auth. */
+#define WARREN_SANDBOX_OPTS_VERSION 2
 typedef struct {
 	unsigned int version;
-	const char *image; /* required: a store ref (name:tag, digest), a configured image
-			      name or a node path */
+	const char *image; /* required: a store ref (name:tag, digest), a registry ref
+			      (host[:port]/repo[:tag|@digest], pulled when missing), a
+			      configured image name or a node path */
 	const char *tier;  /* NULL: the daemon's default ("container") */
 	double cpu;	   /* 0: no cap */
 	int64_t memory_mb; /* 0: default */
@@ -123,6 +136,16 @@ typedef struct {
 	int64_t timeout;      /* seconds of lifetime, 0: default */
 	int64_t idle_timeout; /* seconds, 0: off */
 	const char *on_timeout;
+	/* version 2: image references stacked on image as overlay lowers,
+	 * base first (1..16; each a store ref, registry ref or configured
+	 * name) */
+	const char *const *layers;
+	size_t n_layers;
+	/* registry references: "missing" (NULL), "always" or "never" */
+	const char *pull;
+	/* credentials for registry references (insecure is not used here:
+	 * loopback registries need none); NULL = anonymous */
+	const warren_registry_auth *registry_auth;
 } warren_sandbox_opts;
 #define WARREN_SANDBOX_OPTS_INIT                                                                   \
 	{                                                                                          \
@@ -512,16 +535,7 @@ WARREN_API int warren_function_call_batch(warren_client *client, const warren_ca
 
 /* ---- registry push and pull (API.md "Registry push and pull") --------- */
 
-/* Credentials for one registry call: username + password, or a ready
- * bearer token; all NULL for anonymous. Sent to warrend with the request,
- * never stored. insecure allows plain http and unverified TLS (loopback
- * registries need no flag). */
-typedef struct {
-	const char *username;
-	const char *password;
-	const char *token;
-	bool insecure;
-} warren_registry_auth;
+/* warren_registry_auth: above warren_sandbox_opts. */
 
 #define WARREN_IMAGE_PULL_OPTS_VERSION 1
 typedef struct {

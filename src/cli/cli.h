@@ -81,4 +81,8 @@ void cli_print_json(const char *json);
 /* Format a file mode as "drwxr-xr-x". */
 void cli_mode_string(warren_file_type type, unsigned int mode, char out[11]);
 
+/* First line of stdin without its newline (malloc'd); NULL, with the one
+ * error line printed, if there is none. For secrets (never argv). */
+char *cli_stdin_line(const char *opt);
+
 #endif

@@ -10,20 +10,26 @@
 
 static void create_usage(FILE *f)
 {
-	fprintf(f, "usage: warren create --image IMAGE [options]\n\n"
-		   "  --image NAME|PATH  image the daemon knows, or a rootfs path on the node\n"
-		   "  --tier NAME        isolation tier (default: the daemon's)\n"
-		   "  --cpu N            CPUs (fractions allowed; default: no cap)\n"
-		   "  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
-		   "  --disk SIZE        writable layer quota (e.g. 1G)\n"
-		   "  --pids N           process limit\n"
-		   "  --env K=V          environment of every command (repeatable)\n"
-		   "  --workdir DIR      working directory of commands\n"
-		   "  --user UID         user commands run as\n"
-		   "  --label K=V        label (repeatable)\n"
-		   "  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
-		   "  --idle-timeout DUR kill after DUR without API activity\n" CLI_CONN_HELP
-		   "\nPrints the new sandbox's id (with --json: the sandbox object).\n");
+	fprintf(f,
+		"usage: warren create --image IMAGE [options]\n\n"
+		"  --image REF|PATH   store image (name:tag, digest), registry reference\n"
+		"                     (host[:port]/repo[:tag], pulled when missing), configured\n"
+		"                     name, or a rootfs path on the node\n"
+		"  --layer REF        image stacked on --image as an overlay lower (repeatable,\n"
+		"                     base first: the first --layer sits right above --image)\n"
+		"  --pull POLICY      registry references: missing (default), always, never\n"
+		"  --tier NAME        isolation tier (default: the daemon's)\n"
+		"  --cpu N            CPUs (fractions allowed; default: no cap)\n"
+		"  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
+		"  --disk SIZE        writable layer quota (e.g. 1G)\n"
+		"  --pids N           process limit\n"
+		"  --env K=V          environment of every command (repeatable)\n"
+		"  --workdir DIR      working directory of commands\n"
+		"  --user UID         user commands run as\n"
+		"  --label K=V        label (repeatable)\n"
+		"  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
+		"  --idle-timeout DUR kill after DUR without API activity\n" CLI_CONN_HELP
+		"\nPrints the new sandbox's id (with --json: the sandbox object).\n");
 }
 
 enum {
@@ -39,6 +45,11 @@ enum {
 	OPT_LABEL,
 	OPT_TIMEOUT,
 	OPT_IDLE,
+	OPT_LAYER,
+	OPT_PULL,
+	OPT_REG_USER,
+	OPT_REG_PW,
+	OPT_REG_TOKEN,
 };
 
 static int parse_mb(const char *opt, const char *arg, int64_t *out)
@@ -66,6 +77,11 @@ int cmd_create(int argc, char **argv)
 	    {"label", required_argument, NULL, OPT_LABEL},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"idle-timeout", required_argument, NULL, OPT_IDLE},
+	    {"layer", required_argument, NULL, OPT_LAYER},
+	    {"pull", required_argument, NULL, OPT_PULL},
+	    {"registry-user", required_argument, NULL, OPT_REG_USER},
+	    {"registry-password-stdin", no_argument, NULL, OPT_REG_PW},
+	    {"registry-token-stdin", no_argument, NULL, OPT_REG_TOKEN},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -75,7 +91,10 @@ int cmd_create(int argc, char **argv)
 	_cleanup_free_ warren_kv *labels = calloc((size_t)argc, sizeof(*labels));
 	uint64_t v;
 	int c;
-	if (env == NULL || labels == NULL)
+	const char *reg_user = NULL;
+	bool reg_pw = false, reg_token = false;
+	_cleanup_free_ const char **layers = calloc((size_t)argc, sizeof(*layers));
+	if (env == NULL || labels == NULL || layers == NULL)
 		return cli_usage_error(NULL, "out of memory");
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -135,6 +154,23 @@ int cmd_create(int argc, char **argv)
 			if (cli_parse_seconds("--idle-timeout", optarg, &so.idle_timeout))
 				return WR_EXIT_WARREN;
 			break;
+		case OPT_LAYER:
+			if (*optarg == 0)
+				return cli_usage_error("--layer", "needs an image reference");
+			if (so.n_layers == 16)
+				return cli_usage_error("--layer", "at most 16 layers");
+			layers[so.n_layers++] = optarg;
+			break;
+		case OPT_PULL:
+			if (strcmp(optarg, "missing") != 0 && strcmp(optarg, "always") != 0 &&
+			    strcmp(optarg, "never") != 0)
+				return cli_usage_error(
+				    "--pull", "'%s' is not one of missing, always, never", optarg);
+			so.pull = optarg;
+			break;
+		case OPT_REG_USER: reg_user = optarg; break;
+		case OPT_REG_PW: reg_pw = true; break;
+		case OPT_REG_TOKEN: reg_token = true; break;
 		case 'h': create_usage(stdout); return 0;
 		default: return cli_bad_option(c, argv);
 		}
@@ -145,6 +181,23 @@ int cmd_create(int argc, char **argv)
 		return cli_usage_error("--image", "is required (an image name or a rootfs path)");
 	so.env = env;
 	so.labels = labels;
+	so.layers = layers;
+	if ((reg_user != NULL) != reg_pw)
+		return cli_usage_error(reg_user ? "--registry-user" : "--registry-password-stdin",
+				       "--registry-user and --registry-password-stdin go together");
+	if (reg_token && reg_user)
+		return cli_usage_error("--registry-token-stdin",
+				       "--registry-token-stdin excludes --registry-user");
+	_cleanup_free_ char *secret = NULL;
+	if ((reg_pw || reg_token) &&
+	    (secret = cli_stdin_line(reg_pw ? "--registry-password-stdin"
+					    : "--registry-token-stdin")) == NULL)
+		return WR_EXIT_WARREN;
+	warren_registry_auth auth = {.username = reg_user,
+				     .password = reg_pw ? secret : NULL,
+				     .token = reg_token ? secret : NULL};
+	if (secret)
+		so.registry_auth = &auth;
 
 	warren_client *cl = NULL;
 	warren_sandbox *sb = NULL;

@@ -40,8 +40,7 @@ enum {
 	OPT_INSECURE
 };
 
-/* First line of stdin without its newline; NULL (and a message) if none. */
-static char *stdin_line(const char *opt)
+char *cli_stdin_line(const char *opt)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -130,7 +129,7 @@ int cmd_image_remote(int argc, char **argv)
 		return cli_usage_error("--token-stdin", "--token-stdin excludes --user");
 	char *secret = NULL;
 	if ((pw_stdin || tok_stdin) &&
-	    (secret = stdin_line(pw_stdin ? "--password-stdin" : "--token-stdin")) == NULL)
+	    (secret = cli_stdin_line(pw_stdin ? "--password-stdin" : "--token-stdin")) == NULL)
 		return WR_EXIT_WARREN;
 	warren_registry_auth auth = {.username = user,
 				     .password = pw_stdin ? secret : NULL,

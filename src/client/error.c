@@ -15,6 +15,7 @@ static const struct {
 } codes[] = {
     {"invalid_argument", 400, EINVAL},
     {"unauthenticated", 401, EACCES},
+    {"permission_denied", 403, EPERM},
     {"not_found", 404, ENOENT},
     {"method_not_allowed", 405, EOPNOTSUPP},
     {"conflict", 409, EBUSY},

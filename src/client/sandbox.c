@@ -34,6 +34,45 @@ static int set_str(struct wc_call *c, json_t *o, const char *key, const char *v)
 	return 0;
 }
 
+/* Version 2's fields: layers, pull, registry_auth. */
+static int build_create_v2(struct wc_call *c, const warren_sandbox_opts *o, json_t *j)
+{
+	if (o->n_layers) {
+		if (o->layers == NULL || o->n_layers > 16)
+			return wc_fail_field(c, "layers", "layers: 1 to 16 image references");
+		json_t *a = json_array();
+		json_object_set_new(j, "layers", a);
+		for (size_t i = 0; i < o->n_layers; i++) {
+			if (o->layers[i] == NULL || o->layers[i][0] == 0)
+				return wc_fail_field(c, "layers", "layers[%zu]: must not be empty",
+						     i);
+			json_t *s = json_string(o->layers[i]);
+			if (s == NULL)
+				return wc_fail_field(c, "layers", "layers[%zu]: must be UTF-8", i);
+			json_array_append_new(a, s);
+		}
+	}
+	if (o->pull && set_str(c, j, "pull", o->pull) < 0)
+		return -EINVAL;
+	const warren_registry_auth *a = o->registry_auth;
+	if (a && (a->username || a->password || a->token)) {
+		if ((a->username != NULL) != (a->password != NULL))
+			return wc_fail_field(c, "registry_auth",
+					     "registry_auth: username and password go together");
+		if (a->token && a->username)
+			return wc_fail_field(c, "registry_auth",
+					     "registry_auth: give a username and password or a "
+					     "token");
+		json_t *ra = json_object();
+		json_object_set_new(j, "registry_auth", ra);
+		if ((a->token && set_str(c, ra, "token", a->token) < 0) ||
+		    (a->username && (set_str(c, ra, "username", a->username) < 0 ||
+				     set_str(c, ra, "password", a->password) < 0)))
+			return -EINVAL;
+	}
+	return 0;
+}
+
 static int build_create(struct wc_call *c, const warren_sandbox_opts *o, json_t **out)
 {
 	_cleanup_json_ json_t *j = json_object();
@@ -76,6 +115,8 @@ static int build_create(struct wc_call *c, const warren_sandbox_opts *o, json_t 
 	if (o->idle_timeout)
 		set_int(j, "idle_timeout", o->idle_timeout);
 	if (o->on_timeout && set_str(c, j, "on_timeout", o->on_timeout) < 0)
+		return -EINVAL;
+	if (o->version >= 2 && build_create_v2(c, o, j) < 0)
 		return -EINVAL;
 	*out = steal_ptr(&j);
 	return 0;

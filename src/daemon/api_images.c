@@ -84,6 +84,16 @@ static bool store_ready(struct wrd_req *r)
 	return true;
 }
 
+bool wrd_api_image_admin(struct wrd_req *r, const char *what)
+{
+	if (!r->tcp || wrd_config_is_admin(wrd_mgr_cfg, r->tenant))
+		return true;
+	wrd_reply_error(r, "permission_denied", NULL,
+			"%s changes the node's image store: tenant '%s' is not in admin_tenants",
+			what, r->tenant ? r->tenant : "");
+	return false;
+}
+
 /* The body is JSON ({"path", "format", "ref"}) when it starts with '{'
  * (tar, gzip and zstd streams never do). */
 static json_t *json_body(struct wrd_req *r)
@@ -103,7 +113,8 @@ static json_t *json_body(struct wrd_req *r)
 void wrd_api_img_import(struct wrd_req *r)
 {
 	static const char *const allowed[] = {"format", "ref", NULL};
-	if (wrd_query_check(r, allowed) < 0 || !store_ready(r))
+	if (!wrd_api_image_admin(r, "image import") || wrd_query_check(r, allowed) < 0 ||
+	    !store_ready(r))
 		return;
 	const char *fmt_s = wrd_query(r, "format");
 	struct wr_image_import_opts o = {.ref = wrd_query(r, "ref")};
@@ -223,7 +234,8 @@ void wrd_api_img_get(struct wrd_req *r)
 void wrd_api_img_tag(struct wrd_req *r)
 {
 	const char *target;
-	if (wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (target = path_ref(r)) == NULL)
+	if (!wrd_api_image_admin(r, "image tag") || wrd_query_check(r, ref_only) < 0 ||
+	    !store_ready(r) || (target = path_ref(r)) == NULL)
 		return;
 	static const char *const keys[] = {"ref", NULL};
 	const char *ref = NULL;
@@ -254,8 +266,9 @@ void wrd_api_img_remove(struct wrd_req *r)
 	static const char *const allowed[] = {"force", "ref", NULL};
 	bool force = false, removed = false;
 	const char *ref;
-	if (wrd_query_check(r, allowed) < 0 || wrd_query_bool(r, "force", false, &force) < 0 ||
-	    !store_ready(r) || (ref = path_ref(r)) == NULL)
+	if (!wrd_api_image_admin(r, "image rm") || wrd_query_check(r, allowed) < 0 ||
+	    wrd_query_bool(r, "force", false, &force) < 0 || !store_ready(r) ||
+	    (ref = path_ref(r)) == NULL)
 		return;
 	wrd_images_reconcile();
 	_cleanup_err_ wr_err err = NULL;
@@ -283,7 +296,8 @@ void wrd_api_img_remove(struct wrd_req *r)
 static void pin(struct wrd_req *r, bool on)
 {
 	const char *ref;
-	if (wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (ref = path_ref(r)) == NULL)
+	if (!wrd_api_image_admin(r, on ? "image pin" : "image unpin") ||
+	    wrd_query_check(r, ref_only) < 0 || !store_ready(r) || (ref = path_ref(r)) == NULL)
 		return;
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
@@ -319,7 +333,7 @@ void wrd_api_img_gc(struct wrd_req *r)
 {
 	static const char *const allowed[] = {"dry_run", "prune_untagged", NULL};
 	struct wr_image_gc_opts o = {.on_remove = on_removed};
-	if (wrd_query_check(r, allowed) < 0 ||
+	if (!wrd_api_image_admin(r, "image gc") || wrd_query_check(r, allowed) < 0 ||
 	    wrd_query_bool(r, "dry_run", false, &o.dry_run) < 0 ||
 	    wrd_query_bool(r, "prune_untagged", false, &o.prune_untagged) < 0 || !store_ready(r))
 		return;

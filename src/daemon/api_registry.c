@@ -15,6 +15,7 @@
 #include "daemon/api_registry.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
+#include "daemon/manager.h"
 #include "image/distribute.h"
 
 static void regp(struct wr_registry **r)
@@ -105,6 +106,18 @@ static void reply_reg_err(struct wrd_req *r, wr_err err, const char *ref_field)
 	}
 }
 
+/* Is `as` the store name a pull of `ref` at create would use? */
+static bool names_ref(const char *as, const char *ref)
+{
+	_cleanup_free_ char *want = NULL;
+	_cleanup_err_ wr_err err = NULL;
+	if (wrd_images_remote_name(ref, &want, &err) < 0)
+		return false;
+	size_t n = strlen(as);
+	return strcmp(as, want) == 0 ||
+	       (strncmp(as, want, n) == 0 && strcmp(want + n, ":latest") == 0);
+}
+
 static bool store_ready(struct wrd_req *r)
 {
 	if (wrd_images() == NULL) {
@@ -161,15 +174,48 @@ void wrd_api_img_pull(struct wrd_req *r)
 		wrd_reply_error(r, "invalid_argument", "as", "as: %s", err->msg);
 		return;
 	}
-	wr_image_free(&probe);
 	wr_err_free(&err);
+	/* Pulls are every tenant's, but names are shared: a tenant that is no
+	 * admin may add names, not move one to another image, nor take a
+	 * registry reference's name for another reference (creates of that
+	 * reference would then run its image). */
+	bool admin = !r->tcp || wrd_config_is_admin(wrd_mgr_cfg, r->tenant);
+	char had[WR_IMAGE_DIGEST_LEN + 1] = "";
+	if (probe)
+		snprintf(had, sizeof(had), "%s", probe->digest);
+	wr_image_free(&probe);
+	if (!admin && wr_registry_ref_is_remote(as) && !names_ref(as, ref)) {
+		wrd_reply_error(r, "permission_denied", "as",
+				"as: '%s' names another registry reference; only an admin may "
+				"pull under it",
+				as);
+		return;
+	}
 	struct wr_image_pull_opts o = {.mode = lazy ? WR_IMAGE_PULL_LAZY : WR_IMAGE_PULL_FULL,
 				       .platform = platform};
 	struct wr_image_pull_result res;
 	struct wr_image *img = NULL;
-	if (wr_image_pull(wrd_images(), reg, ref, as, &o, &img, &res, &err) < 0) {
+	/* a tenant's pull to an existing name goes unnamed first: the name
+	 * is only kept when it already points at what was pulled */
+	bool guard = !admin && had[0];
+	if (wr_image_pull(wrd_images(), reg, ref, guard ? NULL : as, &o, &img, &res, &err) < 0) {
 		reply_reg_err(r, err, "ref");
 		return;
+	}
+	if (guard && strcmp(img->digest, had) != 0) {
+		wrd_reply_error(r, "permission_denied", "as",
+				"as: '%s' points at another image; moving it needs an admin (the "
+				"pulled image %s is kept without a name until reclaimed)",
+				as, img->digest);
+		wr_image_free(&img);
+		return;
+	}
+	if (guard) { /* the record as the name sees it */
+		wr_image_free(&img);
+		if (wr_image_resolve(wrd_images(), as, &img, &err) < 0) {
+			reply_reg_err(r, err, "as");
+			return;
+		}
 	}
 	json_t *out = wrd_image_json(img);
 	json_object_set_new(out, "pull",
@@ -186,7 +232,8 @@ void wrd_api_img_push(struct wrd_req *r)
 {
 	static const char *const keys[] = {"to", "auth", "insecure", "chunk_size", NULL};
 	static const char *const query[] = {"ref", NULL};
-	if (wrd_query_check(r, query) < 0 || !store_ready(r))
+	if (!wrd_api_image_admin(r, "image push") || wrd_query_check(r, query) < 0 ||
+	    !store_ready(r))
 		return;
 	/* {ref} of the path, or "-" with ?ref= for names holding a '/' (as
 	 * the other /v1/images/{ref} routes) */

@@ -108,8 +108,9 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier", "image",  "cpu",	 "memory_mb",	 "disk_mb",    "pids",	 "env", "workdir",
-    "user", "labels", "timeout", "idle_timeout", "on_timeout", "layers", NULL};
+    "tier",	  "image",   "cpu",  "memory_mb",     "disk_mb", "pids",
+    "env",	  "workdir", "user", "labels",	      "timeout", "idle_timeout",
+    "on_timeout", "layers",  "pull", "registry_auth", NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -235,6 +236,23 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 		}
 	}
 	json_object_set_new(spec, "on_timeout", json_string(s));
+	/* pull policy and credentials of registry references (images_pull.c);
+	 * the credentials never reach the spec, the database or the log */
+	if ((v = json_object_get(b, "pull"))) {
+		if (wrd_j_str(v, "pull", 16, false, &s, &err) < 0)
+			goto bad;
+		if (wrd_images_pull_policy(s) < 0) {
+			wrd_reply_error(r, "invalid_argument", "pull",
+					"pull: one of \"missing\", \"always\", \"never\"");
+			goto fail;
+		}
+	}
+	if ((v = json_object_get(b, "registry_auth")) && !json_is_object(v) && !json_is_null(v)) {
+		wrd_reply_error(r, "invalid_argument", "registry_auth",
+				"registry_auth: an object {\"username\", \"password\"} or "
+				"{\"token\"}");
+		goto fail;
+	}
 	return spec;
 bad:
 	wrd_reply_err(r, err);

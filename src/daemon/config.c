@@ -107,6 +107,29 @@ static int load_images(json_t *obj, struct wrd_config *cfg, wr_err *err)
 	return 0;
 }
 
+static int load_admins(json_t *arr, struct wrd_config *cfg, wr_err *err)
+{
+	if (!json_is_array(arr))
+		return wr_err_field(err, "admin_tenants",
+				    "admin_tenants: must be an array of tenant names");
+	size_t n = json_array_size(arr);
+	cfg->admin_tenants = calloc(n + 1, sizeof(char *));
+	if (cfg->admin_tenants == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	size_t i;
+	json_t *t;
+	json_array_foreach(arr, i, t)
+	{
+		const char *s;
+		if (wrd_j_str(t, "admin_tenants", 63, false, &s, err) < 0)
+			return -EINVAL;
+		if ((cfg->admin_tenants[cfg->n_admin_tenants] = strdup(s)) == NULL)
+			return wr_err_set(err, ENOMEM, "out of memory");
+		cfg->n_admin_tenants++;
+	}
+	return 0;
+}
+
 static int load_defaults(json_t *obj, struct wrd_limits *d, wr_err *err)
 {
 	if (!json_is_object(obj))
@@ -176,7 +199,13 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = wrd_images_check_config(v, err);
 			if (r == 0 && (cfg->image_store = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
-		} else if (strcmp(k, "defaults") == 0)
+		} else if (strcmp(k, "lazy") == 0) {
+			r = wrd_images_check_lazy(v, err);
+			if (r == 0 && (cfg->lazy = json_dumps(v, 0)) == NULL)
+				r = wr_err_set(err, ENOMEM, "out of memory");
+		} else if (strcmp(k, "admin_tenants") == 0)
+			r = load_admins(v, cfg, err);
+		else if (strcmp(k, "defaults") == 0)
 			r = load_defaults(v, &cfg->defaults, err);
 		else if (strcmp(k, "workers") == 0)
 			r = cfg_uint(v, k, 1, 1024, &cfg->workers, err);
@@ -301,6 +330,10 @@ void wrd_config_free(struct wrd_config *cfg)
 	}
 	free(cfg->images);
 	free(cfg->image_store);
+	free(cfg->lazy);
+	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
+		free(cfg->admin_tenants[i]);
+	free(cfg->admin_tenants);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -310,4 +343,14 @@ const char *wrd_config_image(const struct wrd_config *cfg, const char *name)
 		if (strcmp(cfg->images[i].name, name) == 0)
 			return cfg->images[i].path;
 	return NULL;
+}
+
+bool wrd_config_is_admin(const struct wrd_config *cfg, const char *tenant)
+{
+	if (tenant == NULL)
+		return false;
+	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
+		if (strcmp(cfg->admin_tenants[i], tenant) == 0)
+			return true;
+	return false;
 }

@@ -3,6 +3,7 @@
 #ifndef WARREN_DAEMON_CONFIG_H
 #define WARREN_DAEMON_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,7 +43,10 @@ struct wrd_config {
 	struct wrd_image *images;
 	size_t n_images;
 	struct wrd_limits defaults;
-	char *image_store;	   /* the "image_store" object as JSON text, or NULL */
+	char *image_store;    /* the "image_store" object as JSON text, or NULL */
+	char *lazy;	      /* the "lazy" object as JSON text, or NULL */
+	char **admin_tenants; /* may change the image store; NULL-terminated */
+	size_t n_admin_tenants;
 	unsigned workers;	   /* threads of each lane (pool.c): pool, create */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */
@@ -56,6 +60,9 @@ struct wrd_config {
  * next to the binary. Errors name the config key in err->field. */
 int wrd_config_load(const char *path, struct wrd_config *cfg, wr_err *err);
 void wrd_config_free(struct wrd_config *cfg);
+/* Is `tenant` in the config's admin_tenants? (Requests over the Unix
+ * socket are the node operator's and always admin: api.c.) */
+bool wrd_config_is_admin(const struct wrd_config *cfg, const char *tenant);
 /* Path of a configured image name, or NULL. */
 const char *wrd_config_image(const struct wrd_config *cfg, const char *name);
 

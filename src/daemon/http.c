@@ -49,6 +49,7 @@ static const struct {
     /* clang-format off */
     {"invalid_argument", 400},
     {"unauthenticated", 401},
+    {"permission_denied", 403},
     {"not_found", 404},
     {"method_not_allowed", 405},
     {"conflict", 409},

@@ -14,7 +14,7 @@
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
-#include "image/lazy.h"
+#include "image/registry.h"
 
 static struct wr_image_store *g_store;
 /* Node-level image events: the events table under sandbox id "" (no
@@ -127,7 +127,7 @@ int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	o.dir = dir;
 	/* Lazily pulled images: acquire returns a warren-lazyfs file. */
-	if ((r = wr_lazy_attach(&o, cfg->run_dir, err)) < 0)
+	if ((r = wrd_images_lazy_attach(cfg, &o, err)) < 0)
 		return r;
 	if ((r = wr_image_store_open(&o, &g_store, err)) < 0)
 		return r;
@@ -137,11 +137,12 @@ int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 	/* Restart: holders of sandboxes that did not survive go. */
 	if (wr_image_release_except(g_store, live, NULL, err) < 0)
 		return -EIO;
-	return 0;
+	return wrd_images_lazy_start(err);
 }
 
 void wrd_images_close(void)
 {
+	wrd_images_lazy_stop();
 	wr_image_store_close(&g_store);
 }
 
@@ -247,9 +248,16 @@ int wrd_images_open_config(const struct wrd_config *cfg, wr_err *err)
 
 uint64_t wrd_images_or_mgr_upload_limit(const char *tenant, const char *id)
 {
-	/* The only upload route without a sandbox id is the image import. */
-	if (id == NULL || id[0] == '\0')
-		return g_store ? g_upload_max : 0;
+	/* The only upload route without a sandbox id is the image import:
+	 * a tenant that may not import does not get its body spooled (the
+	 * route answers 403). The Unix socket's tenant may (the route checks
+	 * the transport itself). */
+	if (id == NULL || id[0] == '\0') {
+		const struct wrd_config *c = wrd_mgr_cfg;
+		bool may = c == NULL || wrd_config_is_admin(c, tenant) ||
+			   (tenant && c->unix_tenant && strcmp(tenant, c->unix_tenant) == 0);
+		return g_store && may ? g_upload_max : 0;
+	}
 	return wrd_mgr_upload_limit(tenant, id);
 }
 
@@ -286,6 +294,19 @@ int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, 
 {
 	if (h->n == WRD_MAX_HOLDS)
 		return wr_err_set(err, E2BIG, "too many images");
+	/* A registry reference: pulled into the store first (per the body's
+	 * "pull" policy, validated by the create route). */
+	_cleanup_free_ char *local = NULL;
+	if (image[0] != '/' && image[0] != '.' && wr_registry_ref_is_remote(image)) {
+		int policy =
+		    wrd_images_pull_policy(json_string_value(json_object_get(body, "pull")));
+		int r =
+		    wrd_images_ensure_remote(image, policy < 0 ? WRD_PULL_MISSING : policy,
+					     json_object_get(body, "registry_auth"), &local, err);
+		if (r < 0)
+			return r;
+		image = local;
+	}
 	struct wr_image *img = NULL;
 	int a = wrd_images_acquire_for_create(image, store_path, &img, h->holder[h->n], err);
 	if (a <= 0)

@@ -14,6 +14,16 @@
 
 /* Validate the "image_store" config object (errors name the key). */
 int wrd_images_check_config(json_t *v, wr_err *err);
+/* Validate the "lazy" config object (images_lazy.c; errors name the key,
+ * "lazy.chunk_size"). */
+int wrd_images_check_lazy(json_t *v, wr_err *err);
+/* The on-demand loading client of cfg->lazy plugged into so (so->dir set). */
+int wrd_images_lazy_attach(const struct wrd_config *cfg, struct wr_image_store_opts *so,
+			   wr_err *err);
+/* Poll warren-lazyfs's events into image events (and the log) on a
+ * thread of its own; _stop joins it. */
+int wrd_images_lazy_start(wr_err *err);
+void wrd_images_lazy_stop(void);
 /* Open the store (after the manager recovered sandboxes): holders of
  * sandboxes that are not live any more are released. */
 int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err);
@@ -58,6 +68,20 @@ int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, 
  * "layers" key: nothing to do. Errors name the field ("layers[2]"). */
 int wrd_images_stack(struct wrd_image_holds *h, const struct wrd_config *cfg, json_t *body,
 		     bool tcp, const char *base_path, json_t *spec, wr_err *err);
+/* Pull on create (images_pull.c). The create body's "pull" policy: */
+enum { WRD_PULL_MISSING = 0, WRD_PULL_ALWAYS, WRD_PULL_NEVER };
+/* "missing" (or NULL), "always", "never"; -EINVAL otherwise. */
+int wrd_images_pull_policy(const char *s);
+/* The store name a pulled registry reference gets: "host/repo:tag", or
+ * "host/repo:sha256-<hex>" for a digest reference. malloc'd. */
+int wrd_images_remote_name(const char *remote, char **out, wr_err *err);
+/* Make the registry reference `remote` a store image per policy (pulling
+ * it, lazily where it can, when missing or always; concurrent calls for
+ * one reference do one pull) and return its store name in *name. auth is
+ * the request's "registry_auth" object or NULL. Errors name "image" (an
+ * unreachable registry: ESHUTDOWN; unknown: ENOENT) or "registry_auth". */
+int wrd_images_ensure_remote(const char *remote, int policy, json_t *auth, char **name,
+			     wr_err *err);
 void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
 void wrd_images_holds_drop(struct wrd_image_holds *h);
 /* A sandbox ended (destroyed): release every store image it held. */

@@ -15,10 +15,15 @@ def run_with(build, tmp_path, cfg):
                           capture_output=True, text=True, timeout=30)
 
 
-def test_example_config_starts(fresh_daemon):
+def test_example_config_starts(fresh_daemon, tmp_path):
     example = json.loads((ROOT / "deploy/warrend.json").read_text())
     keep = {k: v for k, v in example.items()
             if k not in ("socket", "listen", "state_dir", "run_dir", "tokens", "images")}
+    # the registry credentials file of the example, made for the test
+    auth = tmp_path / "registry-auth.json"
+    auth.write_text('{"auths": {}}')
+    auth.chmod(0o600)
+    keep["lazy"] = dict(keep["lazy"], auth_file=str(auth))
     d = fresh_daemon(extra=keep).start()
     c = d.client()
     assert c.get("/v1/health").json()["status"] == "ok"
@@ -32,6 +37,16 @@ def test_bad_configs_name_the_key(build, tmp_path):
                      ({"tokens": [{"tenant": "a"}]}, "tokens"),
                      ({"defaults": {"memory_mb": 1}}, "defaults.memory_mb"),
                      ({"images": {"x": "relative/path"}}, "images"),
+                     ({"lazy": {"chunk_size": "3K"}}, "lazy.chunk_size"),
+                     ({"lazy": {"chunk_size": 100000}}, "lazy.chunk_size"),
+                     ({"lazy": {"fetch_all": "yes"}}, "lazy.fetch_all"),
+                     ({"lazy": {"auth_file": "/nonexistent/auth.json"}}, "lazy.auth_file"),
+                     ({"lazy": {"auth_file": "relative.json"}}, "lazy.auth_file"),
+                     ({"lazy": {"range_timeout_ms": 1}}, "lazy.range_timeout_ms"),
+                     ({"lazy": {"cache": 1}}, "lazy.cache"),
+                     ({"lazy": []}, "lazy"),
+                     ({"admin_tenants": "alice"}, "admin_tenants"),
+                     ({"admin_tenants": [""]}, "admin_tenants"),
                      ("{not json", "line")]:
         p = run_with(build, tmp_path, cfg)
         assert p.returncode == 2, (cfg, p.stderr)

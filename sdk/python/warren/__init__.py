@@ -24,7 +24,8 @@ from ._http import (ConnectionConfig, aclose_shared_clients,  # noqa: E402
 from .exceptions import (AuthenticationError, CommandExitError,  # noqa: E402
                          CommandExitException, ConflictError, InternalError,
                          InvalidArgumentError, MethodNotAllowedError, NotFoundError,
-                         PayloadTooLargeError, RequestTimeoutError, ResourceExhaustedError,
+                         PayloadTooLargeError, PermissionDeniedError, RequestTimeoutError,
+                         ResourceExhaustedError,
                          UnavailableError, UnsupportedMediaTypeError, WarrenConnectionError,
                          WarrenError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # noqa: E402
@@ -48,7 +49,8 @@ __all__ = [
     "UploadResult", "ConnectionConfig",
     "images", "Images", "AsyncImages", "ImageInfo", "registry",
     "close_shared_clients", "aclose_shared_clients",
-    "WarrenError", "InvalidArgumentError", "AuthenticationError", "NotFoundError",
+    "WarrenError", "InvalidArgumentError", "AuthenticationError", "PermissionDeniedError",
+    "NotFoundError",
     "MethodNotAllowedError", "ConflictError", "PayloadTooLargeError",
     "UnsupportedMediaTypeError", "ResourceExhaustedError", "InternalError",
     "UnavailableError", "WarrenConnectionError", "RequestTimeoutError",

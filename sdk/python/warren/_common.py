@@ -36,7 +36,9 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 envs: Optional[Mapping[str, str]], cwd: Optional[str],
                 user: Union[int, str, None], metadata: Optional[Mapping[str, str]],
                 labels: Optional[Mapping[str, str]], timeout: Optional[int],
-                idle_timeout: Optional[int], on_timeout: Optional[str]) -> Dict[str, Any]:
+                idle_timeout: Optional[int], on_timeout: Optional[str],
+                layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
+                registry_auth: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -49,7 +51,22 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         "workdir": cwd, "user": user_value(user),
         "labels": dict(lab) if lab is not None else None,
         "timeout": timeout, "idle_timeout": idle_timeout, "on_timeout": on_timeout,
+        "layers": layers_value(layers), "pull": pull,
+        "registry_auth": dict(registry_auth) if registry_auth is not None else None,
     })
+
+
+def layers_value(layers: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """Image references stacked on the image, base first."""
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)):
+        raise TypeError("layers must be a list of image references, not one string")
+    out = list(layers)
+    for x in out:
+        if not isinstance(x, str):
+            raise TypeError(f"layers: every entry must be a str (got {x!r})")
+    return out
 
 
 def list_params(state: Optional[str], labels: Optional[Mapping[str, str]],

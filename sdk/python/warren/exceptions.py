@@ -86,6 +86,13 @@ class AuthenticationError(WarrenError):
     default_status = 401
 
 
+class PermissionDeniedError(WarrenError, PermissionError):
+    """403: the tenant may not do this (changing the node's image store
+    needs an admin tenant)."""
+    code = "permission_denied"
+    default_status = 403
+
+
 class NotFoundError(WarrenError):
     """404: unknown route, sandbox (including another tenant's), command or file."""
     code = "not_found"
@@ -190,7 +197,8 @@ CommandExitException = CommandExitError
 
 _BY_CODE: Dict[str, Type[WarrenError]] = {
     cls.code: cls for cls in (
-        InvalidArgumentError, AuthenticationError, NotFoundError, MethodNotAllowedError,
+        InvalidArgumentError, AuthenticationError, PermissionDeniedError, NotFoundError,
+        MethodNotAllowedError,
         ConflictError, PayloadTooLargeError, UnsupportedMediaTypeError,
         ResourceExhaustedError, InternalError, UnavailableError)
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from typing import (IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional,
-                    Tuple, Union)
+                    Sequence, Tuple, Union)
 
 from ._common import (Cmd, StreamState, create_body, drop_none, is_running_state,
                       list_params, mode_str, run_body, sync_write_content, text)
@@ -484,13 +484,23 @@ class Sandbox:
                idle_timeout: Optional[int] = None, on_timeout: Optional[str] = None,
                socket: Optional[str] = None, base_url: Optional[str] = None,
                api_key: Optional[str] = None,
-               request_timeout: Optional[float] = None) -> "Sandbox":
+               request_timeout: Optional[float] = None,
+               layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
+               registry_auth: Optional[Mapping[str, str]] = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
-            image: an image name the daemon knows, or an absolute path to a
-                rootfs directory or EROFS file on the node (default:
-                ``$WARREN_IMAGE``).
+            image: a store image (``name:tag``, a digest), a registry reference
+                (``host[:port]/repo[:tag|@sha256:...]``, pulled into the node's
+                store when missing, lazily where it can), an image name the
+                daemon's config knows, or an absolute path to a rootfs directory
+                or EROFS file on the node (default: ``$WARREN_IMAGE``).
+            layers: image references stacked on ``image`` as overlay lowers,
+                base first (1 to 16).
+            pull: for registry references: ``"missing"`` (default),
+                ``"always"`` or ``"never"``.
+            registry_auth: ``{"username": ..., "password": ...}`` or
+                ``{"token": ...}`` for the registry; sent with this request only.
             tier: isolation tier (``"container"``).
             cpu: CPU cap in cores (0 < cpu <= 64); memory_mb, disk_mb, pids: limits.
             envs: environment of every command; cwd: default working directory;
@@ -508,7 +518,8 @@ class Sandbox:
         body = create_body(image=image, tier=tier, cpu=cpu, memory_mb=memory_mb,
                            disk_mb=disk_mb, pids=pids, envs=envs, cwd=cwd, user=user,
                            metadata=metadata, labels=labels, timeout=timeout,
-                           idle_timeout=idle_timeout, on_timeout=on_timeout)
+                           idle_timeout=idle_timeout, on_timeout=on_timeout,
+                           layers=layers, pull=pull, registry_auth=registry_auth)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)

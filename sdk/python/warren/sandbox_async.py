@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List,
-                    Mapping, Optional, Tuple, Union)
+                    Mapping, Optional, Sequence, Tuple, Union)
 
 from ._common import (Cmd, StreamState, async_write_content, create_body, drop_none,
                       is_running_state, list_params, mode_str, run_body, text)
@@ -432,14 +432,17 @@ class AsyncSandbox:
                      timeout: Optional[int] = None, idle_timeout: Optional[int] = None,
                      on_timeout: Optional[str] = None, socket: Optional[str] = None,
                      base_url: Optional[str] = None, api_key: Optional[str] = None,
-                     request_timeout: Optional[float] = None) -> "AsyncSandbox":
+                     request_timeout: Optional[float] = None,
+                     layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
+                     registry_auth: Optional[Mapping[str, str]] = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
         body = create_body(image=image, tier=tier, cpu=cpu, memory_mb=memory_mb,
                            disk_mb=disk_mb, pids=pids, envs=envs, cwd=cwd, user=user,
                            metadata=metadata, labels=labels, timeout=timeout,
-                           idle_timeout=idle_timeout, on_timeout=on_timeout)
+                           idle_timeout=idle_timeout, on_timeout=on_timeout,
+                           layers=layers, pull=pull, registry_auth=registry_auth)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
