@@ -164,11 +164,11 @@ static bool pid_reading(pid_t pid)
  * `cat` in its own group), at most 64 of them. */
 static bool fg_reading(pid_t pg)
 {
-	pid_t todo[64];
+	pid_t pending[64];
 	size_t n = 0, i = 0;
-	todo[n++] = pg;
+	pending[n++] = pg;
 	while (i < n) {
-		pid_t pid = todo[i++];
+		pid_t pid = pending[i++];
 		char path[64], buf[4096];
 		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -196,11 +196,11 @@ static bool fg_reading(pid_t pg)
 		if (len <= 0)
 			continue;
 		buf[len] = 0;
-		for (char *p = buf, *e; n < WR_ARRAY_SIZE(todo); p = e) {
+		for (char *p = buf, *e; n < WR_ARRAY_SIZE(pending); p = e) {
 			long c = strtol(p, &e, 10);
 			if (e == p)
 				break;
-			todo[n++] = (pid_t)c;
+			pending[n++] = (pid_t)c;
 		}
 	}
 	return false;
