@@ -274,3 +274,21 @@ void wr_fscred_leave(const struct wr_fscred *saved)
 	setfsuid((uid_t)saved->uid);
 	setfsgid((gid_t)saved->gid);
 }
+
+int wr_buf_append(struct wr_buf *b, const void *d, size_t n)
+{
+	if (b->len + n + 1 > b->cap) {
+		size_t c = b->cap ? b->cap : 4096;
+		while (c < b->len + n + 1)
+			c *= 2;
+		char *np = realloc(b->p, c);
+		if (np == NULL)
+			return -ENOMEM;
+		b->p = np;
+		b->cap = c;
+	}
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+	b->p[b->len] = 0;
+	return 0;
+}

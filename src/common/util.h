@@ -9,6 +9,14 @@
 
 #include "common/error.h"
 
+/* A growable byte buffer, always NUL-terminated after its len bytes. */
+struct wr_buf {
+	char *p;
+	size_t len, cap;
+};
+/* Append n bytes (doubling from 4 KiB); -ENOMEM leaves b as it was. */
+int wr_buf_append(struct wr_buf *b, const void *d, size_t n);
+
 /* Write all of buf to fd, retrying on EINTR and short writes. */
 ssize_t wr_write_all(int fd, const void *buf, size_t len);
 /* Read until EOF or len bytes. */

@@ -265,27 +265,8 @@ struct stream {
 	int no; /* 1 or 2 */
 	uint64_t cap, seen;
 	bool truncated;
-	char *buf;
-	size_t len, alloc;
+	struct wr_buf b;
 };
-
-static int stream_append(struct stream *s, const char *data, size_t n)
-{
-	if (s->len + n + 1 > s->alloc) {
-		size_t want = s->alloc ? s->alloc : 4096;
-		while (want < s->len + n + 1)
-			want *= 2;
-		char *nb = realloc(s->buf, want);
-		if (nb == NULL)
-			return -ENOMEM;
-		s->buf = nb;
-		s->alloc = want;
-	}
-	memcpy(s->buf + s->len, data, n);
-	s->len += n;
-	s->buf[s->len] = 0;
-	return 0;
-}
 
 /* Read what is there. Past the cap the pipe is closed, so the writer gets
  * EPIPE/SIGPIPE as with `| head -c`: neither our memory nor the command's
@@ -317,7 +298,7 @@ static int stream_pump(struct stream *s, const struct wr_exec_spec *spec, bool *
 			if (spec->on_output) {
 				if (*deliver && spec->on_output(spec->ctx, s->no, buf, keep) != 0)
 					*deliver = false;
-			} else if (stream_append(s, buf, keep) < 0) {
+			} else if (wr_buf_append(&s->b, buf, keep) < 0) {
 				return -ENOMEM;
 			}
 		}
@@ -641,8 +622,8 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		res->exit_code = si.si_code == CLD_EXITED ? si.si_status : ca.start_failed;
 		const char *msg = ca.cerr.msg[0] ? ca.cerr.msg : "command failed to start";
 		if (!spec->on_output) {
-			stream_append(&se, msg, strlen(msg));
-			stream_append(&se, "\n", 1);
+			wr_buf_append(&se.b, msg, strlen(msg));
+			wr_buf_append(&se.b, "\n", 1);
 		} else {
 			spec->on_output(spec->ctx, 2, msg, strlen(msg));
 			spec->on_output(spec->ctx, 2, "\n", 1);
@@ -760,13 +741,13 @@ out:
 	if (se.fd >= 0)
 		close(se.fd);
 	if (r == 0 && !spec->on_output) {
-		res->out = so.buf ? so.buf : strdup("");
-		res->err = se.buf ? se.buf : strdup("");
-		res->out_len = so.len;
-		res->err_len = se.len;
+		res->out = so.b.p ? so.b.p : strdup("");
+		res->err = se.b.p ? se.b.p : strdup("");
+		res->out_len = so.b.len;
+		res->err_len = se.b.len;
 	} else {
-		free(so.buf);
-		free(se.buf);
+		free(so.b.p);
+		free(se.b.p);
 	}
 	res->out_truncated = so.truncated;
 	res->err_truncated = se.truncated;

@@ -53,29 +53,6 @@ void wr_call_result_free(struct wr_call_result *r)
 	r->out = r->err = NULL;
 }
 
-struct buf {
-	char *p;
-	size_t len, cap;
-};
-
-static int buf_add(struct buf *b, const void *d, size_t n)
-{
-	if (b->len + n + 1 > b->cap) {
-		size_t c = b->cap ? b->cap : 4096;
-		while (c < b->len + n + 1)
-			c *= 2;
-		char *np = realloc(b->p, c);
-		if (np == NULL)
-			return -ENOMEM;
-		b->p = np;
-		b->cap = c;
-	}
-	memcpy(b->p + b->len, d, n);
-	b->len += n;
-	b->p[b->len] = 0;
-	return 0;
-}
-
 static int bad_path(const char *s)
 {
 	if (s == NULL || *s == 0 || *s == '/' || strlen(s) >= 1024)
@@ -158,14 +135,14 @@ static int normalize(const struct wr_function_pool *p, const struct wr_call_spec
 	return 0;
 }
 
-static int build_payload(const struct wr_call_spec *s, struct buf *b, uint32_t *argc,
+static int build_payload(const struct wr_call_spec *s, struct wr_buf *b, uint32_t *argc,
 			 uint32_t *envc)
 {
 	static const char *const pyargv[] = {"-c", NULL};
 	const char *const *argv = s->argv && s->argv[0] ? s->argv : pyargv;
 	*argc = 0;
 	for (; argv[*argc]; (*argc)++)
-		if (buf_add(b, argv[*argc], strlen(argv[*argc]) + 1) < 0)
+		if (wr_buf_append(b, argv[*argc], strlen(argv[*argc]) + 1) < 0)
 			return -ENOMEM;
 	/* PATH and HOME unless the call sets them. */
 	bool have_path = false, have_home = false;
@@ -176,20 +153,20 @@ static int build_payload(const struct wr_call_spec *s, struct buf *b, uint32_t *
 	*envc = 0;
 	if (!have_path) {
 		static const char path[] = "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
-		if (buf_add(b, path, sizeof(path)) < 0)
+		if (wr_buf_append(b, path, sizeof(path)) < 0)
 			return -ENOMEM;
 		(*envc)++;
 	}
 	if (!have_home) {
 		static const char home[] = "HOME=" WR_FNP_WORKDIR;
-		if (buf_add(b, home, sizeof(home)) < 0)
+		if (wr_buf_append(b, home, sizeof(home)) < 0)
 			return -ENOMEM;
 		(*envc)++;
 	}
 	for (size_t i = 0; i < s->n_env; i++) {
-		if (buf_add(b, s->env[i].key, strlen(s->env[i].key)) < 0 ||
-		    buf_add(b, "=", 1) < 0 ||
-		    buf_add(b, s->env[i].value, strlen(s->env[i].value) + 1) < 0)
+		if (wr_buf_append(b, s->env[i].key, strlen(s->env[i].key)) < 0 ||
+		    wr_buf_append(b, "=", 1) < 0 ||
+		    wr_buf_append(b, s->env[i].value, strlen(s->env[i].value) + 1) < 0)
 			return -ENOMEM;
 		(*envc)++;
 	}
@@ -197,12 +174,12 @@ static int build_payload(const struct wr_call_spec *s, struct buf *b, uint32_t *
 		struct wr_fnp_file_rec rec = {.mode = s->files[i].mode ? s->files[i].mode : 0644,
 					      .name_len = (uint32_t)strlen(s->files[i].path),
 					      .data_len = s->files[i].len};
-		if (buf_add(b, &rec, sizeof(rec)) < 0 ||
-		    buf_add(b, s->files[i].path, rec.name_len) < 0 ||
-		    (rec.data_len && buf_add(b, s->files[i].data, s->files[i].len) < 0))
+		if (wr_buf_append(b, &rec, sizeof(rec)) < 0 ||
+		    wr_buf_append(b, s->files[i].path, rec.name_len) < 0 ||
+		    (rec.data_len && wr_buf_append(b, s->files[i].data, s->files[i].len) < 0))
 			return -ENOMEM;
 	}
-	if (s->code && s->code_len && buf_add(b, s->code, s->code_len) < 0)
+	if (s->code && s->code_len && wr_buf_append(b, s->code, s->code_len) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -223,7 +200,7 @@ struct stream {
 	int fd;
 	uint64_t cap;
 	bool truncated;
-	struct buf b;
+	struct wr_buf b;
 };
 
 static int pump(struct stream *s)
@@ -245,7 +222,7 @@ static int pump(struct stream *s)
 			keep = (size_t)(s->cap - s->b.len);
 			s->truncated = true;
 		}
-		if (keep && buf_add(&s->b, tmp, keep) < 0)
+		if (keep && wr_buf_append(&s->b, tmp, keep) < 0)
 			return -ENOMEM;
 		if (s->truncated) {
 			/* As with `| head -c`: the writer gets EPIPE/SIGPIPE. */
@@ -314,7 +291,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	struct wr_call_spec s;
 	if (normalize(p, in, &s, err) < 0)
 		return -1;
-	struct buf payload = {0};
+	struct wr_buf payload = {0};
 	uint32_t argc, envc;
 	if (build_payload(&s, &payload, &argc, &envc) < 0) {
 		free(payload.p);
@@ -378,7 +355,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 				.nfiles = (uint32_t)s.n_files};
 	int fds[4] = {in_fd, out_w, err_w, -1};
 	int nfds = 3;
-	struct buf msg = {0};
+	struct wr_buf msg = {0};
 	if (payload.len > WR_FNP_INLINE_MAX) {
 		c.flags |= WR_FNP_PAYLOAD_FD;
 		pay_fd = memfd_with("warren-call", payload.p, payload.len, err);
@@ -388,8 +365,9 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		}
 		fds[nfds++] = pay_fd;
 	}
-	if (buf_add(&msg, &c, sizeof(c)) < 0 || (!(c.flags & WR_FNP_PAYLOAD_FD) && payload.len &&
-						 buf_add(&msg, payload.p, payload.len) < 0)) {
+	if (wr_buf_append(&msg, &c, sizeof(c)) < 0 ||
+	    (!(c.flags & WR_FNP_PAYLOAD_FD) && payload.len &&
+	     wr_buf_append(&msg, payload.p, payload.len) < 0)) {
 		free(msg.p);
 		r = wr_err_set(err, ENOMEM, "call: out of memory");
 		goto out;
@@ -545,8 +523,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	}
 	if (serr.msg[0] && WIFEXITED(status) && (res->exit_code == 126 || res->exit_code == 127)) {
 		res->reason = WR_EXIT_START_FAILED;
-		buf_add(&se.b, serr.msg, strlen(serr.msg));
-		buf_add(&se.b, "\n", 1);
+		wr_buf_append(&se.b, serr.msg, strlen(serr.msg));
+		wr_buf_append(&se.b, "\n", 1);
 	}
 	if (timed_out)
 		res->reason = WR_EXIT_TIMEOUT;
