@@ -15,6 +15,7 @@
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
 #include "image/registry.h"
+#include "tiers/container.h"
 
 static struct wr_image_store *g_store;
 /* Node-level image events: the events table under sandbox id "" (no
@@ -210,6 +211,8 @@ void wrd_images_gc_event(void *ctx, const struct wr_image_gc_event *ev)
 						    wr_image_gc_reason_name(ev->reason)));
 	wr_info("image gc: removed %s (%llu bytes, %s)", ev->digest, (unsigned long long)ev->size,
 		wr_image_gc_reason_name(ev->reason));
+	/* Our own cached mount of it (spawners sweep theirs within a second). */
+	wr_container_images_sweep();
 }
 
 void wrd_images_gc_auto(void)

@@ -53,6 +53,15 @@ int wr_container_create_spawned(const struct wr_sandbox_spec *spec, struct wr_sa
  * gone). Returns the number removed. */
 int wr_container_sweep(bool (*keep)(const char *id, void *ctx), void *ctx, wr_err *err);
 
+/* The image cache: each image a create used keeps one detached base mount,
+ * which holds the image file open. Sweeping drops the mounts of images whose
+ * file is gone or replaced (reclaimed by the store), so their disk space is
+ * freed once no sandbox uses them; returns how many it dropped. Creates
+ * sweep at most once a second on their own and idle spawners every second,
+ * so calling this is only needed for an immediate effect. */
+size_t wr_container_images_sweep(void);
+size_t wr_container_images_cached(void);
+
 const char *wr_sandbox_id(const struct wr_sandbox *sb);
 pid_t wr_sandbox_init_pid(const struct wr_sandbox *sb);
 uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb);

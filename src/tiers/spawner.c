@@ -200,8 +200,14 @@ static __attribute__((noreturn)) void spawner_main(int sock)
 	for (;;) {
 		struct pollfd pf[2] = {{.fd = sock, .events = POLLIN},
 				       {.fd = sfd, .events = POLLIN}};
-		if (poll(pf, 2, -1) < 0)
+		/* Idle with images cached: look every second for images the
+		 * store reclaimed, so their space is not held here. */
+		int idle_ms = wr_container_images_cached() ? 1000 : -1;
+		int n = poll(pf, 2, idle_ms);
+		if (n < 0)
 			continue;
+		if (n == 0)
+			wr_container_images_sweep();
 		if (pf[1].revents & POLLIN)
 			reap(sfd);
 		if (pf[0].revents & (POLLIN | POLLHUP | POLLERR))

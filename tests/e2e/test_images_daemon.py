@@ -93,3 +93,66 @@ def test_bad_image_store_config(build, tmp_path):
                                 "WARREN_RUN_DIR": str(tmp_path / "r")})
         assert r.returncode == 2, (cfg, r.stderr)
         assert needle in r.stderr, (cfg, r.stderr)
+
+
+def _inotify_delete_self(path):
+    """An inotify fd watching path for IN_DELETE_SELF, which the kernel
+    sends only when the last reference to the unlinked inode is gone."""
+    import ctypes
+    import os
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+    assert fd >= 0
+    assert libc.inotify_add_watch(fd, str(path).encode(), 0x400) >= 0  # IN_DELETE_SELF
+    return fd
+
+
+def _freed(fd, seconds):
+    import os
+    import select
+    import struct
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            buf = os.read(fd, 4096)
+            off = 0
+            while off + 16 <= len(buf):
+                _, mask, _, ln = struct.unpack_from("iIII", buf, off)
+                if mask & 0x400:
+                    return True
+                off += 16 + ln
+    return False
+
+
+def test_reclaimed_image_gives_back_its_space(fresh_daemon):
+    """The blob's disk space is freed once the image is removed: no mount
+    cached by the daemon or its spawners keeps the unlinked file."""
+    import os
+    d = fresh_daemon().start()
+    api = d.client()
+    fd = -1
+    try:
+        img = imp(api, small(7), ref="gone:1")
+        base = imp(api, tar_of_dir(d.images / "busybox"), ref="base:1")
+        # the small image as a layer over busybox, so it gets mounted
+        r = api.post("/v1/sandboxes", {"image": "base:1", "layers": ["gone:1"], "timeout": 300})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        assert api.run(sid, ["cat", "/file7"])["stdout"] == "x" * 800
+        api.kill(sid)
+        blob = d.state / "images" / "blobs" / "sha256" / img["digest"][7:]
+        assert blob.exists()
+        fd = _inotify_delete_self(blob)
+        r = api.delete(f"/v1/images/{img['digest']}?force=1")
+        assert r.status == 200 and r.json()["removed"] is True, r
+        assert not blob.exists()
+        assert _freed(fd, 10), "the removed blob is still held open"
+        # the base image, still cached, keeps working
+        sid = api.create(image="base:1")
+        assert api.run(sid, ["echo", "ok"])["stdout"] == "ok\n"
+        api.kill(sid)
+        assert api.get(f"/v1/images/{base['digest']}").status == 200
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        api.close()

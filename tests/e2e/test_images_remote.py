@@ -88,17 +88,19 @@ def test_create_pulls_a_registry_ref_once(api, warrend, registry, proxy, fresh_d
         assert got.status == 200, got
         assert got.json()["digest"] == img["digest"] and ref in got.json()["refs"]
         assert c.run(sids[0], ["echo", "pulled"])["stdout"] == "pulled\n"
-        # a second create finds the store image: no registry traffic at all
-        conns = proxy.connections
+        # a second create finds the store image: the registry is not asked
+        # (lazyfs may still fetch chunks of the blob it serves, which is not
+        # a pull)
+        asked = len(proxy.manifest_requests())
         sid = c.create(image=ref)
         sids.append(sid)
         assert c.run(sid, ["echo", "again"])["stdout"] == "again\n"
-        assert proxy.connections == conns
+        assert len(proxy.manifest_requests()) == asked
         assert len([e for e in events(c) if e["type"] == "image_pulled"]) == 1
         # pull "always" asks the registry again (same manifest: no blobs)
         sid = c.create(image=ref, pull="always")
         sids.append(sid)
-        assert proxy.connections > conns
+        assert len(proxy.manifest_requests()) > asked
         # a digest reference gets its own store name and works as well
         mdig = pulled[0]["detail"]["manifest_digest"]
         sids.append(c.create(image=f"{proxy.host}/team/cr@{mdig}"))

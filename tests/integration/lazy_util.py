@@ -3,6 +3,7 @@ counting TCP proxy in front of a registry (bytes the registry sent, optional
 latency, a stall switch), lazyfs runs through wr-lazytool, and mounts that are
 always undone. Everything listens on 127.0.0.1."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,13 +15,15 @@ from pathlib import Path
 class CountingProxy:
     """127.0.0.1:<port> -> target; counts the bytes flowing back (what a
     client fetched from the registry). latency: seconds added before each
-    answer's first bytes. stall(): hold every answer until resume()."""
+    answer's first bytes. stall(): hold every answer until resume().
+    requests: (method, path) of every request line seen going up."""
 
     def __init__(self, target_port, latency=0.0):
         self.target = ("127.0.0.1", target_port)
         self.latency = latency
         self.down_bytes = 0
         self.connections = 0
+        self.requests = []
         self.lock = threading.Lock()
         self.running = threading.Event()
         self.running.set()
@@ -37,6 +40,10 @@ class CountingProxy:
     def reset(self):
         with self.lock:
             self.down_bytes = 0
+
+    def manifest_requests(self):
+        with self.lock:
+            return [r for r in self.requests if "/manifests/" in r[1]]
 
     def stall(self):
         self.running.clear()
@@ -80,6 +87,9 @@ class CountingProxy:
                         self.down_bytes += len(data)
                 else:
                     first = True
+                    lines = re.findall(rb"(?m)^(GET|HEAD|POST|PUT|PATCH|DELETE) (\S+) HTTP/1", data)
+                    with self.lock:
+                        self.requests += [(m.decode(), p.decode()) for m, p in lines]
                 dst.sendall(data)
         except OSError:
             pass

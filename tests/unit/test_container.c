@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -107,7 +109,7 @@ static int count_inits(void)
 }
 
 /* Host mounts that could be ours: anything under our temp dir, any overlay
- * or tmpfs named "warren", any EROFS mount. (Counting every host mount
+ * or tmpfs named "warren", any EROFS mount of our image. (Counting every host mount
  * would flag other processes' activity on a shared machine.) */
 static int count_our_mounts(void)
 {
@@ -117,7 +119,8 @@ static int count_our_mounts(void)
 	int n = 0;
 	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
 		if (strstr(line, g_tmp) || strstr(line, " - overlay warren") ||
-		    strstr(line, " - tmpfs warren") || strstr(line, " - erofs "))
+		    strstr(line, " - tmpfs warren") ||
+		    (strstr(line, " - erofs ") && strstr(line, g_image)))
 			n++;
 	free(buf);
 	return n;
@@ -789,6 +792,92 @@ static void test_spawned_sandboxes(void **state)
 	wr_err_free(&err);
 }
 
+/* An EROFS layer of its own (mkfs.erofs from a small tree) at path. */
+static void mk_erofs(const char *path, const char *content)
+{
+	char src[300], cmd[1024];
+	snprintf(src, sizeof(src), "%s.src", path);
+	put_file(src, "opt/reclaim", content);
+	snprintf(cmd, sizeof(cmd), "mkfs.erofs --quiet '%s' '%s' && rm -rf '%s'", path, src, src);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* Waits up to ms for the watched file's inode to be freed (IN_DELETE_SELF
+ * comes only when the last reference to an unlinked file goes). */
+static bool inode_freed(int ino_fd, int ms)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	struct pollfd pf = {.fd = ino_fd, .events = POLLIN};
+	while (poll(&pf, 1, ms) > 0) {
+		ssize_t n = read(ino_fd, buf, sizeof(buf));
+		for (ssize_t off = 0; n > 0 && off < n;) {
+			const struct inotify_event *ev = (const void *)(buf + off);
+			if (ev->mask & IN_DELETE_SELF)
+				return true;
+			off += (ssize_t)(sizeof(*ev) + ev->len);
+		}
+	}
+	return false;
+}
+
+/* The image store reclaims an image by unlinking its file. The tier's
+ * cached base mount must not keep that file's space: after a sweep (in
+ * process) or within a few seconds (spawners sweep when idle) the inode is
+ * freed, while a sandbox still using the image keeps working until its
+ * destroy frees it. */
+static void test_reclaimed_image_frees_its_space(void **state)
+{
+	(void)state;
+	char img[300];
+	snprintf(img, sizeof(img), "%s/reclaim.erofs", g_tmp);
+	_cleanup_close_ int ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	assert_true(ino >= 0);
+
+	/* in process: no sandbox left, the sweep alone frees it */
+	mk_erofs(img, "one\n");
+	assert_true(inotify_add_watch(ino, img, IN_DELETE_SELF) >= 0);
+	const char *layers[] = {g_image, img};
+	struct wr_sandbox *sb = mk_layers(layers, 2);
+	struct wr_exec_result res = run(sb, 0, "cat /opt/reclaim");
+	assert_string_equal(res.out, "one\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	assert_int_equal(unlink(img), 0);
+	assert_false(inode_freed(ino, 200)); /* the cache held it */
+	assert_true(wr_container_images_sweep() >= 1);
+	assert_true(inode_freed(ino, 5000));
+
+	/* a sandbox still running on a reclaimed image keeps it until destroy */
+	mk_erofs(img, "two\n");
+	assert_true(inotify_add_watch(ino, img, IN_DELETE_SELF) >= 0);
+	sb = mk_layers(layers, 2);
+	assert_int_equal(unlink(img), 0);
+	assert_true(wr_container_images_sweep() >= 1);
+	res = run(sb, 0, "cat /opt/reclaim");
+	assert_string_equal(res.out, "two\n");
+	wr_exec_result_free(&res);
+	assert_false(inode_freed(ino, 200));
+	destroy(&sb);
+	assert_true(inode_freed(ino, 5000));
+
+	/* a spawner's cache: swept by the idle spawner itself */
+	wr_err err = NULL;
+	assert_int_equal(wr_container_spawners_start(1, &err), 0);
+	mk_erofs(img, "three\n");
+	assert_true(inotify_add_watch(ino, img, IN_DELETE_SELF) >= 0);
+	struct wr_sandbox_spec spec = {.layers = layers, .n_layers = 2};
+	int r = wr_container_create_spawned(&spec, &sb, &err);
+	if (r < 0)
+		fprintf(stderr, "create: %s\n", err->msg);
+	assert_int_equal(r, 0);
+	res = run(sb, 0, "cat /opt/reclaim");
+	assert_string_equal(res.out, "three\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+	assert_int_equal(unlink(img), 0);
+	assert_true(inode_freed(ino, 5000));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -807,6 +896,7 @@ int main(void)
 	    cmocka_unit_test(test_layers_validated),
 	    cmocka_unit_test(test_cycles_leave_nothing_behind),
 	    cmocka_unit_test(test_spawned_sandboxes),
+	    cmocka_unit_test(test_reclaimed_image_frees_its_space),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
