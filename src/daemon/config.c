@@ -209,6 +209,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = load_defaults(v, &cfg->defaults, err);
 		else if (strcmp(k, "workers") == 0)
 			r = cfg_uint(v, k, 1, 1024, &cfg->workers, err);
+		else if (strcmp(k, "spawners") == 0)
+			r = cfg_uint(v, k, 0, 8, &cfg->spawners, err);
 		else if (strcmp(k, "max_sandboxes") == 0)
 			r = cfg_uint(v, k, 1, 1000000, &cfg->max_sandboxes, err);
 		else if (strcmp(k, "max_commands") == 0)

@@ -48,6 +48,7 @@ struct wrd_config {
 	char **admin_tenants; /* may change the image store; NULL-terminated */
 	size_t n_admin_tenants;
 	unsigned workers;	   /* threads of each lane (pool.c): pool, create */
+	unsigned spawners;	   /* create processes (spawner.c); 0 = auto */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */
 	unsigned max_connections;  /* per listener */

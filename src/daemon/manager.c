@@ -427,6 +427,8 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 	/* Now, while the daemon is small: creates then never copy it. */
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int n = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+	if (cfg->spawners)
+		n = (int)cfg->spawners;
 	if (wr_container_spawners_start(n, err) < 0)
 		return -1;
 	return 0;

@@ -30,9 +30,23 @@ def test_example_config_starts(fresh_daemon, tmp_path):
     c.close()
 
 
+def test_spawners_count(fresh_daemon):
+    d = fresh_daemon(extra={"spawners": 3}).start()
+    kids = subprocess.run(["ps", "--ppid", str(d.proc.pid), "-o", "comm="],
+                          capture_output=True, text=True).stdout.split()
+    assert kids.count("warren-spawner") == 3, kids
+    c = d.client()
+    sid = c.create()
+    assert c.run(sid, ["echo", "ok"])["stdout"] == "ok\n"
+    c.kill(sid)
+    c.close()
+
+
 def test_bad_configs_name_the_key(build, tmp_path):
     for cfg, key in [({"workers": "many"}, "workers"),
                      ({"wokers": 4}, "wokers"),
+                     ({"spawners": 9}, "spawners"),
+                     ({"spawners": -1}, "spawners"),
                      ({"tokens": [{"tenant": "a", "sha256": "xyz"}]}, "tokens"),
                      ({"tokens": [{"tenant": "a"}]}, "tokens"),
                      ({"defaults": {"memory_mb": 1}}, "defaults.memory_mb"),
