@@ -70,8 +70,9 @@ static struct pol_ent *pol_find(const char *id)
 }
 
 /* ---- config --------------------------------------------------------------- */
-static const char *const dns_uints[] = {"timeout_ms",	"ttl_min", "ttl_max",	  "workers",
-					"max_inflight", "max_tcp", "event_burst", "events_per_min"};
+static const char *const dns_uints[] = {"timeout_ms",  "ttl_min",	 "ttl_max",
+					"workers",     "max_inflight",	 "max_tcp",
+					"event_burst", "events_per_min", "max_tcp_per_sandbox"};
 
 static int addr_list(json_t *v, const char *field, size_t max, struct sockaddr_storage *out,
 		     size_t *n, wr_err *err)
@@ -134,9 +135,10 @@ static int dns_conf(json_t *o, struct wr_dns_config *c, bool *enabled, wr_err *e
 			if (wrd_j_int(v, f, i == 1 ? 0 : 1, i == 0 ? 60000 : 86400 * 7, &x, err) <
 			    0)
 				return -EINVAL;
-			unsigned *dst[] = {&c->timeout_ms,  &c->ttl_min,      &c->ttl_max,
-					   &c->workers,	    &c->max_inflight, &c->max_tcp,
-					   &c->event_burst, &c->event_per_min};
+			unsigned *dst[] = {
+			    &c->timeout_ms,  &c->ttl_min,	&c->ttl_max,
+			    &c->workers,     &c->max_inflight,	&c->max_tcp,
+			    &c->event_burst, &c->event_per_min, &c->max_tcp_per_sandbox};
 			*dst[i] = (unsigned)x;
 		}
 		if (r < 0)
@@ -145,8 +147,13 @@ static int dns_conf(json_t *o, struct wr_dns_config *c, bool *enabled, wr_err *e
 	if (c->ttl_min > c->ttl_max)
 		return wr_err_field(err, "network.dns.ttl_min",
 				    "network.dns.ttl_min: above network.dns.ttl_max");
-	if (c->workers > 64)
-		return wr_err_field(err, "network.dns.workers", "network.dns.workers: 1..64");
+	if (c->workers > 256)
+		return wr_err_field(err, "network.dns.workers", "network.dns.workers: 1..256");
+	if (c->max_inflight >= c->workers)
+		return wr_err_field(err, "network.dns.max_inflight",
+				    "network.dns.max_inflight: must be below network.dns.workers "
+				    "(%u), so that one sandbox never holds every worker",
+				    c->workers);
 	return 0;
 }
 

@@ -33,6 +33,7 @@ struct sbs {
 	char id[SBX_ID_MAX];
 	struct wr_dns_stats st;
 	unsigned inflight;
+	unsigned tcp; /* open TCP client connections */
 	double tokens;
 	int64_t refill_ms;
 	uint64_t pending; /* suppressed since the last event */
@@ -600,6 +601,7 @@ struct tcp_arg {
 	int fd;
 	unsigned slot;
 	struct sockaddr_storage peer;
+	char sbx[SBX_ID_MAX]; /* "" for a source no sandbox has */
 };
 
 /* One TCP client connection: queries answered in order until EOF, an
@@ -649,6 +651,9 @@ static void *tcp_main(void *arg)
 			break;
 	}
 	pthread_mutex_lock(&d->lock);
+	struct sbs *s = sbs_get(d, t->sbx);
+	if (s->tcp > 0)
+		s->tcp--;
 	d->tcp_fds[t->slot] = -1;
 	close(t->fd);
 	d->tcp_live--;
@@ -667,20 +672,31 @@ static void on_accept(struct wr_dns *d, int lfd)
 		if (fd < 0)
 			return;
 		struct tcp_arg *t = calloc(1, sizeof(*t));
+		char sbx[SBX_ID_MAX] = "";
+		if (d->h.who == NULL ||
+		    d->h.who(d->h.ctx, (struct sockaddr *)&peer, sbx, SBX_ID_MAX) < 0)
+			sbx[0] = 0;
+		sbx[SBX_ID_MAX - 1] = 0;
 		pthread_mutex_lock(&d->lock);
+		struct sbs *s = sbs_get(d, sbx);
 		unsigned slot = d->cfg.max_tcp;
-		for (unsigned i = 0; t != NULL && i < d->cfg.max_tcp && !d->stopping; i++)
+		for (unsigned i = 0; t != NULL && i < d->cfg.max_tcp && !d->stopping &&
+				     s->tcp < d->cfg.max_tcp_per_sandbox;
+		     i++)
 			if (d->tcp_fds[i] < 0) {
 				slot = i;
 				break;
 			}
-		if (slot == d->cfg.max_tcp) { /* over the bound: close, as on overload */
+		if (slot == d->cfg.max_tcp) { /* over a bound: close, as on overload */
+			BUMP(d, s, overload);
 			pthread_mutex_unlock(&d->lock);
 			close(fd);
 			free(t);
 			continue;
 		}
 		*t = (struct tcp_arg){.d = d, .fd = fd, .slot = slot, .peer = peer};
+		memcpy(t->sbx, sbx, sizeof(sbx));
+		s->tcp++;
 		d->tcp_fds[slot] = fd;
 		d->tcp_live++;
 		pthread_attr_t at;
@@ -689,6 +705,7 @@ static void on_accept(struct wr_dns *d, int lfd)
 		pthread_attr_setstacksize(&at, 256 * 1024);
 		pthread_t th;
 		if (pthread_create(&th, &at, tcp_main, t) != 0) {
+			s->tcp--;
 			d->tcp_fds[slot] = -1;
 			d->tcp_live--;
 			close(fd);
@@ -768,8 +785,12 @@ int wr_dns_start(const struct wr_dns_config *c, const struct wr_dns_hooks *h, st
 	if (c->ttl_min > c->ttl_max)
 		return wr_err_field(err, "ttl_min", "dns: ttl_min above ttl_max");
 	if (c->workers == 0 || c->max_inflight == 0 || c->max_tcp == 0 || c->max_queue == 0 ||
-	    c->timeout_ms == 0 || c->max_sandboxes == 0)
+	    c->timeout_ms == 0 || c->max_sandboxes == 0 || c->max_tcp_per_sandbox == 0)
 		return wr_err_set(err, EINVAL, "dns: bounds must be positive");
+	/* One sandbox never holds every worker: the others keep being served
+	 * while its queries wait on a slow upstream. */
+	if (c->max_inflight >= c->workers)
+		return wr_err_field(err, "max_inflight", "dns: max_inflight must be below workers");
 	struct wr_dns *d = calloc(1, sizeof(*d));
 	if (d == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");

@@ -31,8 +31,10 @@
  *   sandbox over its in-flight bound        SERVFAIL (counted)
  *
  * Threads: one event thread (UDP socket, TCP listener, timers) and a fixed
- * pool of workers that talk to the upstreams; a TCP client connection is
- * served by a worker for its lifetime (bounded by max_tcp). Every hook may
+ * pool of workers that talk to the upstreams (a sandbox holds at most
+ * max_inflight < workers of them); a TCP client connection is served by a
+ * thread of its own for its lifetime (bounded by max_tcp overall and
+ * max_tcp_per_sandbox each). Every hook may
  * be called from any of these threads at once: hooks must be thread-safe
  * and must not block for long (they run on the answer path).
  *
@@ -133,16 +135,17 @@ struct wr_dns_config {
 	/* Upstream resolvers, tried in order; port in each. */
 	struct sockaddr_storage upstream[WR_DNS_MAX_UPSTREAMS];
 	size_t n_upstreams;
-	unsigned timeout_ms;	   /* per upstream attempt (1500) */
-	unsigned ttl_min, ttl_max; /* clamp of answer TTLs, seconds (30, 3600) */
-	unsigned workers;	   /* upstream worker threads (4) */
-	unsigned max_inflight;	   /* per sandbox, UDP + TCP (32) */
-	unsigned max_queue;	   /* queued UDP queries, all sandboxes (1024) */
-	unsigned max_tcp;	   /* concurrent TCP client connections (64) */
-	unsigned tcp_idle_ms;	   /* idle TCP client connection closed (10000) */
-	unsigned event_burst;	   /* refusal events per sandbox at once (20) */
-	unsigned event_per_min;	   /* then this many a minute (60) */
-	unsigned max_sandboxes;	   /* per-sandbox counters kept (65536) */
+	unsigned timeout_ms;	      /* per upstream attempt (1500) */
+	unsigned ttl_min, ttl_max;    /* clamp of answer TTLs, seconds (30, 3600) */
+	unsigned workers;	      /* upstream worker threads (16) */
+	unsigned max_inflight;	      /* per sandbox, UDP + TCP, < workers (8) */
+	unsigned max_queue;	      /* queued UDP queries, all sandboxes (1024) */
+	unsigned max_tcp;	      /* concurrent TCP client connections (64) */
+	unsigned max_tcp_per_sandbox; /* of which one sandbox's (4) */
+	unsigned tcp_idle_ms;	      /* idle TCP client connection closed (10000) */
+	unsigned event_burst;	      /* refusal events per sandbox at once (20) */
+	unsigned event_per_min;	      /* then this many a minute (60) */
+	unsigned max_sandboxes;	      /* per-sandbox counters kept (65536) */
 };
 
 /* Defaults (listen and upstreams empty). */

@@ -17,10 +17,11 @@ void wr_dns_config_init(struct wr_dns_config *c)
 	c->timeout_ms = 1500;
 	c->ttl_min = 30;
 	c->ttl_max = 3600;
-	c->workers = 4;
-	c->max_inflight = 32;
+	c->workers = 16;
+	c->max_inflight = 8;
 	c->max_queue = 1024;
 	c->max_tcp = 64;
+	c->max_tcp_per_sandbox = 4;
 	c->tcp_idle_ms = 10000;
 	c->event_burst = 20;
 	c->event_per_min = 60;

@@ -26,7 +26,9 @@ NS = f"wrdns{os.getpid()}"
 FWD = "10.53.0.1"
 UP = "10.53.0.2"
 SB = {"sb1": "10.53.1.1", "sb2": "10.53.1.2", "sb3": "10.53.1.3", "flood": "10.53.1.4",
-      "failer": "10.53.1.5"}
+      "failer": "10.53.1.5", "busy": "10.53.1.6"}
+FWD6 = "fd53::1"
+SB6 = "fd53::101"
 STRANGER = "10.53.1.9"
 CLONE_NEWNET = 0x40000000
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -227,15 +229,20 @@ def net():
         subprocess.run(["ip", "-n", NS, "link", "set", "lo", "up"], check=True)
         for a in [FWD, UP, STRANGER, *SB.values()]:
             subprocess.run(["ip", "-n", NS, "addr", "add", f"{a}/32", "dev", "lo"], check=True)
+        for a in [FWD6, SB6]:
+            subprocess.run(["ip", "-n", NS, "addr", "add", f"{a}/128", "dev", "lo", "nodad"],
+                           check=True)
         up = Upstream()
-        tool = Tool("--listen", FWD, "--upstream", UP, "--timeout-ms", "400",
+        tool = Tool("--listen", FWD, "--listen", f"[{FWD6}]:53", "--upstream", UP, "--timeout-ms", "400",
                     "--ttl-min", "30", "--ttl-max", "3600", "--burst", "5", "--per-min", "60",
                     "--allow-delay-ms", "50",
                     "--sandbox", f"sb1={SB['sb1']}=pypi.org,*.pypi.org@1",
                     "--sandbox", f"sb2={SB['sb2']}=files.pypi.org",
                     "--sandbox", f"sb3={SB['sb3']}=*.PyPI.org.",
                     "--sandbox", f"flood={SB['flood']}=pypi.org",
-                    "--sandbox", f"failer={SB['failer']}=pypi.org")
+                    "--sandbox", f"failer={SB['failer']}=pypi.org",
+                    "--sandbox", f"busy={SB['busy']}=*.pypi.org",
+                    "--sandbox", f"v6={SB6}=pypi.org")
         yield tool
         rc, err = tool.close()
         tool = None
@@ -250,15 +257,17 @@ def net():
         subprocess.run(["ip", "netns", "del", NS], check=False)
 
 
-def ask(src, name, qtype="A", tcp=False, raw=None, edns=False, timeout=3):
+def ask(src, name, qtype="A", tcp=False, raw=None, edns=False, timeout=3, dst=FWD):
     """A query from a sandbox's address; returns (DNSRecord, receive time)."""
     q = DNSRecord.question(name, qtype)
     if edns:
         q.add_ar(dnslib.EDNS0(udp_len=1232))
     wire = raw if raw is not None else q.pack()
 
+    fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+
     def mk():
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
+        s = socket.socket(fam, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
         s.bind((src, 0))
         return s
 
@@ -266,12 +275,12 @@ def ask(src, name, qtype="A", tcp=False, raw=None, edns=False, timeout=3):
     s.settimeout(timeout)
     with s:
         if tcp:
-            s.connect((FWD, 53))
+            s.connect((dst, 53))
             s.sendall(struct.pack("!H", len(wire)) + wire)
             n = struct.unpack("!H", recv_exact(s, 2))[0]
             data = recv_exact(s, n)
         else:
-            s.sendto(wire, (FWD, 53))
+            s.sendto(wire, (dst, 53))
             data, _ = s.recvfrom(65535)
         return DNSRecord.parse(data), time.monotonic_ns()
 
@@ -447,3 +456,78 @@ def test_malformed_packets_do_not_crash(net):
                 pass
     assert net.p.poll() is None
     assert addrs(ask(SB["sb1"], "pypi.org")[0]) == ["192.0.2.10"]
+
+
+def test_ipv6_listener_and_source(net):
+    rep, _ = ask(SB6, "pypi.org", "AAAA", dst=FWD6)
+    assert addrs(rep) == ["2001:db8::10"]
+    assert net.seen("allow_ip", sandbox="v6", addr="2001:db8::10")
+    assert ask(SB6, "files.pypi.org", dst=FWD6)[0].header.rcode == RCODE.NXDOMAIN
+    assert ask(SB6, "pypi.org", tcp=True, dst=FWD6)[0].header.rcode == RCODE.NOERROR
+
+
+def tcp_conn(src):
+    def mk():
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.bind((src, 0))
+        return c
+    c = in_netns(mk)
+    c.settimeout(3)
+    c.connect((FWD, 53))
+    return c
+
+
+def test_pipelined_tcp_queries_on_one_connection(net):
+    with tcp_conn(SB["sb1"]) as c:
+        names = ["pypi.org", "files.pypi.org", "evil.example"]
+        for i, n in enumerate(names):
+            q = DNSRecord.question(n, "A")
+            q.header.id = 100 + i
+            w = q.pack()
+            c.sendall(struct.pack("!H", len(w)) + w)
+        got = []
+        for _ in names:
+            n = struct.unpack("!H", recv_exact(c, 2))[0]
+            got.append(DNSRecord.parse(recv_exact(c, n)))
+    assert [r.header.id for r in got] == [100, 101, 102]
+    assert [r.header.rcode for r in got] == [RCODE.NOERROR, RCODE.NOERROR, RCODE.NXDOMAIN]
+
+
+def test_in_flight_bound_per_sandbox(net):
+    """8 queries of a sandbox wait on a silent upstream (max_inflight 8 of
+    16 workers); the rest are answered SERVFAIL at once, and counted."""
+    s = in_netns(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+    with s:
+        s.bind((SB["busy"], 0))
+        s.settimeout(5)
+        for i in range(20):
+            q = DNSRecord.question("slow.pypi.org", "A")
+            q.header.id = i
+            s.sendto(q.pack(), (FWD, 53))
+        t0 = time.monotonic()
+        # meanwhile another sandbox is served
+        assert addrs(ask(SB["sb1"], "pypi.org")[0]) == ["192.0.2.10"]
+        assert time.monotonic() - t0 < 0.35
+        replies = [DNSRecord.parse(s.recvfrom(4096)[0]) for _ in range(20)]
+    assert all(r.header.rcode == RCODE.SERVFAIL for r in replies)
+    st = net.cmd("stats busy")
+    assert st["overload"] == 12 and st["forwarded"] == 8 and st["servfail"] == 8
+
+
+def test_tcp_connections_bounded_per_sandbox(net):
+    held = [tcp_conn(SB["busy"]) for _ in range(4)]
+    try:
+        time.sleep(0.2)
+        extra = tcp_conn(SB["busy"])  # accepted by the kernel, closed by the forwarder
+        with extra:
+            try:
+                assert extra.recv(10) == b""
+            except ConnectionResetError:
+                pass
+        # other sandboxes are still served over TCP
+        assert addrs(ask(SB["sb1"], "pypi.org", tcp=True)[0]) == ["192.0.2.10"]
+    finally:
+        for c in held:
+            c.close()
+    time.sleep(0.2)
+    assert addrs(ask(SB["busy"], "files.pypi.org", tcp=True)[0]) == ["192.0.2.11"]
