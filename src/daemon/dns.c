@@ -357,6 +357,10 @@ int wrd_dns_register(const char *tenant, const char *id, const struct sockaddr *
 
 void wrd_dns_unregister(const char *id)
 {
+	/* First: its suppressed refusals become an event while the tenant is
+	 * still known (refused() looks it up in the policy table). */
+	if (g_dns != NULL)
+		wr_dns_forget(g_dns, id);
 	pthread_mutex_lock(&g_lock);
 	for (size_t b = 0; b < NB; b++)
 		for (struct who_ent **pp = &g_who[b]; *pp;) {
@@ -378,8 +382,6 @@ void wrd_dns_unregister(const char *id)
 		}
 	pthread_mutex_unlock(&g_lock);
 	wr_dns_names_unref(old);
-	if (g_dns != NULL)
-		wr_dns_forget(g_dns, id);
 }
 
 void wrd_dns_set_names(const char *id, struct wr_dns_names *s)
