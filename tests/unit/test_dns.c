@@ -36,7 +36,8 @@ static size_t m(struct wr_dns_names *s, const char *name)
 static void test_match(void **st)
 {
 	(void)st;
-	const char *n[] = {"pypi.org", "*.pythonhosted.org", "Files.Example.COM.", "xn--bcher-kva.de"};
+	const char *n[] = {"pypi.org", "*.pythonhosted.org", "Files.Example.COM.",
+			   "xn--bcher-kva.de"};
 	struct wr_dns_names *s = mk(n, 4);
 	assert_int_equal(m(s, "pypi.org"), 1);
 	assert_int_equal(m(s, "PYPI.ORG."), 1);
@@ -57,8 +58,8 @@ static void test_match(void **st)
 static void test_match_tags_and_any(void **st)
 {
 	(void)st;
-	struct wr_dns_pattern p[] = {{"github.com", 0}, {"github.com", 3}, {"*.github.com", 5},
-				     {"*.com", 7}};
+	struct wr_dns_pattern p[] = {
+	    {"github.com", 0}, {"github.com", 3}, {"*.github.com", 5}, {"*.com", 7}};
 	struct wr_dns_names *s = NULL;
 	wr_err err = NULL;
 	assert_int_equal(wr_dns_names_new(p, 4, &s, &err), 0);
@@ -76,8 +77,9 @@ static void test_match_tags_and_any(void **st)
 static void test_pattern_errors(void **st)
 {
 	(void)st;
-	const char *bad[] = {"",	   ".",		"a..b",	     "*pypi.org", "a.*.org", "py pi.org",
-			     "pypi.org/", "caf\xc3\xa9.fr", "**.org",    "\x01.org", "a.org.."};
+	const char *bad[] = {"",	".",	     "a..b",	  "*pypi.org",
+			     "a.*.org", "py pi.org", "pypi.org/", "caf\xc3\xa9.fr",
+			     "**.org",	"\x01.org",  "a.org.."};
 	char norm[256];
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		wr_err err = NULL;
@@ -141,8 +143,8 @@ static void test_parse_query(void **st)
 	uint8_t hdr[12] = {0x12, 0x34, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0};
 	uint8_t w[64];
 	memcpy(w, hdr, 12);
-	const uint8_t nm[] = {8, 'e', 'v', 'i', 'l', '.', 'o', 'r', 'g', 3, 'c', 'o', 'm', 0,
-			      0, 1,   0,   1};
+	const uint8_t nm[] = {8, 'e', 'v', 'i', 'l', '.', 'o', 'r', 'g',
+			      3, 'c', 'o', 'm', 0,   0,	  1,   0,   1};
 	memcpy(w + 12, nm, sizeof(nm));
 	assert_int_equal(wr_dnsm_parse_query(w, 12 + sizeof(nm), &q), 0);
 	assert_false(q.matchable);
@@ -234,10 +236,8 @@ static void test_answer_chain(void **st)
 	struct wr_dnsm_query q;
 	assert_int_equal(wr_dnsm_parse_query(qb, qn, &q), 0);
 	const char *rrs[] = {
-	    "alias.pypi.org. 100 IN CNAME mid.example.",
-	    "mid.example. 5 IN CNAME end.example.",
-	    "end.example. 99999 IN A 192.0.2.1",
-	    "end.example. 50 IN A 192.0.2.2",
+	    "alias.pypi.org. 100 IN CNAME mid.example.", "mid.example. 5 IN CNAME end.example.",
+	    "end.example. 99999 IN A 192.0.2.1",	 "end.example. 50 IN A 192.0.2.2",
 	    "other.example. 50 IN A 198.51.100.7", /* not on the chain: dropped */
 	    "mid.example. 50 IN A 198.51.100.8",   /* not the end of the chain */
 	};
@@ -427,11 +427,16 @@ static void test_addrs(void **st)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_match),	     cmocka_unit_test(test_match_tags_and_any),
-	    cmocka_unit_test(test_pattern_errors),   cmocka_unit_test(test_parse_query),
-	    cmocka_unit_test(test_malformed_queries), cmocka_unit_test(test_answer_chain),
-	    cmocka_unit_test(test_truncation),	     cmocka_unit_test(test_services_errors),
-	    cmocka_unit_test(test_services_file),    cmocka_unit_test(test_addrs),
+	    cmocka_unit_test(test_match),
+	    cmocka_unit_test(test_match_tags_and_any),
+	    cmocka_unit_test(test_pattern_errors),
+	    cmocka_unit_test(test_parse_query),
+	    cmocka_unit_test(test_malformed_queries),
+	    cmocka_unit_test(test_answer_chain),
+	    cmocka_unit_test(test_truncation),
+	    cmocka_unit_test(test_services_errors),
+	    cmocka_unit_test(test_services_file),
+	    cmocka_unit_test(test_addrs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
