@@ -161,7 +161,7 @@ static void refuse(struct wr_dns *d, const char *sbx, const struct wr_dnsm_query
 
 /* Event thread, once a second: a summary for every sandbox whose suppressed
  * refusals can be reported now (or all of them when stopping/forgetting). */
-static void flush_summaries(struct wr_dns *d, const char *only, bool force)
+static size_t flush_summaries(struct wr_dns *d, const char *only, bool force)
 {
 	struct wr_dns_refusal evs[SUMMARY_BATCH];
 	char ids[SUMMARY_BATCH][SBX_ID_MAX];
@@ -191,6 +191,7 @@ static void flush_summaries(struct wr_dns *d, const char *only, bool force)
 	pthread_mutex_unlock(&d->lock);
 	for (size_t i = 0; i < n && d->h.refused != NULL; i++)
 		d->h.refused(d->h.ctx, &evs[i]);
+	return n;
 }
 
 void wr_dns_sandbox_stats(struct wr_dns *d, const char *sandbox_id, struct wr_dns_stats *out)
@@ -208,7 +209,7 @@ void wr_dns_sandbox_stats(struct wr_dns *d, const char *sandbox_id, struct wr_dn
 
 void wr_dns_forget(struct wr_dns *d, const char *sandbox_id)
 {
-	flush_summaries(d, sandbox_id, true);
+	(void)flush_summaries(d, sandbox_id, true);
 	pthread_mutex_lock(&d->lock);
 	struct sbs **pp = &d->tab[hash(sandbox_id) % d->tab_size];
 	for (; *pp; pp = &(*pp)->next)
@@ -736,7 +737,7 @@ static void *event_main(void *arg)
 				on_udp(d, fd);
 		}
 		if (mono_ms() >= next_flush) {
-			flush_summaries(d, NULL, false);
+			(void)flush_summaries(d, NULL, false);
 			next_flush = mono_ms() + 1000;
 		}
 	}
@@ -868,7 +869,8 @@ void wr_dns_stop(struct wr_dns *d)
 	for (unsigned i = 0; i < d->n_workers; i++)
 		pthread_join(d->workers[i], NULL);
 	if (d->tab != NULL)
-		flush_summaries(d, NULL, true); /* counts are never left unreported */
+		while (flush_summaries(d, NULL, true) == SUMMARY_BATCH)
+			; /* counts are never left unreported */
 	for (size_t i = 0; i < WR_DNS_MAX_LISTEN; i++) {
 		if (d->udp[i] >= 0)
 			close(d->udp[i]);
