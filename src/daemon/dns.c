@@ -209,24 +209,47 @@ static struct wr_dns_names *names(void *ctx, const char *id)
 	return s;
 }
 
+static bool tenant_of(const char *id, char *tenant, size_t n)
+{
+	pthread_mutex_lock(&g_lock);
+	struct pol_ent *p = pol_find(id);
+	if (p)
+		snprintf(tenant, n, "%s", p->tenant);
+	pthread_mutex_unlock(&g_lock);
+	return p != NULL;
+}
+
 static int allow_ip(void *ctx, const char *id, int family, const void *addr, uint32_t ttl,
 		    uint32_t tag)
 {
 	(void)ctx;
-	return g_allow ? g_allow(g_allow_ctx, id, family, addr, ttl, tag) : -ENOSYS;
+	char tenant[128];
+	struct wrd_sbx *sb = NULL;
+	if (g_allow == NULL || !tenant_of(id, tenant, sizeof(tenant)) ||
+	    wrd_mgr_get(tenant, id, &sb) < 0)
+		return -ENOENT;
+	const struct wr_svc_ports *ports = NULL;
+	size_t n = 0;
+	if (tag > 0) { /* a service's name: its ports (the table never changes) */
+		if (g_services == NULL || tag > g_services->n) {
+			wrd_mgr_put(sb);
+			return -EINVAL;
+		}
+		ports = g_services->v[tag - 1].ports;
+		n = g_services->v[tag - 1].n_ports;
+	}
+	int r = g_allow(g_allow_ctx, sb, family, addr, ttl, ports, n);
+	wrd_mgr_put(sb);
+	return r;
 }
 
 static void refused(void *ctx, const struct wr_dns_refusal *ev)
 {
 	(void)ctx;
-	char tenant[128] = "";
-	pthread_mutex_lock(&g_lock);
-	struct pol_ent *p = pol_find(ev->sandbox_id);
-	if (p)
-		snprintf(tenant, sizeof(tenant), "%s", p->tenant);
-	pthread_mutex_unlock(&g_lock);
+	char tenant[128];
 	struct wrd_sbx *sb = NULL;
-	if (tenant[0] == 0 || wrd_mgr_get(tenant, ev->sandbox_id, &sb) < 0)
+	if (!tenant_of(ev->sandbox_id, tenant, sizeof(tenant)) ||
+	    wrd_mgr_get(tenant, ev->sandbox_id, &sb) < 0)
 		return;
 	json_t *d =
 	    json_pack("{s:s, s:i, s:s, s:I, s:I, s:o}", "layer", ev->layer, "qtype", (int)ev->qtype,
@@ -320,15 +343,30 @@ void wrd_dns_stop(void)
 }
 
 /* ---- tables --------------------------------------------------------------- */
+/* Under g_lock: the sandbox's entry, made from *spare when missing. */
+static struct pol_ent *pol_get(const char *tenant, const char *id, struct pol_ent **spare)
+{
+	struct pol_ent *p = pol_find(id);
+	if (p != NULL)
+		return p;
+	p = *spare;
+	*spare = NULL;
+	snprintf(p->id, sizeof(p->id), "%s", id);
+	snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
+	p->next = g_pol[hid(id)];
+	g_pol[hid(id)] = p;
+	return p;
+}
+
 int wrd_dns_register(const char *tenant, const char *id, const struct sockaddr *addr, wr_err *err)
 {
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
 		return wr_err_set(err, EAFNOSUPPORT, "dns register: not an IP address");
 	struct who_ent *w = calloc(1, sizeof(*w));
-	struct pol_ent *np = calloc(1, sizeof(*np));
-	if (w == NULL || np == NULL) {
+	struct pol_ent *spare = calloc(1, sizeof(*spare));
+	if (w == NULL || spare == NULL) {
 		free(w);
-		free(np);
+		free(spare);
 		return wr_err_set(err, ENOMEM, "out of memory");
 	}
 	memcpy(&w->addr, addr,
@@ -338,20 +376,11 @@ int wrd_dns_register(const char *tenant, const char *id, const struct sockaddr *
 	size_t n;
 	const void *ip = ip_of(addr, &n);
 	pthread_mutex_lock(&g_lock);
-	struct pol_ent *p = pol_find(id);
-	if (p == NULL) {
-		p = np;
-		np = NULL;
-		snprintf(p->id, sizeof(p->id), "%s", id);
-		snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
-		p->next = g_pol[hid(id)];
-		g_pol[hid(id)] = p;
-	}
-	p->n_addrs++;
+	pol_get(tenant, id, &spare)->n_addrs++;
 	w->next = g_who[hbytes(ip, n)];
 	g_who[hbytes(ip, n)] = w;
 	pthread_mutex_unlock(&g_lock);
-	free(np);
+	free(spare);
 	return 0;
 }
 
@@ -384,17 +413,21 @@ void wrd_dns_unregister(const char *id)
 	wr_dns_names_unref(old);
 }
 
-void wrd_dns_set_names(const char *id, struct wr_dns_names *s)
+int wrd_dns_set_names(const char *tenant, const char *id, struct wr_dns_names *names, wr_err *err)
 {
-	pthread_mutex_lock(&g_lock);
-	struct pol_ent *p = pol_find(id);
-	struct wr_dns_names *old = s;
-	if (p != NULL) {
-		old = p->names;
-		p->names = s;
+	struct pol_ent *spare = calloc(1, sizeof(*spare));
+	if (spare == NULL) {
+		wr_dns_names_unref(names);
+		return wr_err_set(err, ENOMEM, "out of memory");
 	}
+	pthread_mutex_lock(&g_lock);
+	struct pol_ent *p = pol_get(tenant, id, &spare);
+	struct wr_dns_names *old = p->names;
+	p->names = names;
 	pthread_mutex_unlock(&g_lock);
 	wr_dns_names_unref(old);
+	free(spare);
+	return 0;
 }
 
 int wrd_dns_policy_names(const char *const *domains, size_t nd, const char *const *services,
@@ -424,8 +457,12 @@ int wrd_dns_policy_names(const char *const *domains, size_t nd, const char *cons
 		}
 		p[k++] = (struct wr_dns_pattern){.name = domains[i], .tag = 0};
 	}
-	for (size_t i = 0; i < x.n_domains; i++)
-		p[k++] = (struct wr_dns_pattern){.name = x.domains[i], .tag = 1 + x.service_of[i]};
+	for (size_t i = 0; i < x.n_domains; i++) {
+		const struct wr_service *svc =
+		    wr_services_find(g_services, services[x.service_of[i]]);
+		p[k++] = (struct wr_dns_pattern){.name = x.domains[i],
+						 .tag = 1 + (uint32_t)(svc - g_services->v)};
+	}
 	if (open)
 		p[k++] = (struct wr_dns_pattern){.name = "*", .tag = 0};
 	int r = wr_dns_names_new(p, k, out, err);

@@ -12,7 +12,8 @@
 
 #define SVC_MAX 256
 #define SVC_MAX_DOMAINS 64
-#define SVC_MAX_PORTS 16
+/* The eBPF filter takes at most 4 port rules with a resolved address. */
+#define SVC_MAX_PORTS 4
 
 static int parse_u16(const char *s, size_t n, uint16_t *out)
 {

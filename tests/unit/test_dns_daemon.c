@@ -50,18 +50,21 @@ void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail)
 }
 
 /* ---- allow hook ------------------------------------------------------------ */
-static uint32_t g_allow_ttl, g_allow_tag, g_allow_addr;
+static uint32_t g_allow_ttl, g_allow_addr;
+static size_t g_allow_nports;
+static uint16_t g_allow_port;
 static int g_allows;
 
-static int allow(void *ctx, const char *id, int family, const void *addr, uint32_t ttl,
-		 uint32_t tag)
+static int allow(void *ctx, struct wrd_sbx *sb, int family, const void *addr, uint32_t ttl,
+		 const struct wr_svc_ports *ports, size_t n)
 {
 	(void)ctx;
-	assert_string_equal(id, "s1");
+	assert_ptr_equal(sb, &g_sb);
 	assert_int_equal(family, AF_INET);
 	memcpy(&g_allow_addr, addr, 4);
 	g_allow_ttl = ttl;
-	g_allow_tag = tag;
+	g_allow_nports = n;
+	g_allow_port = n ? ports[0].lo : 0;
 	g_allows++;
 	return 0;
 }
@@ -177,16 +180,18 @@ static void test_glue(void **st)
 	assert_int_equal(wrd_dns_policy_names(domains, 1, services, 1, false, &names, &err), 0);
 	struct sockaddr_in a = {.sin_family = AF_INET};
 	inet_pton(AF_INET, "127.0.0.2", &a.sin_addr);
+	/* the policy before the address: either order works */
+	assert_int_equal(wrd_dns_set_names("team", "s1", names, &err), 0);
 	assert_int_equal(wrd_dns_register("team", "s1", (struct sockaddr *)&a, &err), 0);
-	wrd_dns_set_names("s1", names);
 
 	assert_int_equal(ask("127.0.0.2", "files.pythonhosted.org"), LDNS_RCODE_NOERROR);
 	assert_int_equal(g_allows, 1);
-	assert_int_equal(g_allow_tag, 1);
+	assert_int_equal(g_allow_nports, 1); /* pypi: 443/tcp */
+	assert_int_equal(g_allow_port, 443);
 	assert_int_equal(g_allow_ttl, 30); /* 10 clamped up to ttl_min */
 	assert_int_equal(g_allow_addr, htonl(0xc0000201));
 	assert_int_equal(ask("127.0.0.2", "Example.ORG"), LDNS_RCODE_NOERROR);
-	assert_int_equal(g_allow_tag, 0);
+	assert_int_equal(g_allow_nports, 0); /* a policy domain: the filter's rule */
 
 	assert_int_equal(ask("127.0.0.2", "leak.attacker.example"), LDNS_RCODE_NXDOMAIN);
 	assert_int_equal(g_events, 1);
