@@ -269,6 +269,20 @@ void wrd_dns_set_allow_hook(wrd_dns_allow_fn fn, void *ctx)
 	g_allow_ctx = ctx;
 }
 
+static struct sockaddr_storage g_gateway;
+
+void wrd_dns_set_gateway(const struct sockaddr *gw)
+{
+	memset(&g_gateway, 0, sizeof(g_gateway));
+	if (gw->sa_family == AF_INET) {
+		memcpy(&g_gateway, gw, sizeof(struct sockaddr_in));
+		((struct sockaddr_in *)&g_gateway)->sin_port = htons(53);
+	} else if (gw->sa_family == AF_INET6) {
+		memcpy(&g_gateway, gw, sizeof(struct sockaddr_in6));
+		((struct sockaddr_in6 *)&g_gateway)->sin6_port = htons(53);
+	}
+}
+
 int wrd_dns_start(const struct wrd_config *cfg, wr_err *err)
 {
 	if (cfg->network == NULL)
@@ -286,8 +300,11 @@ int wrd_dns_start(const struct wrd_config *cfg, wr_err *err)
 	bool en = false;
 	if (d == NULL || (r = dns_conf(d, &c, &en, err)) < 0 || !en)
 		goto out;
-	if (c.n_listen == 0) { /* the bridge's default address (plumbing) */
-		r = wr_dns_parse_addr("10.200.0.1", &c.listen[0], err);
+	if (c.n_listen == 0) { /* the bridge's address (plumbing) */
+		if (g_gateway.ss_family != 0)
+			c.listen[0] = g_gateway;
+		else
+			r = wr_dns_parse_addr("10.200.0.1", &c.listen[0], err);
 		c.n_listen = 1;
 	}
 	if (r == 0 && c.n_upstreams == 0) {

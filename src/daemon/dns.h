@@ -50,6 +50,10 @@ typedef int (*wrd_dns_allow_fn)(void *ctx, struct wrd_sbx *sb, int family, const
 				uint32_t ttl, const struct wr_svc_ports *ports, size_t n_ports);
 /* Before wrd_dns_start. */
 void wrd_dns_set_allow_hook(wrd_dns_allow_fn fn, void *ctx);
+/* Before wrd_dns_start: the bridge's address (the netns pool's gateway),
+ * listened on when network.dns.listen is not configured (port 53). Without
+ * it the default is 10.200.0.1, the pool's default bridge address. */
+void wrd_dns_set_gateway(const struct sockaddr *gw);
 
 int wrd_dns_register(const char *tenant, const char *sandbox_id, const struct sockaddr *addr,
 		     wr_err *err);
