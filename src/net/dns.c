@@ -585,10 +585,13 @@ static void *worker_main(void *arg)
 		if (d->qhead == NULL)
 			d->qtail = NULL;
 		d->qlen--;
+		bool stopping = d->stopping;
 		pthread_mutex_unlock(&d->lock);
 		uint8_t *wire = NULL;
 		size_t len = 0;
-		if (forward(d, j->sbx, &j->q, true, &wire, &len) == 0)
+		/* Stopping: what is still queued is dropped (the client retries
+		 * against the next daemon) rather than each waiting on upstreams. */
+		if (!stopping && forward(d, j->sbx, &j->q, true, &wire, &len) == 0)
 			send_reply(j->fd, &j->src, j->srclen, wire, len);
 		inflight_drop(d, j->sbx);
 		free(wire);
