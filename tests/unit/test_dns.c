@@ -409,7 +409,10 @@ static void test_addrs(void **st)
 		assert_true(wr_dns_parse_addr(bad[i], &a, &err) < 0);
 		wr_err_free(&err);
 	}
-	char path[] = "/tmp/wr-resolv-XXXXXX";
+	char path[64] = "/tmp/wr-resolv-";
+	size_t pl = strlen(path);
+	memset(path + pl, 'X', 6); /* mkstemp's template */
+	path[pl + 6] = 0;
 	int fd = mkstemp(path);
 	assert_true(fd >= 0);
 	const char txt[] = "# c\nsearch x\nnameserver 192.0.2.53\nnameserver fe80::1%eth0\n"
