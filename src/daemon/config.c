@@ -1,4 +1,5 @@
 #include "daemon/config.h"
+#include "daemon/dns.h"
 #include "daemon/images.h"
 
 #include <errno.h>
@@ -203,6 +204,10 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = wrd_images_check_lazy(v, err);
 			if (r == 0 && (cfg->lazy = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
+		} else if (strcmp(k, "network") == 0) {
+			r = wrd_dns_check_config(v, err);
+			if (r == 0 && (cfg->network = json_dumps(v, 0)) == NULL)
+				r = wr_err_set(err, ENOMEM, "out of memory");
 		} else if (strcmp(k, "admin_tenants") == 0)
 			r = load_admins(v, cfg, err);
 		else if (strcmp(k, "defaults") == 0)
@@ -333,6 +338,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->images);
 	free(cfg->image_store);
 	free(cfg->lazy);
+	free(cfg->network);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

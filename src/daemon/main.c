@@ -22,6 +22,7 @@
 #include "daemon/config.h"
 #include "daemon/images.h"
 #include "daemon/db.h"
+#include "daemon/dns.h"
 #include "daemon/manager.h"
 #include "daemon/metrics.h"
 
@@ -118,6 +119,10 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
+	if (wrd_dns_start(&cfg, &err) < 0) {
+		wr_log_err(err);
+		goto out;
+	}
 	wrd_metrics_init(wrd_route_labels, wrd_n_route_labels);
 	struct wrd_http_hooks hooks = {.upload_limit = wrd_images_or_mgr_upload_limit};
 	if (wrd_http_start(&cfg, wrd_routes, wrd_n_routes, &hooks, &err) < 0) {
@@ -142,6 +147,7 @@ int main(int argc, char **argv)
 	wrd_functions_stop();
 	status = 0;
 out:
+	wrd_dns_stop();
 	wrd_images_close();
 	wrd_db_close();
 	free(db);
