@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -506,6 +507,8 @@ void wr_fn_slot_free(struct fn_slot *s, bool kill)
 {
 	if (s == NULL)
 		return;
+	for (int i = 0; i < s->nprocs; i++)
+		close(s->procs[i]);
 	if (s->pidfd >= 0) {
 		if (kill)
 			wr_pidfd_send_signal(s->pidfd, SIGKILL, NULL, 0);
@@ -521,56 +524,77 @@ void wr_fn_slot_free(struct fn_slot *s, bool kill)
 	free(s);
 }
 
-/* Send a MAKE: the leaf is made now, the slot arrives later (SLOT). */
-static int make_send(struct wr_function_pool *p, wr_err *err)
+/* A slot's leaf with its limits and its cgroup.procs fds, without the
+ * pool lock (the refill thread makes leaves while calls take slots). */
+static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 {
 	struct fn_slot *s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
+	if (s == NULL) {
+		wr_err_set(err, ENOMEM, "out of memory");
+		return NULL;
+	}
 	s->pidfd = s->sock = -1;
-	s->id = ++p->next_slot;
-	s->gen = p->gen;
+	s->nprocs = 0;
+	s->id = __atomic_add_fetch(&p->next_slot, 1, __ATOMIC_RELAXED);
 	char name[32];
 	snprintf(name, sizeof(name), "c-%llu", (unsigned long long)s->id);
-	int r = wr_cgroup_create_leaf(p->cg, name, &s->leaf, err);
-	if (r < 0) {
+	if (wr_cgroup_create_leaf(p->cg, name, &s->leaf, err) < 0) {
 		free(s);
-		return r;
+		return NULL;
 	}
 	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
 	lim.memory_bytes = s->mem = 256ull << 20;
 	lim.pids = s->pids = 64;
-	int procs[WR_FNP_MAX_PROCS];
 	int np = -1;
 	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0 ||
-	    (np = wr_cgroup_procs_fds(s->leaf, false, procs, WR_FNP_MAX_PROCS, err)) < 0) {
+	    (np = wr_cgroup_procs_fds(s->leaf, false, s->procs, WR_FNP_MAX_PROCS, err)) < 0) {
 		wr_fn_slot_free(s, false);
-		return -1;
+		return NULL;
 	}
+	s->nprocs = np;
 	/* Preparing a slot is work ahead of time: it yields the CPU to calls
 	 * that run; the call's start raises the weight (function_call.c).
 	 * Best effort: a host without the cpu controller has no weights. */
 	wr_cgroup_limits_default(&lim);
 	lim.cpu_weight = WR_FN_WEIGHT_PREP;
 	s->low = wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0;
+	return s;
+}
+
+/* Send the MAKE of a prepared slot (pool lock held); on failure the
+ * caller frees s. */
+static int make_commit(struct wr_function_pool *p, struct fn_slot *s, wr_err *err)
+{
+	s->gen = p->gen;
 	struct wr_fnp_make mk = {.h = {WR_FNP_MAGIC, WR_FNP_MAKE},
 				 .slot = s->id,
 				 .tmp_bytes = p->tmp_bytes,
-				 .nprocs = (uint32_t)np};
-	r = wr_fn_send(p->ctl, &mk, sizeof(mk), procs, np);
-	for (int i = 0; i < np; i++)
-		close(procs[i]);
-	if (r < 0) {
+				 .nprocs = (uint32_t)s->nprocs};
+	int r = wr_fn_send(p->ctl, &mk, sizeof(mk), s->procs, s->nprocs);
+	if (r < 0)
 		/* EPIPE: the zygote is exiting (its pidfd turns readable only once
 		 * its pid namespace is empty). */
-		wr_fn_slot_free(s, false);
 		return wr_err_set(err, ECHILD, "function zygote died: %s", strerror(-r));
-	}
+	for (int i = 0; i < s->nprocs; i++)
+		close(s->procs[i]);
+	s->nprocs = 0;
 	*p->pending_tail = s;
 	p->pending_tail = &s->next;
 	p->npending++;
 	return 0;
+}
+
+/* Send a MAKE: the leaf is made now, the slot arrives later (SLOT). */
+static int make_send(struct wr_function_pool *p, wr_err *err)
+{
+	struct fn_slot *s = leaf_prepare(p, err);
+	if (s == NULL)
+		return -1;
+	int r = make_commit(p, s, err);
+	if (r < 0)
+		wr_fn_slot_free(s, false);
+	return r;
 }
 
 /* Receive one SLOT (or ERROR) for the oldest pending MAKE. wait: block. */
@@ -702,22 +726,88 @@ void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s)
 	s->next = p->retired;
 	p->retired = s;
 	pthread_mutex_unlock(&p->lock);
+	wr_fn_top_up(p);
 }
 
 void wr_fn_top_up(struct wr_function_pool *p)
 {
-	pthread_mutex_lock(&p->lock);
-	if (p->ctl >= 0) {
-		/* Collect what is already there, then ask for what is missing. */
-		while (p->npending && make_recv(p, false, NULL) > 0)
-			;
-		while (p->nready + p->npending < p->spare && make_send(p, NULL) == 0)
-			;
+	uint64_t one = 1;
+	ssize_t n;
+	do
+		n = write(p->wake, &one, sizeof(one));
+	while (n < 0 && errno == EINTR);
+}
+
+/* The refill thread. Invariant: the control socket is read under the pool
+ * lock only (here without waiting, in wr_fn_take_slot waiting), so SLOT
+ * answers are matched to pending MAKEs in order; this thread only polls it
+ * outside the lock. A poll on a socket closed meanwhile (zygote replaced)
+ * at worst wakes us for nothing: every read goes to the current p->ctl. */
+static void *refill_main(void *arg)
+{
+	struct wr_function_pool *p = arg;
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		if (p->refill_stop) {
+			pthread_mutex_unlock(&p->lock);
+			return NULL;
+		}
+		unsigned need = 0;
+		if (p->ctl >= 0 && p->broken_gen != p->gen) {
+			int r = 1;
+			wr_err e = NULL;
+			while (p->npending && (r = make_recv(p, false, &e)) > 0)
+				;
+			/* A dead zygote: the next call replaces it (wr_fn_take_slot). */
+			if (r < 0 && wr_err_code(e) == ECHILD)
+				p->broken_gen = p->gen;
+			wr_err_free(&e);
+			if (p->broken_gen != p->gen && p->nready + p->npending < p->spare)
+				need = p->spare - p->nready - p->npending;
+		}
+		struct fn_slot *dead = steal_ptr(&p->retired);
+		pthread_mutex_unlock(&p->lock);
+		/* Leaves of finished calls and of the next slots, while calls run
+		 * and without the lock (a call that takes a slot never waits for
+		 * a mkdir or rmdir). */
+		slots_drop(&dead);
+		struct fn_slot *made = NULL;
+		for (unsigned i = 0; i < need; i++) {
+			struct fn_slot *s = leaf_prepare(p, NULL);
+			if (s == NULL)
+				break;
+			s->next = made;
+			made = s;
+		}
+		pthread_mutex_lock(&p->lock);
+		while (made && p->ctl >= 0 && p->broken_gen != p->gen && !p->refill_stop &&
+		       p->nready + p->npending < p->spare) {
+			struct fn_slot *s = made;
+			made = s->next;
+			s->next = NULL;
+			wr_err e = NULL;
+			if (make_commit(p, s, &e) < 0) {
+				if (wr_err_code(e) == ECHILD)
+					p->broken_gen = p->gen;
+				wr_err_free(&e);
+				s->next = made;
+				made = s;
+				break;
+			}
+		}
+		int ctl = p->ctl;
+		bool wait_ctl = ctl >= 0 && p->broken_gen != p->gen && p->npending > 0;
+		pthread_mutex_unlock(&p->lock);
+		slots_drop(&made); /* not needed after all */
+		struct pollfd pf[2] = {{.fd = p->wake, .events = POLLIN},
+				       {.fd = wait_ctl ? ctl : -1, .events = POLLIN}};
+		if (poll(pf, 2, wait_ctl ? 1000 : -1) > 0 && (pf[0].revents & POLLIN)) {
+			uint64_t v;
+			if (read(p->wake, &v, sizeof(v)) < 0) {
+				/* EAGAIN: another read took it; nothing lost. */
+			}
+		}
 	}
-	struct fn_slot *dead = steal_ptr(&p->retired);
-	pthread_mutex_unlock(&p->lock);
-	/* Leaves of finished calls, while this call runs (outside the lock). */
-	slots_drop(&dead);
 }
 
 void wr_fn_call_done(struct wr_function_pool *p)
@@ -748,8 +838,24 @@ bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen)
 
 /* ---- pool create / destroy -------------------------------------------------- */
 
+static void refill_stop(struct wr_function_pool *p)
+{
+	if (!p->refill_running)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->refill_stop = true;
+	pthread_mutex_unlock(&p->lock);
+	wr_fn_top_up(p);
+	pthread_join(p->refill, NULL);
+	p->refill_running = false;
+}
+
 static void pool_free(struct wr_function_pool *p)
 {
+	if (p->wake >= 0)
+		close(p->wake);
+	if (p->devnull >= 0)
+		close(p->devnull);
 	if (p->lower_fd >= 0)
 		close(p->lower_fd);
 	if (p->bpf_fd >= 0)
@@ -815,7 +921,7 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	if (p == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&p->lock, NULL);
-	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = -1;
+	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = p->wake = p->devnull = -1;
 	p->pending_tail = &p->pending;
 	p->spare = wr_fn_globals.spare;
 	p->memory_bytes = s->memory_bytes ? s->memory_bytes : 2ull << 30;
@@ -838,6 +944,12 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	if ((r = check_preload(s, &p->preload_csv, err)) < 0)
 		goto fail;
 
+	p->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (p->wake < 0 || p->devnull < 0) {
+		r = wr_err_sys(err, p->wake < 0 ? "eventfd" : "open /dev/null");
+		goto fail;
+	}
 	p->lower_fd = wr_rootfs_lower_open(s->image, err);
 	if (p->lower_fd < 0) {
 		r = p->lower_fd;
@@ -877,6 +989,17 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 			;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (r == 0) {
+		int pr = pthread_create(&p->refill, NULL, refill_main, p);
+		if (pr != 0) {
+			errno = pr;
+			r = wr_err_sys(err, "refill thread");
+			pthread_mutex_lock(&p->lock);
+			zygote_stop(p);
+			pthread_mutex_unlock(&p->lock);
+		}
+		p->refill_running = pr == 0;
+	}
 	if (r < 0)
 		goto fail;
 	p->last_used_ns = wr_now_ns();
@@ -900,6 +1023,7 @@ int wr_function_pool_destroy(struct wr_function_pool **pp, wr_err *err)
 	if (p == NULL)
 		return 0;
 	*pp = NULL;
+	refill_stop(p);
 	pthread_mutex_lock(&p->lock);
 	p->destroyed = true;
 	zygote_stop(p);

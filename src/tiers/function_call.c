@@ -328,11 +328,12 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		if ((r = wr_cgroup_set_limits(slot->leaf, &lim, err)) < 0)
 			goto out;
 	}
-	in_fd = s.stdin_len ? memfd_with("warren-stdin", s.stdin_data, s.stdin_len, err)
-			    : open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (in_fd < 0) {
-		r = s.stdin_len ? -1 : wr_err_sys(err, "open /dev/null");
-		goto out;
+	if (s.stdin_len) {
+		in_fd = memfd_with("warren-stdin", s.stdin_data, s.stdin_len, err);
+		if (in_fd < 0) {
+			r = -1;
+			goto out;
+		}
 	}
 	int pp[2];
 	if ((r = pipe_nb(pp, err)) < 0)
@@ -353,7 +354,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 				.argc = argc,
 				.envc = envc,
 				.nfiles = (uint32_t)s.n_files};
-	int fds[4] = {in_fd, out_w, err_w, -1};
+	int fds[4] = {in_fd >= 0 ? in_fd : p->devnull, out_w, err_w, -1};
 	int nfds = 3;
 	struct wr_buf msg = {0};
 	if (payload.len > WR_FNP_INLINE_MAX) {
@@ -385,7 +386,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	close(steal_fd(&in_fd));
 	close(steal_fd(&pay_fd));
 	free(steal_ptr(&payload.p));
-	/* The spare slots are forked while this call runs. */
+	/* The refill thread forks the next spare (not this thread: the exit
+	 * of a short call must not wait for cgroup work). */
 	wr_fn_top_up(p);
 
 	uint64_t deadline = t0 + s.timeout_ms * 1000000ull;

@@ -11,6 +11,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/idmap.h"
 #include "tiers/function.h"
+#include "tiers/function_proto.h"
 
 struct wr_function_globals {
 	char *zygote_path;
@@ -29,6 +30,8 @@ struct fn_slot {
 	struct wr_cgroup *leaf; /* S's leaf cgroup */
 	uint64_t mem, pids;	/* the leaf's current limits */
 	bool low;		/* the leaf still has the preparation's CPU weight */
+	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
+	int nprocs;
 	struct fn_slot *next;
 };
 
@@ -53,11 +56,19 @@ struct wr_function_pool {
 	unsigned nready, npending, inflight, spare;
 	uint64_t next_slot, last_used_ns;
 	bool destroyed;
+	/* The refill thread: forks spares ahead, collects their SLOT answers
+	 * and removes used leaves, off the path of every call. */
+	pthread_t refill;
+	bool refill_running, refill_stop;
+	unsigned broken_gen; /* the zygote of this generation stopped answering */
+	int wake;	     /* eventfd: work for the refill thread */
+	int devnull;	     /* stdin of calls without one */
 };
 
 /* function.c */
 int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
-/* After a call took its slot and started: keep spares forked ahead. */
+/* After a call took its slot (or returned it used): the refill thread keeps
+ * spares forked ahead and removes used leaves. One eventfd write. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
 /* CPU weights of a slot's leaf: while it is prepared (it yields to calls
