@@ -304,8 +304,10 @@ static ZYGOTE_FN __attribute__((noreturn)) void zygote_run(const struct zargs *a
 	}
 	char flags[16];
 	snprintf(flags, sizeof(flags), "%u", ll_flags);
+	/* LD_BIND_NOW: the interpreter's symbols are bound once here, not in
+	 * every slot it forks (a lazy binding writes the GOT: a page copy). */
 	char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			      "HOME=/tmp", "LANG=C.UTF-8", NULL};
+			      "HOME=/tmp", "LANG=C.UTF-8", "LD_BIND_NOW=1", NULL};
 	if (a->python) {
 		char *const argv[] = {
 		    "python3", "-I", "-c", (char *)wr_pyzygote_src, flags, (char *)a->preload_csv,
