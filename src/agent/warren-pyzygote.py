@@ -9,7 +9,8 @@
 # format: src/tiers/function_proto.h): each slot is an os.fork() of this warm
 # interpreter in a new pid, mount and IPC namespace, joined to its leaf
 # cgroup, with fresh tmpfs on /tmp, /work and /dev/shm and a /proc of its
-# own; it then drops to the call user (no capabilities), sets no_new_privs,
+# own and a network namespace of its own (loopback only); it then drops to
+# the call user (no capabilities), sets no_new_privs,
 # restricts itself with the host's Landlock ruleset and loads the host's
 # seccomp program, all before its call arrives. On CALL it writes the input
 # files, takes its stdio, lowers its rlimits, closes every other fd and runs
@@ -24,6 +25,7 @@
 # no wrapper for). Nothing here is trusted by the host: exit status and usage
 # come from the kernel (pidfd) and the leaf cgroup.
 import ctypes
+import fcntl
 import os
 import resource
 import select
@@ -42,6 +44,10 @@ PAYLOAD_FD = 1
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS = 0x8913, 0x8914
+IFF_UP, IFF_RUNNING = 0x1, 0x40
+IFREQ = struct.Struct("=16sH22x")
 CLONE_NEWPID = 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_NO_NEW_PRIVS = 38
@@ -120,7 +126,12 @@ def slot_setup(procs, tmp_bytes):
     for fd in procs:
         os.write(fd, b"0")
         os.close(fd)
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    # A network namespace of its own, loopback only: no call reaches a
+    # socket (TCP, UDP, abstract Unix) of another call of the pool.
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET), "unshare")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        _, flags = IFREQ.unpack(fcntl.ioctl(s, SIOCGIFFLAGS, IFREQ.pack(b"lo", 0)))
+        fcntl.ioctl(s, SIOCSIFFLAGS, IFREQ.pack(b"lo", flags | IFF_UP | IFF_RUNNING))
     tmpfs("/tmp", tmp_bytes, "1777")
     tmpfs(WORKDIR, tmp_bytes, "0755")
     tmpfs("/dev/shm", tmp_bytes, "1777")

@@ -12,7 +12,8 @@
  *   (no page tables copied, no copy-on-write faults for either of us, and
  *   its exec has no address space of its own to tear down), on a stack and
  *   a copy of our thread-local storage of its own (its errno is its own);
- *   S is PID 1 of a pid namespace of its own,
+ *   S is PID 1 of a pid namespace of its own, in a network namespace of
+ *   its own (loopback only),
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
@@ -54,6 +55,7 @@
 #include "isolate/caps.h"
 #include "isolate/landlock.h"
 #include "isolate/mount.h"
+#include "isolate/netns.h"
 #include "isolate/rlimit.h"
 #include "isolate/seccomp.h"
 #include "tiers/function_proto.h"
@@ -328,6 +330,10 @@ static int slot_main(void *arg)
 	}
 	if (slot_mounts(m->tmp_bytes, &e) < 0)
 		slot_fail(sock, &e, 126);
+	/* A network namespace of its own, loopback only: no call reaches a
+	 * socket (TCP, UDP, abstract Unix) of another call of the pool. */
+	if (wr_netns_loopback_up(&e) < 0)
+		slot_fail(sock, &e, 126);
 	if (chdir(WR_FNP_WORKDIR) < 0) {
 		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
 		slot_fail(sock, &e, 126);
@@ -583,7 +589,7 @@ static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int npr
 	int pidfd = -1;
 	pid_t pid = clone(slot_main, (char *)mem + SLOT_MEM,
 			  CLONE_VM | CLONE_SETTLS | CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS |
-			      CLONE_NEWIPC | SIGCHLD,
+			      CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD,
 			  mem, &pidfd, tls_copy(mem), NULL);
 	if (pid < 0) {
 		wr_cerr_sys(&e, "start a call slot");

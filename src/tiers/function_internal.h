@@ -24,12 +24,12 @@ extern struct wr_function_globals wr_fn_globals;
 /* A call slot: a process the zygote forked ahead of a call, in its leaf. */
 struct fn_slot {
 	uint64_t id;
-	unsigned gen;		/* zygote generation that made it */
-	int pidfd;		/* S, from the zygote (host kernel object) */
-	int sock;		/* our end of S's socket */
-	struct wr_cgroup *leaf; /* S's leaf cgroup */
-	uint64_t mem, pids;	/* the leaf's current limits */
-	bool low;		/* the leaf still has the preparation's CPU weight */
+	unsigned gen;		     /* zygote generation that made it */
+	int pidfd;		     /* S, from the zygote (host kernel object) */
+	int sock;		     /* our end of S's socket */
+	struct wr_cgroup *leaf;	     /* S's leaf cgroup */
+	uint64_t mem, pids;	     /* the leaf's current limits */
+	bool low;		     /* the leaf still has the preparation's CPU weight */
 	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
 	int nprocs;
 	struct fn_slot *next;
