@@ -98,6 +98,7 @@ int wr_function_init(const struct wr_function_config *cfg, wr_err *err)
 		goto out;
 	}
 	g->ready = true;
+	wr_tier_register(&wr_function_tier);
 out:
 	pthread_mutex_unlock(&g_lock);
 	return r;
@@ -870,17 +871,26 @@ static void pool_free(struct wr_function_pool *p)
 	free(p);
 }
 
+bool wr_function_module_name_ok(const char *m)
+{
+	if (m == NULL || *m == 0 || strlen(m) > 200)
+		return false;
+	for (const char *c = m; *c; c++)
+		if (!(*c == '_' || *c == '.' || (*c >= 'a' && *c <= 'z') ||
+		      (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+			return false;
+	return true;
+}
+
 static int check_preload(const struct wr_function_pool_spec *s, char **csv, wr_err *err)
 {
 	size_t len = 1;
 	for (size_t i = 0; i < s->n_preload; i++) {
 		const char *m = s->preload[i];
-		if (m == NULL || *m == 0 || strlen(m) > 200)
-			return wr_err_field(err, "preload", "module names are 1 to 200 characters");
-		for (const char *c = m; *c; c++)
-			if (!(*c == '_' || *c == '.' || (*c >= 'a' && *c <= 'z') ||
-			      (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
-				return wr_err_field(err, "preload", "%s is not a module name", m);
+		if (!wr_function_module_name_ok(m))
+			return wr_err_field(err, "preload",
+					    "%s is not a module name (1 to 200 of A-Z a-z 0-9 _ .)",
+					    m ? m : "(null)");
 		len += strlen(m) + 1;
 	}
 	*csv = calloc(1, len);
@@ -1049,9 +1059,14 @@ int wr_function_pool_park(struct wr_function_pool *p, wr_err *err)
 {
 	(void)err;
 	pthread_mutex_lock(&p->lock);
-	if (p->inflight == 0)
+	struct fn_slot *dead = NULL;
+	if (p->inflight == 0) {
 		zygote_stop(p);
+		dead = steal_ptr(&p->retired);
+	}
 	pthread_mutex_unlock(&p->lock);
+	/* A parked pool keeps no leaf of a call. */
+	slots_drop(&dead);
 	return 0;
 }
 
