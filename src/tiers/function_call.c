@@ -373,6 +373,22 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		r = wr_err_set(err, ENOMEM, "call: out of memory");
 		goto out;
 	}
+	if (s.ctl) {
+		pthread_mutex_lock(&s.ctl->lock);
+		bool killed = s.ctl->kill;
+		if (!killed)
+			s.ctl->leaf = slot->leaf;
+		pthread_mutex_unlock(&s.ctl->lock);
+		if (killed) {
+			/* Killed before it started: it never runs. */
+			free(msg.p);
+			res->reason = WR_EXIT_KILLED;
+			res->exit_code = 128 + SIGKILL;
+			res->signal = SIGKILL;
+			r = 0;
+			goto out;
+		}
+	}
 	r = wr_fn_send(slot->sock, msg.p, msg.len, fds, nfds);
 	free(msg.p);
 	if (r < 0) {
@@ -457,6 +473,13 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			drain_until = wr_now_ns() + 200000000ull;
 		}
 	}
+	bool killed = false;
+	if (s.ctl) {
+		pthread_mutex_lock(&s.ctl->lock);
+		s.ctl->leaf = NULL;
+		killed = s.ctl->kill;
+		pthread_mutex_unlock(&s.ctl->lock);
+	}
 	/* What the call wrote before it exited is in the pipes. */
 	if (so.fd >= 0)
 		pump(&so);
@@ -491,7 +514,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	/* A SIGKILL nobody here explains: did the zygote die (taking the pool's
 	 * pid namespace, and this call, with it)? */
 	bool unexplained = status < 0 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
-					  !timed_out && !cpu_out);
+					  !timed_out && !cpu_out && !killed);
 	if (unexplained && wr_fn_zygote_died(p, gen)) {
 		r = wr_err_set(err, ECHILD, "the function zygote died during the call");
 		goto out;
@@ -532,6 +555,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		res->reason = WR_EXIT_TIMEOUT;
 	else if (cpu_out)
 		res->reason = WR_EXIT_CPU_TIME;
+	else if (killed && WIFSIGNALED(status))
+		res->reason = WR_EXIT_KILLED;
 	r = 0;
 out:
 	if (!started)
