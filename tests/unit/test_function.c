@@ -471,6 +471,55 @@ static void test_pools_set_and_leftovers(void **state)
 	assert_int_equal(fx_count_cgroups(), before);
 }
 
+/* A payload past the inline limit (a memfd the slot maps) and an argv too
+ * long for the slot's stack (an array it maps): both live in the zygote's
+ * memory while the slot runs, and are unmapped when it is reaped. */
+static void test_big_payload_and_argv(void **state)
+{
+	(void)state;
+	size_t n = 6000;
+	const char **argv = calloc(n + 4, sizeof(char *));
+	assert_non_null(argv);
+	argv[0] = "sh";
+	argv[1] = "-c";
+	argv[2] = "echo $#; wc -c < big.bin";
+	argv[3] = "x";
+	for (size_t i = 4; i < n + 3; i++)
+		argv[i] = "arg";
+	size_t len = 300000;
+	char *data = malloc(len);
+	assert_non_null(data);
+	memset(data, 'z', len);
+	struct wr_call_file f = {.path = "big.bin", .data = data, .len = len};
+	for (int round = 0; round < 3; round++) {
+		struct wr_call_result r = fx_call(
+		    g_pool, &(struct wr_call_spec){.argv = argv, .files = &f, .n_files = 1});
+		assert_int_equal(r.reason, WR_EXIT_EXITED);
+		assert_string_equal(r.out, "5999\n300000\n");
+		wr_call_result_free(&r);
+	}
+	free(data);
+	free(argv);
+	/* The zygote's address space does not keep the slots' mappings (once
+	 * it reaped the last slot, which it does in its own time). */
+	pid_t z = wr_function_pool_zygote_pid(g_pool);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)z);
+	int memfds = -1;
+	for (int tries = 0; tries < 100 && memfds != 0; tries++) {
+		if (tries)
+			usleep(100000);
+		FILE *m = fopen(path, "r");
+		assert_non_null(m);
+		char line[512];
+		memfds = 0;
+		while (fgets(line, sizeof(line), m))
+			memfds += strstr(line, "memfd:warren-call") != NULL;
+		fclose(m);
+	}
+	assert_int_equal(memfds, 0);
+}
+
 /* The tier behind wr_tier_ops: create, the one exec, kill, destroy. */
 struct tier_kill {
 	pthread_t t;
@@ -587,6 +636,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_specs_name_the_field),
 	    cmocka_unit_test(test_batch_in_order),
 	    cmocka_unit_test(test_pools_set_and_leftovers),
+	    cmocka_unit_test(test_big_payload_and_argv),
 	    cmocka_unit_test(test_behind_tier_ops),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
