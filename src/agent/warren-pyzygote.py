@@ -20,7 +20,9 @@
 # in the kernel for a tenth of that. So the first slot of a zygote, once
 # prepared, reports the pages it wrote (exclusively mapped in
 # /proc/self/pagemap) and every later slot copies those pages in bulk right
-# after its fork, before it touches them.
+# after its fork, before it touches them. (The zygote does not do the same
+# for its own writes between forks: in the parent every copied page also
+# flushes the TLB of the other CPUs, which cost more CPU than the traps.)
 # Only the standard library is used (ctypes for the system calls Python has
 # no wrapper for). Nothing here is trusted by the host: exit status and usage
 # come from the kernel (pidfd) and the leaf cgroup.
@@ -399,8 +401,6 @@ def main():
         getattr(libc, name)
     maps = []
     hot = []  # (address, length) runs every slot copies right after its fork
-    hot_z = []  # and those we copy in ours after each fork (our own writes)
-    forks = 0
     learn_r = -1
     learn_buf = []
     madvise = libc.madvise
@@ -466,15 +466,6 @@ def main():
         try:
             host_end, slot_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             keep_ours, keep_slot = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            if forks == 1:
-                # What we wrote since the first fork (the slot it made still
-                # waits, so only our own writes are exclusive now).
-                try:
-                    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
-                    hot_z = unpack_hot(touched_pages(fd, [m for m in private_maps() if m[2]]))
-                except OSError:
-                    pass
-            forks += 1
             learn_w = -1
             if learn_r == -1:
                 maps = private_maps()
@@ -489,8 +480,6 @@ def main():
                 libc.setns(own_pidns, CLONE_NEWPID)
                 raise
             if pid != 0:
-                for a, ln, adv in hot_z:
-                    madvise(a, ln, adv)
                 check(libc.setns(own_pidns, CLONE_NEWPID), "setns pid")
             if pid == 0:
                 for a, ln, adv in hot:
