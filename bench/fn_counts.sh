@@ -26,7 +26,7 @@ MODES=${*:-bare fn-true python-c fn-python}
 N1=${FN_COUNTS_N1:-20}
 N2=${FN_COUNTS_N2:-120}
 PY=/usr/bin/python3
-WORK=$(mktemp -d -p /tmp warren-fn-counts.$$.XXXXXX)
+WORK=$(mktemp -d -p /tmp warren-fn-counts.$$.$(printf "X%.0s" 1 2 3 4 5 6))
 chmod 0755 "$WORK"
 CG_BASE=warren-fn-counts-$$
 cleanup() {

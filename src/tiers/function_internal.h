@@ -65,7 +65,17 @@ struct wr_function_pool {
 	int devnull;	     /* stdin of calls without one */
 };
 
-/* function.c */
+/* function.c: zygotes (pool lock held) */
+int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err);
+void wr_fn_zygote_stop(struct wr_function_pool *p);
+bool wr_fn_zygote_alive(struct wr_function_pool *p);
+void wr_fn_slots_drop(struct fn_slot **list);
+
+/* function_slots.c */
+/* Make a slot's leaf and send its MAKE (pool lock held). */
+int wr_fn_make_send(struct wr_function_pool *p, wr_err *err);
+/* The refill thread of a pool (arg: the pool). */
+void *wr_fn_refill_main(void *arg);
 int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
 /* After a call took its slot (or returned it used): the refill thread keeps
  * spares forked ahead and removes used leaves. One eventfd write. */
