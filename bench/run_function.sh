@@ -13,6 +13,8 @@
 #   BENCH_FN_ROUNDS  interleaved rounds the N are split into (default 10)
 #   BENCH_FN_WARMUP  untimed iterations per worker and round (default 3)
 #   BENCH_FN_MODES   subset of: bare bare-img fn-true python-c fn-python container
+#   BENCH_FN_COUNTS  0: skip the counts per call (bench/fn_counts.sh) that
+#                    are otherwise appended to function.md
 #
 # Writes bench/results/function.md, bench/results/function-<UTC time>.json
 # and the README.md section between the bench:function markers. Everything
@@ -129,6 +131,20 @@ mkdir -p "$RESULTS"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 "$PY" "$ROOT/bench/report_function.py" "$OUT" "$RESULTS" "$STAMP" "$ROOT/README.md" "$N" \
 	"$ROUNDS" "$BENCH_WARMUP" "$MODES"
+if [ "${BENCH_FN_COUNTS:-1}" != 0 ]; then
+	# Counts per call, from the kernel's counters: they do not move with the
+	# machine's load the way wall times do (method: bench/README.md).
+	counts=$("$ROOT/bench/fn_counts.sh" "$BUILD" bare fn-true python-c fn-python) || {
+		echo "bench-function: counts failed" >&2
+		failed="$failed counts"
+	}
+	{
+		echo
+		echo "Counts per call (bench/fn_counts.sh, perf stat, marginal cost of one call):"
+		echo
+		printf '%s\n' "$counts"
+	} >>"$RESULTS/function.md"
+fi
 if [ -n "$failed" ]; then
 	echo "bench-function: failed:$failed" >&2
 	exit 1

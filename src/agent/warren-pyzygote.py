@@ -9,15 +9,25 @@
 # format: src/tiers/function_proto.h): each slot is an os.fork() of this warm
 # interpreter in a new pid, mount and IPC namespace, joined to its leaf
 # cgroup, with fresh tmpfs on /tmp, /work and /dev/shm and a /proc of its
-# own; it then drops to the call user (no capabilities), sets no_new_privs,
+# own and a network namespace of its own (loopback only); it then drops to
+# the call user (no capabilities), sets no_new_privs,
 # restricts itself with the host's Landlock ruleset and loads the host's
 # seccomp program, all before its call arrives. On CALL it writes the input
 # files, takes its stdio, lowers its rlimits, closes every other fd and runs
 # the submitted code in-process.
+# Copy-on-write faults are what a slot costs: a fault traps (about 50 us on
+# a paravirtualised host) while madvise(MADV_POPULATE_WRITE) copies a page
+# in the kernel for a tenth of that. So the first slot of a zygote, once
+# prepared, reports the pages it wrote (exclusively mapped in
+# /proc/self/pagemap) and every later slot copies those pages in bulk right
+# after its fork, before it touches them. (The zygote does not do the same
+# for its own writes between forks: in the parent every copied page also
+# flushes the TLB of the other CPUs, which cost more CPU than the traps.)
 # Only the standard library is used (ctypes for the system calls Python has
 # no wrapper for). Nothing here is trusted by the host: exit status and usage
 # come from the kernel (pidfd) and the leaf cgroup.
 import ctypes
+import fcntl
 import os
 import resource
 import select
@@ -36,12 +46,21 @@ PAYLOAD_FD = 1
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS = 0x8913, 0x8914
+IFF_UP, IFF_RUNNING = 0x1, 0x40
+IFREQ = struct.Struct("=16sH22x")
 CLONE_NEWPID = 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PR_SET_NO_NEW_PRIVS = 38
 SYS_SECCOMP = 317
 SYS_LANDLOCK_RESTRICT_SELF = 446
 SECCOMP_SET_MODE_FILTER = 1
+MADV_POPULATE_READ = 22
+MADV_POPULATE_WRITE = 23
+PM_PRESENT = 1 << 63
+PM_EXCLUSIVE = 1 << 56
+HOT_GAP = 8 << 12  # runs of written pages closer than this are copied as one
 
 HDR = struct.Struct("=II")
 MAKE = struct.Struct("=IIQQII")
@@ -54,6 +73,7 @@ FILEREC = struct.Struct("=IIQ")
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class SockFprog(ctypes.Structure):
@@ -108,7 +128,12 @@ def slot_setup(procs, tmp_bytes):
     for fd in procs:
         os.write(fd, b"0")
         os.close(fd)
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare")
+    # A network namespace of its own, loopback only: no call reaches a
+    # socket (TCP, UDP, abstract Unix) of another call of the pool.
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET), "unshare")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        _, flags = IFREQ.unpack(fcntl.ioctl(s, SIOCGIFFLAGS, IFREQ.pack(b"lo", 0)))
+        fcntl.ioctl(s, SIOCSIFFLAGS, IFREQ.pack(b"lo", flags | IFF_UP | IFF_RUNNING))
     tmpfs("/tmp", tmp_bytes, "1777")
     tmpfs(WORKDIR, tmp_bytes, "0755")
     tmpfs("/dev/shm", tmp_bytes, "1777")
@@ -276,13 +301,73 @@ def prefault():
         f.flush()
 
 
-def slot_main(sock, keep, procs, tmp_bytes, bpf):
+def private_maps():
+    # Private mappings: a fork shares the writable ones copy-on-write and
+    # does not copy the page tables of file-backed read-only ones (code).
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 1 and parts[1][3] == "p" and parts[1][0] == "r":
+                a, b = (int(x, 16) for x in parts[0].split("-"))
+                out.append((a, b, parts[1][1] == "w"))
+    return out
+
+
+def touched_pages(fd, maps):
+    # The pages of maps this process used since its fork: writable ones it
+    # wrote (exclusively mapped: copied, or new), read-only ones it mapped.
+    # Packed (address, length, advice) runs.
+    import array
+    runs = []
+    try:
+        for a, b, w in maps:
+            ent = array.array("Q")
+            ent.frombytes(os.pread(fd, ((b - a) >> 12) * 8, (a >> 12) * 8))
+            want = PM_PRESENT | PM_EXCLUSIVE if w else PM_PRESENT
+            adv = MADV_POPULATE_WRITE if w else MADV_POPULATE_READ
+            start = len(runs)
+            for i, e in enumerate(ent):
+                if e & want == want:
+                    p = a + (i << 12)
+                    if len(runs) > start and p - runs[-1][1] <= HOT_GAP:
+                        runs[-1][1] = p + 4096
+                    else:
+                        runs.append([p, p + 4096, adv])
+    finally:
+        os.close(fd)
+    return b"".join(struct.pack("=QQQ", a, b - a, adv) for a, b, adv in runs)
+
+
+def unpack_hot(blob):
+    n = len(blob) // 24
+    return [(ctypes.c_void_p(a), ctypes.c_size_t(ln), adv)
+            for a, ln, adv in struct.iter_unpack("=QQQ", blob[:n * 24])]
+
+
+def report_hot(learn, pagemap, maps):
+    try:
+        blob = touched_pages(pagemap, maps)
+        mv = memoryview(blob)
+        while mv:
+            mv = mv[os.write(learn, mv):]
+    except OSError:
+        pass
+    os.close(learn)
+
+
+def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps):
     try:
         slot_setup(procs, tmp_bytes)
         hand_over_namespaces(keep)
+        # Opened while we are root: a process that changed its uid is not
+        # dumpable and its /proc files are no longer its own.
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY) if learn >= 0 else -1
         confine(bpf)
         os.chdir(WORKDIR)
         prefault()
+        if learn >= 0:
+            report_hot(learn, pagemap, maps)
         argv, code = run_call(sock)
     except BaseException as e:
         send_error(sock, 0, e)
@@ -310,6 +395,15 @@ def main():
     import gc
     gc.collect()
     gc.freeze()
+    # Functions the slots call through ctypes, looked up once here and not
+    # in every slot (a lookup allocates and writes the library's cache).
+    for name in ("mount", "unshare", "prctl", "syscall", "setns", "madvise"):
+        getattr(libc, name)
+    maps = []
+    hot = []  # (address, length) runs every slot copies right after its fork
+    learn_r = -1
+    learn_buf = []
+    madvise = libc.madvise
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(w)
@@ -318,7 +412,7 @@ def main():
     send(ctl, HDR.pack(MAGIC, T_READY))
     while True:
         try:
-            ready, _, _ = select.select([ctl, r], [], [])
+            ready, _, _ = select.select([ctl, r] + ([learn_r] if learn_r >= 0 else []), [], [])
         except InterruptedError:
             continue
         if r in ready:
@@ -327,6 +421,20 @@ def main():
                     pass
             except BlockingIOError:
                 pass
+        if learn_r >= 0 and learn_r in ready:
+            try:
+                chunk = os.read(learn_r, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk:
+                learn_buf.append(chunk)
+            elif chunk is not None and not learn_buf:
+                os.close(learn_r)
+                learn_r = -1  # that slot died before it reported: the next one
+            elif chunk is not None:
+                hot = unpack_hot(b"".join(learn_buf))
+                os.close(learn_r)
+                learn_r = -2  # learned: once per zygote
         while slots:
             try:
                 pid, st = os.waitpid(-1, os.WNOHANG)
@@ -358,6 +466,11 @@ def main():
         try:
             host_end, slot_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             keep_ours, keep_slot = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            learn_w = -1
+            if learn_r == -1:
+                maps = private_maps()
+                learn_r, learn_w = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(learn_r, False)
             # The next child is PID 1 of a new pid namespace; ours is set
             # back right after, so every slot gets one of its own.
             check(libc.unshare(CLONE_NEWPID), "unshare pid")
@@ -369,6 +482,8 @@ def main():
             if pid != 0:
                 check(libc.setns(own_pidns, CLONE_NEWPID), "setns pid")
             if pid == 0:
+                for a, ln, adv in hot:
+                    madvise(a, ln, adv)
                 ctl.close()
                 host_end.close()
                 keep_ours.close()
@@ -378,9 +493,13 @@ def main():
                 os.close(r)
                 os.close(w)
                 os.close(own_pidns)
-                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf)
+                if learn_r >= 0:
+                    os.close(learn_r)
+                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf, learn_w, maps)
             for fd in procs:
                 os.close(fd)
+            if learn_w >= 0:
+                os.close(learn_w)
             keep_slot.close()
             slots[pid] = (slot_end, keep_ours)
             pidfd = os.pidfd_open(pid)

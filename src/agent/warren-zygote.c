@@ -7,8 +7,13 @@
  * every call and fd 5 a memfd holding the seccomp program. It is small,
  * static and single-threaded, so forking it is cheap.
  *
- * Per MAKE it forks a call slot S ahead of the call:
- *   clone3(NEWPID|NEWNS|NEWIPC): S is PID 1 of a pid namespace of its own,
+ * Per MAKE it starts a call slot S ahead of the call:
+ *   clone(VM|SETTLS|NEWPID|NEWNS|NEWIPC): S shares our memory until it execs
+ *   (no page tables copied, no copy-on-write faults for either of us, and
+ *   its exec has no address space of its own to tear down), on a stack and
+ *   a copy of our thread-local storage of its own (its errno is its own);
+ *   S is PID 1 of a pid namespace of its own, in a network namespace of
+ *   its own (loopback only),
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
@@ -23,15 +28,19 @@
  * Statically linked with the isolate modules it needs (mount, caps,
  * landlock, rlimit, seccomp) and nothing of the image.
  */
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -46,6 +55,7 @@
 #include "isolate/caps.h"
 #include "isolate/landlock.h"
 #include "isolate/mount.h"
+#include "isolate/netns.h"
 #include "isolate/rlimit.h"
 #include "isolate/seccomp.h"
 #include "tiers/function_proto.h"
@@ -54,10 +64,34 @@ static void *g_bpf;
 static size_t g_bpf_n;
 static uint32_t g_ll_flags;
 
+/* The memory of one slot, in our address space (S shares it until its
+ * exec): this header, S's copy of our TLS and TCB, a guard page, S's stack.
+ * Invariant: S touches no memory of ours but this region, the read-only
+ * globals set before the first slot (g_bpf, g_ll_flags, g_tls_*), the
+ * program's code and libc functions that keep no state (no malloc, no
+ * stdio streams: S's libc state is its TLS copy, malloc's arenas are not
+ * S's). Mappings S makes in our address space are listed here and unmapped
+ * when S is reaped. Reused (pages already faulted in) after S is reaped. */
+#define SLOT_MEM (512u * 1024)
+#define SLOT_HDR 16384u /* header + TLS copy; the guard page follows */
+struct slotmem {
+	struct slotmem *next_free;
+	void *maps[2]; /* payload and argv arrays S mapped (munmap at reap) */
+	size_t map_len[2];
+	int sock;
+	int nprocs;
+	int procs[WR_FNP_MAX_PROCS];
+	uint64_t tmp_bytes;
+};
+static struct slotmem *g_free_mem;
+static unsigned g_nfree_mem;
+static size_t g_tls_off, g_tcb_size; /* static TLS below the thread pointer, TCB above */
+
 struct slot {
 	pid_t pid;
 	int sock;  /* our copy of S's end: REAPED goes here */
 	int ns[2]; /* S's mount and IPC namespaces, held until S is reaped */
+	struct slotmem *mem;
 };
 static struct slot *g_slots;
 static size_t g_nslots, g_aslots;
@@ -217,26 +251,99 @@ static int write_files(const char *p, const char *end, uint32_t n, struct wr_cer
 	return 0;
 }
 
+static __attribute__((noreturn)) void slot_exit(int code)
+{
+	/* Not exit(): atexit handlers and stdio are our zygote's. */
+	syscall(SYS_exit, code);
+	__builtin_unreachable();
+}
+
 static __attribute__((noreturn)) void slot_fail(int sock, struct wr_cerr *e, int code)
 {
 	send_error(sock, 0, e);
-	_exit(code);
+	slot_exit(code);
 }
 
-static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int nprocs,
-						uint64_t tmp_bytes)
+/* A mapping in the shared address space, listed for the zygote to unmap. */
+static void *slot_map(struct slotmem *m, size_t len, int fd)
 {
+	int k = m->maps[0] ? 1 : 0;
+	if (m->maps[k])
+		return MAP_FAILED;
+	void *p = mmap(NULL, len, fd < 0 ? PROT_READ | PROT_WRITE : PROT_READ,
+		       fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_PRIVATE, fd, 0);
+	if (p != MAP_FAILED) {
+		m->map_len[k] = len;
+		m->maps[k] = p;
+	}
+	return p;
+}
+
+static int set_rlimit(int res, const char *name, uint64_t v, struct wr_cerr *e)
+{
+	struct rlimit rl = {.rlim_cur = (rlim_t)v, .rlim_max = (rlim_t)v};
+	if (setrlimit(res, &rl) < 0)
+		return wr_cerr_sys(e, "rlimit: set %s to %llu", name, (unsigned long long)v);
+	return 0;
+}
+
+#define SLOT_VEC 4096 /* argv + envp pointers kept on the stack */
+
+static int slot_main(void *arg)
+{
+	struct slotmem *m = arg;
+	int sock = m->sock;
 	struct wr_cerr e = {0};
+	/* Only stdio (/dev/null: fds received later must not take 0-2, where
+	 * dup2 would keep their close-on-exec flag), our socket, the cgroup
+	 * files and the Landlock ruleset: the fd table is S's own copy (no
+	 * CLONE_FILES). */
+	int keep[WR_FNP_MAX_PROCS + 2];
+	int nk = 0;
+	keep[nk++] = sock;
+	keep[nk++] = WR_FNP_FD_LANDLOCK;
+	for (int i = 0; i < m->nprocs; i++)
+		keep[nk++] = m->procs[i];
+	for (int i = 1; i < nk; i++)
+		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	unsigned from = 3;
+	for (int i = 0; i <= nk; i++) {
+		unsigned to = i < nk ? (unsigned)keep[i] : ~0U;
+		if (to > from && wr_close_range(from, to - 1, 0) < 0) {
+			wr_cerr_sys(&e, "close_range");
+			slot_fail(sock, &e, 126);
+		}
+		from = to + 1;
+	}
 	/* Invariant: joined before anything is charged to us (the mounts'
 	 * pages, the call's memory). */
-	for (int i = 0; i < nprocs; i++) {
-		if (write(procs[i], "0", 1) != 1) {
+	for (int i = 0; i < m->nprocs; i++) {
+		if (write(m->procs[i], "0", 1) != 1) {
 			wr_cerr_sys(&e, "join the call's cgroup");
 			slot_fail(sock, &e, 126);
 		}
-		close(procs[i]);
+		close(m->procs[i]);
 	}
-	if (slot_mounts(tmp_bytes, &e) < 0)
+	if (slot_mounts(m->tmp_bytes, &e) < 0)
+		slot_fail(sock, &e, 126);
+	/* A network namespace of its own, loopback only: no call reaches a
+	 * socket (TCP, UDP, abstract Unix) of another call of the pool. */
+	if (wr_netns_loopback_up(&e) < 0)
+		slot_fail(sock, &e, 126);
+	if (chdir(WR_FNP_WORKDIR) < 0) {
+		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
+		slot_fail(sock, &e, 126);
+	}
+	/* The limits that do not depend on the call: no core dumps, no
+	 * real-time priority. */
+	struct wr_rlimits rl;
+	wr_rlimits_default(&rl);
+	rl.nofile = WR_RLIM_UNSET;
+	if (wr_rlimits_apply(&rl, &e) < 0)
 		slot_fail(sock, &e, 126);
 	/* Confined before the call arrives, so that none of this (the filter's
 	 * JIT compile above all) is on the call's path: the call user without
@@ -261,12 +368,13 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
 		slot_fail(sock, &e, 126);
 
-	static char hdrbuf[sizeof(struct wr_fnp_call) + WR_FNP_INLINE_MAX];
+	char hdrbuf[sizeof(struct wr_fnp_call) + WR_FNP_INLINE_MAX];
+	char *vec[SLOT_VEC];
 	int fds[4];
 	int nfds;
 	ssize_t n = recv_fds(sock, hdrbuf, sizeof(hdrbuf), fds, &nfds, 4);
 	if (n == 0)
-		_exit(0); /* the host dropped the slot unused */
+		slot_exit(0); /* the host dropped the slot unused */
 	struct wr_fnp_call c;
 	if (n < (ssize_t)sizeof(c) || nfds < 3) {
 		wr_cerr_set(&e, EPROTO, "bad call message");
@@ -283,13 +391,12 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 			wr_cerr_set(&e, EPROTO, "call payload missing");
 			slot_fail(sock, &e, 126);
 		}
-		void *m = mmap(NULL, c.payload_len ? c.payload_len : 1, PROT_READ, MAP_PRIVATE,
-			       fds[3], 0);
-		if (m == MAP_FAILED) {
+		void *pm = slot_map(m, c.payload_len ? c.payload_len : 1, fds[3]);
+		if (pm == MAP_FAILED) {
 			wr_cerr_sys(&e, "map call payload");
 			slot_fail(sock, &e, 126);
 		}
-		payload = m;
+		payload = pm;
 	} else if ((uint64_t)(n - (ssize_t)sizeof(c)) != c.payload_len) {
 		wr_cerr_set(&e, EPROTO, "call payload truncated");
 		slot_fail(sock, &e, 126);
@@ -299,12 +406,22 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 		wr_cerr_set(&e, EPROTO, "bad argv");
 		slot_fail(sock, &e, 126);
 	}
-	char **argv = calloc((size_t)c.argc + 1, sizeof(char *));
-	char **envp = calloc((size_t)c.envc + 1, sizeof(char *));
+	size_t nvec = (size_t)c.argc + c.envc + 2;
+	char **argv = vec;
+	if (nvec > SLOT_VEC) {
+		argv = slot_map(m, nvec * sizeof(char *), -1);
+		if (argv == MAP_FAILED) {
+			wr_cerr_sys(&e, "argv");
+			slot_fail(sock, &e, 126);
+		}
+	}
+	char **envp = argv + c.argc + 1;
+	argv[c.argc] = NULL;
+	envp[c.envc] = NULL;
 	const char *p = payload;
 	for (uint32_t i = 0; i < c.argc + c.envc; i++) {
 		const char *z = memchr(p, 0, (size_t)(end - p));
-		if (z == NULL || argv == NULL || envp == NULL) {
+		if (z == NULL) {
 			wr_cerr_set(&e, EPROTO, "call payload truncated");
 			slot_fail(sock, &e, 126);
 		}
@@ -314,25 +431,16 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 			envp[i - c.argc] = (char *)p;
 		p = z + 1;
 	}
-	if (write_files(p, end, c.nfiles, &e) < 0)
+	if (c.nfiles && write_files(p, end, c.nfiles, &e) < 0)
 		slot_fail(sock, &e, 126);
 
 	if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
 		slot_fail(sock, &e, 126);
 	}
-	if (chdir(WR_FNP_WORKDIR) < 0) {
-		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
-		slot_fail(sock, &e, 126);
-	}
-	struct wr_rlimits rl;
-	wr_rlimits_default(&rl);
-	rl.nofile = c.nofile ? c.nofile : 256;
-	if (c.cpu_secs)
-		rl.cpu_secs = c.cpu_secs;
-	if (c.fsize)
-		rl.fsize = c.fsize;
-	if (wr_rlimits_apply(&rl, &e) < 0)
+	if (set_rlimit(RLIMIT_NOFILE, "NOFILE", c.nofile ? c.nofile : 256, &e) < 0 ||
+	    (c.cpu_secs && set_rlimit(RLIMIT_CPU, "CPU", c.cpu_secs, &e) < 0) ||
+	    (c.fsize && set_rlimit(RLIMIT_FSIZE, "FSIZE", c.fsize, &e) < 0))
 		slot_fail(sock, &e, 126);
 	/* Every fd but stdio closes at exec; the socket's close is how a
 	 * successful exec shows. */
@@ -349,19 +457,88 @@ static __attribute__((noreturn)) void slot_main(int sock, const int *procs, int 
 
 /* ---- the zygote ----------------------------------------------------------- */
 
-static void slot_add(pid_t pid, int sock, const int ns[2])
+static void slot_add(pid_t pid, int sock, const int ns[2], struct slotmem *mem)
 {
 	if (g_nslots == g_aslots) {
 		size_t na = g_aslots ? g_aslots * 2 : 16;
 		struct slot *ns = realloc(g_slots, na * sizeof(*ns));
 		if (ns == NULL) {
+			/* S keeps running; its memory stays ours until we exit. */
 			close(sock);
 			return;
 		}
 		g_slots = ns;
 		g_aslots = na;
 	}
-	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}};
+	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}, mem};
+}
+
+/* S is dead (reaped): its region is free again. */
+static void mem_release(struct slotmem *m)
+{
+	for (int k = 0; k < 2; k++)
+		if (m->maps[k]) {
+			munmap(m->maps[k], m->map_len[k]);
+			m->maps[k] = NULL;
+		}
+	if (g_nfree_mem >= 16) {
+		munmap(m, SLOT_MEM);
+		return;
+	}
+	m->next_free = g_free_mem;
+	g_free_mem = m;
+	g_nfree_mem++;
+}
+
+static struct slotmem *mem_get(void)
+{
+	struct slotmem *m = g_free_mem;
+	if (m) {
+		g_free_mem = m->next_free;
+		g_nfree_mem--;
+		return m;
+	}
+	m = mmap(NULL, SLOT_MEM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+		 -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	/* A guard page between the header and the stack below it. */
+	if (mprotect((char *)m + SLOT_HDR, 4096, PROT_NONE) < 0) {
+		munmap(m, SLOT_MEM);
+		return NULL;
+	}
+	memset(m, 0, sizeof(*m));
+	return m;
+}
+
+/* S's thread pointer: a copy of our static TLS (below it) and TCB (above
+ * it, whose first and third words point to itself), inside S's header. */
+static void *tls_copy(struct slotmem *m)
+{
+	char *tp = __builtin_thread_pointer();
+	uintptr_t at = ((uintptr_t)(m + 1) + g_tls_off + 63) & ~(uintptr_t)63;
+	char *ntp = (char *)at;
+	memcpy(ntp - g_tls_off, tp - g_tls_off, g_tls_off + g_tcb_size);
+	((void **)ntp)[0] = ntp; /* tcb */
+	((void **)ntp)[2] = ntp; /* self */
+	return ntp;
+}
+
+extern const uint32_t _thread_db_sizeof_pthread; /* glibc: sizeof(struct pthread) */
+
+static int tls_layout(void)
+{
+	const ElfW(Phdr) *ph = (const void *)getauxval(AT_PHDR);
+	size_t n = getauxval(AT_PHNUM);
+	size_t memsz = 0, align = 1;
+	for (size_t i = 0; ph && i < n; i++)
+		if (ph[i].p_type == PT_TLS) {
+			memsz = ph[i].p_memsz;
+			align = ph[i].p_align ? ph[i].p_align : 1;
+		}
+	g_tls_off = (memsz + align - 1) & ~(align - 1);
+	g_tcb_size = _thread_db_sizeof_pthread;
+	return sizeof(struct slotmem) + g_tls_off + g_tcb_size + 64 <= SLOT_HDR ? 0 : -1;
 }
 
 static void reap(void)
@@ -383,6 +560,7 @@ static void reap(void)
 			for (int k = 0; k < 2; k++)
 				if (g_slots[i].ns[k] >= 0)
 					close(g_slots[i].ns[k]);
+			mem_release(g_slots[i].mem);
 			g_slots[i] = g_slots[--g_nslots];
 			break;
 		}
@@ -393,44 +571,43 @@ static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int npr
 {
 	struct wr_cerr e = {0};
 	int sp[2];
+	struct slotmem *mem = mem_get();
+	if (mem == NULL) {
+		wr_cerr_sys(&e, "slot memory");
+		goto fail;
+	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		wr_cerr_sys(&e, "socketpair");
+		mem_release(mem);
 		goto fail;
 	}
+	mem->sock = sp[1];
+	mem->nprocs = nprocs;
+	for (int i = 0; i < nprocs; i++)
+		mem->procs[i] = procs[i];
+	mem->tmp_bytes = mk->tmp_bytes;
 	int pidfd = -1;
-	struct wr_clone_args a;
-	memset(&a, 0, sizeof(a));
-	a.flags = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_PIDFD;
-	a.pidfd = (uint64_t)(uintptr_t)&pidfd;
-	a.exit_signal = SIGCHLD;
-	long pid = wr_clone3(&a);
+	pid_t pid = clone(slot_main, (char *)mem + SLOT_MEM,
+			  CLONE_VM | CLONE_SETTLS | CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS |
+			      CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD,
+			  mem, &pidfd, tls_copy(mem), NULL);
 	if (pid < 0) {
-		wr_cerr_sys(&e, "fork a call slot");
+		wr_cerr_sys(&e, "start a call slot");
 		close(sp[0]);
 		close(sp[1]);
+		mem_release(mem);
 		goto fail;
-	}
-	if (pid == 0) {
-		close(ctl);
-		close(sp[0]);
-		for (size_t i = 0; i < g_nslots; i++) {
-			close(g_slots[i].sock);
-			for (int k = 0; k < 2; k++)
-				if (g_slots[i].ns[k] >= 0)
-					close(g_slots[i].ns[k]);
-		}
-		slot_main(sp[1], procs, nprocs, mk->tmp_bytes);
 	}
 	for (int i = 0; i < nprocs; i++)
 		close(procs[i]);
-	/* clone3 made S's namespaces: no race with S here. */
+	/* clone made S's namespaces: no race with S here. */
 	int ns[2];
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", pid);
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
 	ns[0] = open(path, O_RDONLY | O_CLOEXEC);
-	snprintf(path, sizeof(path), "/proc/%ld/ns/ipc", pid);
+	snprintf(path, sizeof(path), "/proc/%d/ns/ipc", (int)pid);
 	ns[1] = open(path, O_RDONLY | O_CLOEXEC);
-	slot_add((pid_t)pid, sp[1], ns);
+	slot_add(pid, sp[1], ns, mem);
 	struct wr_fnp_slot m = {.h = {WR_FNP_MAGIC, WR_FNP_SLOT}, .slot = mk->slot};
 	int fds[2] = {pidfd, sp[0]};
 	send_fds(ctl, &m, sizeof(m), fds, 2);
@@ -445,7 +622,7 @@ fail:
 
 int main(int argc, char **argv)
 {
-	if (argc < 2)
+	if (argc < 2 || tls_layout() < 0)
 		return 2;
 	g_ll_flags = (uint32_t)strtoul(argv[1], NULL, 10);
 	struct stat st;

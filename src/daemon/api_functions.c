@@ -4,8 +4,10 @@
  * Parse and dispatch only: a request becomes a pool key (image, language,
  * tenant) and a wr_call_spec; the pools (src/tiers/function*.c) do the
  * rest. Pools are made on a tenant's first call for an image and have
- * their zygote parked after WARREN_FN_IDLE seconds without calls (default
- * 300); the next call starts a new one. A batch runs its calls on long-job
+ * their zygote parked after functions.idle_timeout seconds without calls
+ * (config; default 300, WARREN_FN_IDLE overrides it); the next call starts
+ * a new one. Python pools preload functions.python_preload, or the list of
+ * functions.images.<image> for calls naming that image. A batch runs its calls on long-job
  * threads (up to `parallel` at once) and answers with the results in
  * request order. */
 #include "daemon/functions.h"
@@ -29,12 +31,139 @@
 #define MAX_FILES 256
 
 static struct wr_function_pools *g_pools;
-static char *g_preload_csv; /* WARREN_PYTHON_PRELOAD */
-static const char **g_preload;
-static size_t g_n_preload;
 static uint64_t g_idle_ms = 300000;
 static pthread_mutex_t g_reap_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_last_reap_ns;
+
+/* Modules a Python pool imports before it forks its first slot: the
+ * config's functions.python_preload, or functions.images.<image>.
+ * python_preload for the calls naming that image. */
+struct preload {
+	char *image; /* NULL: the default */
+	const char **mods;
+	size_t n;
+	json_t *owner; /* the strings live here */
+};
+static struct preload *g_preloads;
+static size_t g_n_preloads;
+
+#define MAX_PRELOAD 64
+
+static int check_preload_list(json_t *v, const char *field, wr_err *err)
+{
+	if (!json_is_array(v) || json_array_size(v) > MAX_PRELOAD)
+		return wr_err_field(err, field, "%s: an array of at most %d module names", field,
+				    MAX_PRELOAD);
+	size_t i;
+	json_t *m;
+	json_array_foreach(v, i, m)
+	{
+		if (!json_is_string(m) || !wr_function_module_name_ok(json_string_value(m)))
+			return wr_err_field(
+			    err, field, "%s[%zu]: not a module name (1 to 200 of A-Z a-z 0-9 _ .)",
+			    field, i);
+	}
+	return 0;
+}
+
+int wrd_functions_check_config(json_t *v, wr_err *err)
+{
+	if (!json_is_object(v))
+		return wr_err_field(err, "functions", "functions: must be an object");
+	const char *k;
+	json_t *x;
+	int64_t spare = 2, max_spare = 8, n;
+	json_object_foreach(v, k, x)
+	{
+		char f[300];
+		snprintf(f, sizeof(f), "functions.%s", k);
+		if (strcmp(k, "spare_slots") == 0) {
+			if (wrd_j_int(x, f, 1, 64, &spare, err) < 0)
+				return -EINVAL;
+		} else if (strcmp(k, "max_spare_slots") == 0) {
+			if (wrd_j_int(x, f, 1, 256, &max_spare, err) < 0)
+				return -EINVAL;
+		} else if (strcmp(k, "idle_timeout") == 0) {
+			if (wrd_j_int(x, f, 0, 86400, &n, err) < 0)
+				return -EINVAL;
+		} else if (strcmp(k, "python_preload") == 0) {
+			if (check_preload_list(x, f, err) < 0)
+				return -EINVAL;
+		} else if (strcmp(k, "images") == 0) {
+			if (!json_is_object(x))
+				return wr_err_field(
+				    err, f, "%s: an object of {image: {python_preload}}", f);
+			const char *im;
+			json_t *o;
+			json_object_foreach(x, im, o)
+			{
+				char fi[300];
+				snprintf(fi, sizeof(fi), "functions.images.%.200s", im);
+				if (*im == 0 || !json_is_object(o))
+					return wr_err_field(
+					    err, fi, "%s: an image name or path with an object",
+					    fi);
+				const char *ik;
+				json_t *iv;
+				json_object_foreach(o, ik, iv)
+				{
+					char fk[400];
+					snprintf(fk, sizeof(fk), "%s.%s", fi, ik);
+					if (strcmp(ik, "python_preload"))
+						return wr_err_field(err, fk, "%s: unknown key", fk);
+					if (check_preload_list(iv, fk, err) < 0)
+						return -EINVAL;
+				}
+			}
+		} else {
+			return wr_err_field(err, f, "%s: unknown key", f);
+		}
+	}
+	if (max_spare < spare)
+		return wr_err_field(
+		    err, "functions.max_spare_slots",
+		    "functions.max_spare_slots: must be at least spare_slots (%lld)",
+		    (long long)spare);
+	return 0;
+}
+
+static int add_preload(const char *image, json_t *list, json_t *owner)
+{
+	struct preload *np = realloc(g_preloads, (g_n_preloads + 1) * sizeof(*np));
+	if (np == NULL)
+		return -ENOMEM;
+	g_preloads = np;
+	struct preload *p = &g_preloads[g_n_preloads];
+	memset(p, 0, sizeof(*p));
+	size_t n = json_array_size(list);
+	p->mods = calloc(n + 1, sizeof(char *));
+	p->image = image ? strdup(image) : NULL;
+	if (p->mods == NULL || (image && p->image == NULL)) {
+		free(p->mods);
+		free(p->image);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		p->mods[i] = json_string_value(json_array_get(list, i));
+	p->n = n;
+	p->owner = json_incref(owner);
+	g_n_preloads++;
+	return 0;
+}
+
+/* The preload list of a call naming `image` (as given, or its path). */
+static const struct preload *preload_for(const char *image, const char *path)
+{
+	const struct preload *def = NULL;
+	for (size_t i = 0; i < g_n_preloads; i++) {
+		const struct preload *p = &g_preloads[i];
+		if (p->image == NULL)
+			def = p;
+		else if (strcmp(p->image, image) == 0 || (path && strcmp(p->image, path) == 0))
+			return p;
+	}
+	return def;
+}
 
 int wrd_functions_init(const struct wrd_config *cfg, wr_err *err)
 {
@@ -51,26 +180,46 @@ int wrd_functions_init(const struct wrd_config *cfg, wr_err *err)
 	}
 	if (zyg == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
+	struct wr_function_config fc = {.zygote_path = zyg};
+	json_t *fcfg = NULL;
+	if (cfg->functions) {
+		json_error_t je;
+		fcfg = json_loads(cfg->functions, 0, &je);
+		if (fcfg == NULL || wrd_functions_check_config(fcfg, err) < 0) {
+			json_decref(fcfg);
+			return fcfg ? -EINVAL : wr_err_set(err, EINVAL, "functions: %s", je.text);
+		}
+		json_t *x;
+		if ((x = json_object_get(fcfg, "spare_slots")))
+			fc.spare_slots = (unsigned)json_integer_value(x);
+		if ((x = json_object_get(fcfg, "max_spare_slots")))
+			fc.max_spare_slots = (unsigned)json_integer_value(x);
+		if ((x = json_object_get(fcfg, "idle_timeout")))
+			g_idle_ms = (uint64_t)json_integer_value(x) * 1000;
+		int r = 0;
+		if ((x = json_object_get(fcfg, "python_preload")))
+			r = add_preload(NULL, x, fcfg);
+		const char *im;
+		json_t *o;
+		json_t *imgs = json_object_get(fcfg, "images");
+		json_object_foreach(imgs, im, o)
+		{
+			json_t *l = json_object_get(o, "python_preload");
+			if (r == 0 && l)
+				r = add_preload(im, l, fcfg);
+		}
+		json_decref(fcfg);
+		if (r < 0)
+			return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	/* Tests and packaging: WARREN_FN_IDLE overrides functions.idle_timeout. */
 	const char *idle = getenv("WARREN_FN_IDLE");
 	if (idle && *idle) {
-		uint64_t s;
-		if (wr_parse_u64(idle, 86400, &s) < 0)
+		uint64_t sec;
+		if (wr_parse_u64(idle, 86400, &sec) < 0)
 			return wr_err_field(err, "WARREN_FN_IDLE", "seconds, 0..86400");
-		g_idle_ms = s * 1000;
+		g_idle_ms = sec * 1000;
 	}
-	const char *pre = getenv("WARREN_PYTHON_PRELOAD");
-	if (pre && *pre) {
-		g_preload_csv = strdup(pre);
-		size_t n = 1;
-		for (const char *c = pre; *c; c++)
-			n += *c == ',';
-		g_preload = calloc(n, sizeof(char *));
-		if (!g_preload_csv || !g_preload)
-			return wr_err_set(err, ENOMEM, "out of memory");
-		for (char *tok = strtok(g_preload_csv, ","); tok; tok = strtok(NULL, ","))
-			g_preload[g_n_preload++] = tok;
-	}
-	struct wr_function_config fc = {.zygote_path = zyg};
 	if (wr_function_init(&fc, err) < 0 || wr_function_pools_new(&g_pools, err) < 0)
 		return wr_err_wrap(err, "function tier");
 	return 0;
@@ -79,10 +228,14 @@ int wrd_functions_init(const struct wrd_config *cfg, wr_err *err)
 void wrd_functions_stop(void)
 {
 	wr_function_pools_free(&g_pools);
-	free(g_preload);
-	free(g_preload_csv);
-	g_preload = NULL;
-	g_preload_csv = NULL;
+	for (size_t i = 0; i < g_n_preloads; i++) {
+		free(g_preloads[i].image);
+		free(g_preloads[i].mods);
+		json_decref(g_preloads[i].owner);
+	}
+	free(g_preloads);
+	g_preloads = NULL;
+	g_n_preloads = 0;
 }
 
 /* ---- request parsing ------------------------------------------------------ */
@@ -279,8 +432,11 @@ static int parse_call(struct wrd_req *r, json_t *b, const char *pre, struct call
 		if (strcmp(lang, "python"))
 			return wr_err_field(err, f, "%s: must be \"python\"", f);
 		c->pool.language = lang;
-		c->pool.preload = g_preload;
-		c->pool.n_preload = g_n_preload;
+		const struct preload *pl = preload_for(image, path);
+		if (pl) {
+			c->pool.preload = pl->mods;
+			c->pool.n_preload = pl->n;
+		}
 	}
 	if ((v = json_object_get(b, "code"))) {
 		snprintf(f, sizeof(f), "%scode", pre);

@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 #include "daemon/dns.h"
+#include "daemon/functions.h"
 #include "daemon/images.h"
 
 #include <errno.h>
@@ -208,6 +209,10 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = wrd_dns_check_config(v, err);
 			if (r == 0 && (cfg->network = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
+		} else if (strcmp(k, "functions") == 0) {
+			r = wrd_functions_check_config(v, err);
+			if (r == 0 && (cfg->functions = json_dumps(v, 0)) == NULL)
+				r = wr_err_set(err, ENOMEM, "out of memory");
 		} else if (strcmp(k, "admin_tenants") == 0)
 			r = load_admins(v, cfg, err);
 		else if (strcmp(k, "defaults") == 0)
@@ -339,6 +344,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->image_store);
 	free(cfg->lazy);
 	free(cfg->network);
+	free(cfg->functions);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

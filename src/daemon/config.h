@@ -46,6 +46,7 @@ struct wrd_config {
 	char *image_store;    /* the "image_store" object as JSON text, or NULL */
 	char *lazy;	      /* the "lazy" object as JSON text, or NULL */
 	char *network;	      /* the "network" object as JSON text, or NULL (dns.h) */
+	char *functions;      /* the "functions" object as JSON text, or NULL */
 	char **admin_tenants; /* may change the image store; NULL-terminated */
 	size_t n_admin_tenants;
 	unsigned workers;	   /* threads of each lane (pool.c): pool, create */

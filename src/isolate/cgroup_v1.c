@@ -337,7 +337,13 @@ static int read_err(wr_err *err, const struct wr_cgroup *cg, enum wr_cg_ctrl c, 
 	return wr_err_set(err, -r, "cgroup %s: read %s: %s", label_of(cg, c), file, strerror(-r));
 }
 
-#define OPT(r) ((r) == -ENOENT || (r) == -ENODEV ? 0 : (r))
+/* A file a kernel does not have is no error. A function, not a macro: its
+ * argument is a read, which a macro would repeat for every use. */
+static inline int opt_file(int r)
+{
+	return r == -ENOENT || r == -ENODEV ? 0 : r;
+}
+#define OPT(r) opt_file(r)
 
 int wr_cg_v1_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err)
 {

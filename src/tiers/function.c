@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -97,6 +98,7 @@ int wr_function_init(const struct wr_function_config *cfg, wr_err *err)
 		goto out;
 	}
 	g->ready = true;
+	wr_tier_register(&wr_function_tier);
 out:
 	pthread_mutex_unlock(&g_lock);
 	return r;
@@ -303,8 +305,10 @@ static ZYGOTE_FN __attribute__((noreturn)) void zygote_run(const struct zargs *a
 	}
 	char flags[16];
 	snprintf(flags, sizeof(flags), "%u", ll_flags);
+	/* LD_BIND_NOW: the interpreter's symbols are bound once here, not in
+	 * every slot it forks (a lazy binding writes the GOT: a page copy). */
 	char *const envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			      "HOME=/tmp", "LANG=C.UTF-8", NULL};
+			      "HOME=/tmp", "LANG=C.UTF-8", "LD_BIND_NOW=1", NULL};
 	if (a->python) {
 		char *const argv[] = {
 		    "python3", "-I", "-c", (char *)wr_pyzygote_src, flags, (char *)a->preload_csv,
@@ -338,7 +342,7 @@ static void unmap_stack(char **stack)
 
 /* ---- zygote start and stop (pool lock held) ------------------------------- */
 
-static void slots_drop(struct fn_slot **list)
+void wr_fn_slots_drop(struct fn_slot **list)
 {
 	while (*list) {
 		struct fn_slot *s = *list;
@@ -347,13 +351,13 @@ static void slots_drop(struct fn_slot **list)
 	}
 }
 
-static void zygote_stop(struct wr_function_pool *p)
+void wr_fn_zygote_stop(struct wr_function_pool *p)
 {
 	if (p->ctl >= 0)
 		close(p->ctl);
 	p->ctl = -1;
-	slots_drop(&p->ready);
-	slots_drop(&p->pending);
+	wr_fn_slots_drop(&p->ready);
+	wr_fn_slots_drop(&p->pending);
 	p->pending_tail = &p->pending;
 	p->nready = p->npending = 0;
 	if (p->zpidfd >= 0) {
@@ -368,7 +372,7 @@ static void zygote_stop(struct wr_function_pool *p)
 	p->zpid = 0;
 }
 
-static bool zygote_alive(struct wr_function_pool *p)
+bool wr_fn_zygote_alive(struct wr_function_pool *p)
 {
 	if (p->zpidfd < 0)
 		return false;
@@ -376,7 +380,7 @@ static bool zygote_alive(struct wr_function_pool *p)
 	return poll(&pf, 1, 0) == 0;
 }
 
-static int zygote_start(struct wr_function_pool *p, wr_err *err)
+int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err)
 {
 	struct wr_container_globals *g = &wr_cg_globals;
 	int r;
@@ -500,256 +504,26 @@ fail:
 	return r;
 }
 
-/* ---- slots (pool lock held) ------------------------------------------------ */
-
-void wr_fn_slot_free(struct fn_slot *s, bool kill)
-{
-	if (s == NULL)
-		return;
-	if (s->pidfd >= 0) {
-		if (kill)
-			wr_pidfd_send_signal(s->pidfd, SIGKILL, NULL, 0);
-		close(s->pidfd);
-	}
-	if (s->sock >= 0)
-		close(s->sock);
-	if (s->leaf) {
-		if (kill)
-			wr_cgroup_kill(s->leaf, NULL);
-		wr_cgroup_destroy(&s->leaf, NULL);
-	}
-	free(s);
-}
-
-/* Send a MAKE: the leaf is made now, the slot arrives later (SLOT). */
-static int make_send(struct wr_function_pool *p, wr_err *err)
-{
-	struct fn_slot *s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	s->pidfd = s->sock = -1;
-	s->id = ++p->next_slot;
-	s->gen = p->gen;
-	char name[32];
-	snprintf(name, sizeof(name), "c-%llu", (unsigned long long)s->id);
-	int r = wr_cgroup_create_leaf(p->cg, name, &s->leaf, err);
-	if (r < 0) {
-		free(s);
-		return r;
-	}
-	struct wr_cgroup_limits lim;
-	wr_cgroup_limits_default(&lim);
-	lim.memory_bytes = s->mem = 256ull << 20;
-	lim.pids = s->pids = 64;
-	int procs[WR_FNP_MAX_PROCS];
-	int np = -1;
-	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0 ||
-	    (np = wr_cgroup_procs_fds(s->leaf, false, procs, WR_FNP_MAX_PROCS, err)) < 0) {
-		wr_fn_slot_free(s, false);
-		return -1;
-	}
-	/* Preparing a slot is work ahead of time: it yields the CPU to calls
-	 * that run; the call's start raises the weight (function_call.c).
-	 * Best effort: a host without the cpu controller has no weights. */
-	wr_cgroup_limits_default(&lim);
-	lim.cpu_weight = WR_FN_WEIGHT_PREP;
-	s->low = wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0;
-	struct wr_fnp_make mk = {.h = {WR_FNP_MAGIC, WR_FNP_MAKE},
-				 .slot = s->id,
-				 .tmp_bytes = p->tmp_bytes,
-				 .nprocs = (uint32_t)np};
-	r = wr_fn_send(p->ctl, &mk, sizeof(mk), procs, np);
-	for (int i = 0; i < np; i++)
-		close(procs[i]);
-	if (r < 0) {
-		/* EPIPE: the zygote is exiting (its pidfd turns readable only once
-		 * its pid namespace is empty). */
-		wr_fn_slot_free(s, false);
-		return wr_err_set(err, ECHILD, "function zygote died: %s", strerror(-r));
-	}
-	*p->pending_tail = s;
-	p->pending_tail = &s->next;
-	p->npending++;
-	return 0;
-}
-
-/* Receive one SLOT (or ERROR) for the oldest pending MAKE. wait: block. */
-static int make_recv(struct wr_function_pool *p, bool wait, wr_err *err)
-{
-	struct wr_fnp_error msg;
-	int fds[2], nfds;
-	ssize_t n = wr_fn_recv(p->ctl, &msg, sizeof(msg), fds, &nfds, 2, wait ? 0 : MSG_DONTWAIT);
-	if (n == -EAGAIN)
-		return 0;
-	struct fn_slot *s = p->pending;
-	if (n <= 0 || s == NULL) {
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		return wr_err_set(err, ECHILD, "function zygote died");
-	}
-	p->pending = s->next;
-	if (p->pending == NULL)
-		p->pending_tail = &p->pending;
-	p->npending--;
-	s->next = NULL;
-	if (msg.h.type == WR_FNP_SLOT && nfds == 2 && msg.slot == s->id) {
-		s->pidfd = fds[0];
-		s->sock = fds[1];
-		s->next = p->ready;
-		p->ready = s;
-		p->nready++;
-		return 1;
-	}
-	for (int i = 0; i < nfds; i++)
-		close(fds[i]);
-	wr_fn_slot_free(s, true);
-	if (msg.h.type == WR_FNP_ERROR) {
-		msg.msg[sizeof(msg.msg) - 1] = 0;
-		return wr_err_set(err, msg.errnum > 0 ? msg.errnum : EIO, "call slot: %s", msg.msg);
-	}
-	return wr_err_set(err, EPROTO, "call slot: unexpected answer from the zygote");
-}
-
-static void boost(struct wr_function_pool *p, bool on)
-{
-	if (p->zpid > 0)
-		setpriority(PRIO_PROCESS, (id_t)p->zpid, on ? 0 : WR_FN_ZYGOTE_NICE);
-	if (!on)
-		return;
-	struct wr_cgroup_limits lim;
-	wr_cgroup_limits_default(&lim);
-	lim.cpu_weight = WR_FN_WEIGHT_CALL;
-	for (struct fn_slot *s = p->pending; s; s = s->next)
-		if (s->low && wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0)
-			s->low = false;
-}
-
-/* Is the slot's process still waiting for its call? */
-static bool slot_fresh(struct fn_slot *s)
-{
-	struct pollfd pf[2] = {{.fd = s->pidfd, .events = POLLIN},
-			       {.fd = s->sock, .events = POLLIN}};
-	return poll(pf, 2, 0) == 0;
-}
-
-int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err)
-{
-	pthread_mutex_lock(&p->lock);
-	int r = 0;
-	if (p->destroyed) {
-		r = wr_err_set(err, ESRCH, "function pool was destroyed");
-		goto out;
-	}
-	for (int attempt = 0;; attempt++) {
-		if (p->ctl >= 0 && !zygote_alive(p)) {
-			zygote_stop(p);
-			p->restarts++;
-		}
-		if (p->ctl < 0 && (r = zygote_start(p, err)) < 0)
-			goto out;
-		while (p->ready) {
-			struct fn_slot *s = p->ready;
-			p->ready = s->next;
-			p->nready--;
-			s->next = NULL;
-			if (s->gen == p->gen && slot_fresh(s)) {
-				p->inflight++;
-				p->last_used_ns = wr_now_ns();
-				/* Demand: keep as many spares as calls run at once. */
-				if (p->inflight > p->spare && p->spare < wr_fn_globals.max_spare)
-					p->spare++;
-				*out = s;
-				goto out;
-			}
-			wr_fn_slot_free(s, true);
-		}
-		wr_err e2 = NULL;
-		r = p->npending == 0 ? make_send(p, &e2) : 0;
-		if (r == 0) {
-			/* A call waits for this slot: no longer work ahead of time.
-			 * The zygote (our child: its pid is ours until we reap it) and
-			 * the leaves being prepared get a call's share meanwhile. */
-			boost(p, true);
-			r = make_recv(p, true, &e2);
-			boost(p, false);
-		}
-		if (r < 0) {
-			/* The zygote died under us: once more with a new one. */
-			if (wr_err_code(e2) == ECHILD && attempt < 2) {
-				wr_err_free(&e2);
-				zygote_stop(p);
-				p->restarts++;
-				continue;
-			}
-			r = wr_err_set(err, wr_err_code(e2), "%s", e2->msg);
-			wr_err_free(&e2);
-			goto out;
-		}
-	}
-out:
-	pthread_mutex_unlock(&p->lock);
-	return r < 0 ? wr_err_wrap(err, "function pool %s", p->id) : 0;
-}
-
-void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s)
-{
-	if (s->pidfd >= 0)
-		close(s->pidfd);
-	if (s->sock >= 0)
-		close(s->sock);
-	s->pidfd = s->sock = -1;
-	pthread_mutex_lock(&p->lock);
-	s->next = p->retired;
-	p->retired = s;
-	pthread_mutex_unlock(&p->lock);
-}
-
-void wr_fn_top_up(struct wr_function_pool *p)
-{
-	pthread_mutex_lock(&p->lock);
-	if (p->ctl >= 0) {
-		/* Collect what is already there, then ask for what is missing. */
-		while (p->npending && make_recv(p, false, NULL) > 0)
-			;
-		while (p->nready + p->npending < p->spare && make_send(p, NULL) == 0)
-			;
-	}
-	struct fn_slot *dead = steal_ptr(&p->retired);
-	pthread_mutex_unlock(&p->lock);
-	/* Leaves of finished calls, while this call runs (outside the lock). */
-	slots_drop(&dead);
-}
-
-void wr_fn_call_done(struct wr_function_pool *p)
-{
-	pthread_mutex_lock(&p->lock);
-	p->inflight--;
-	p->last_used_ns = wr_now_ns();
-	pthread_mutex_unlock(&p->lock);
-}
-
-bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen)
-{
-	pthread_mutex_lock(&p->lock);
-	bool dead = p->gen != gen || p->ctl < 0;
-	if (!dead) {
-		/* Its pidfd turns readable once its pid namespace is empty, which
-		 * is just after the calls it took along died. */
-		struct pollfd pf = {.fd = p->zpidfd, .events = POLLIN};
-		dead = poll(&pf, 1, 500) > 0;
-		if (dead) {
-			zygote_stop(p);
-			p->restarts++;
-		}
-	}
-	pthread_mutex_unlock(&p->lock);
-	return dead;
-}
-
 /* ---- pool create / destroy -------------------------------------------------- */
+
+static void refill_stop(struct wr_function_pool *p)
+{
+	if (!p->refill_running)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->refill_stop = true;
+	pthread_mutex_unlock(&p->lock);
+	wr_fn_top_up(p);
+	pthread_join(p->refill, NULL);
+	p->refill_running = false;
+}
 
 static void pool_free(struct wr_function_pool *p)
 {
+	if (p->wake >= 0)
+		close(p->wake);
+	if (p->devnull >= 0)
+		close(p->devnull);
 	if (p->lower_fd >= 0)
 		close(p->lower_fd);
 	if (p->bpf_fd >= 0)
@@ -762,17 +536,26 @@ static void pool_free(struct wr_function_pool *p)
 	free(p);
 }
 
+bool wr_function_module_name_ok(const char *m)
+{
+	if (m == NULL || *m == 0 || strlen(m) > 200)
+		return false;
+	for (const char *c = m; *c; c++)
+		if (!(*c == '_' || *c == '.' || (*c >= 'a' && *c <= 'z') ||
+		      (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+			return false;
+	return true;
+}
+
 static int check_preload(const struct wr_function_pool_spec *s, char **csv, wr_err *err)
 {
 	size_t len = 1;
 	for (size_t i = 0; i < s->n_preload; i++) {
 		const char *m = s->preload[i];
-		if (m == NULL || *m == 0 || strlen(m) > 200)
-			return wr_err_field(err, "preload", "module names are 1 to 200 characters");
-		for (const char *c = m; *c; c++)
-			if (!(*c == '_' || *c == '.' || (*c >= 'a' && *c <= 'z') ||
-			      (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
-				return wr_err_field(err, "preload", "%s is not a module name", m);
+		if (!wr_function_module_name_ok(m))
+			return wr_err_field(err, "preload",
+					    "%s is not a module name (1 to 200 of A-Z a-z 0-9 _ .)",
+					    m ? m : "(null)");
 		len += strlen(m) + 1;
 	}
 	*csv = calloc(1, len);
@@ -815,7 +598,7 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	if (p == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&p->lock, NULL);
-	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = -1;
+	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = p->wake = p->devnull = -1;
 	p->pending_tail = &p->pending;
 	p->spare = wr_fn_globals.spare;
 	p->memory_bytes = s->memory_bytes ? s->memory_bytes : 2ull << 30;
@@ -838,6 +621,12 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	if ((r = check_preload(s, &p->preload_csv, err)) < 0)
 		goto fail;
 
+	p->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (p->wake < 0 || p->devnull < 0) {
+		r = wr_err_sys(err, p->wake < 0 ? "eventfd" : "open /dev/null");
+		goto fail;
+	}
 	p->lower_fd = wr_rootfs_lower_open(s->image, err);
 	if (p->lower_fd < 0) {
 		r = p->lower_fd;
@@ -871,12 +660,23 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	    (r = wr_cgroup_create_leaf(p->cg, "zygote", &p->zcg, err)) < 0)
 		goto fail;
 	pthread_mutex_lock(&p->lock);
-	r = zygote_start(p, err);
+	r = wr_fn_zygote_start(p, err);
 	if (r == 0) {
-		while (p->nready + p->npending < p->spare && make_send(p, NULL) == 0)
+		while (p->nready + p->npending < p->spare && wr_fn_make_send(p, NULL) == 0)
 			;
 	}
 	pthread_mutex_unlock(&p->lock);
+	if (r == 0) {
+		int pr = pthread_create(&p->refill, NULL, wr_fn_refill_main, p);
+		if (pr != 0) {
+			errno = pr;
+			r = wr_err_sys(err, "refill thread");
+			pthread_mutex_lock(&p->lock);
+			wr_fn_zygote_stop(p);
+			pthread_mutex_unlock(&p->lock);
+		}
+		p->refill_running = pr == 0;
+	}
 	if (r < 0)
 		goto fail;
 	p->last_used_ns = wr_now_ns();
@@ -900,10 +700,11 @@ int wr_function_pool_destroy(struct wr_function_pool **pp, wr_err *err)
 	if (p == NULL)
 		return 0;
 	*pp = NULL;
+	refill_stop(p);
 	pthread_mutex_lock(&p->lock);
 	p->destroyed = true;
-	zygote_stop(p);
-	slots_drop(&p->retired);
+	wr_fn_zygote_stop(p);
+	wr_fn_slots_drop(&p->retired);
 	pthread_mutex_unlock(&p->lock);
 	int r = 0;
 	/* Kills what is left (calls in flight), removes every leaf. */
@@ -923,9 +724,14 @@ int wr_function_pool_park(struct wr_function_pool *p, wr_err *err)
 {
 	(void)err;
 	pthread_mutex_lock(&p->lock);
-	if (p->inflight == 0)
-		zygote_stop(p);
+	struct fn_slot *dead = NULL;
+	if (p->inflight == 0) {
+		wr_fn_zygote_stop(p);
+		dead = steal_ptr(&p->retired);
+	}
 	pthread_mutex_unlock(&p->lock);
+	/* A parked pool keeps no leaf of a call. */
+	wr_fn_slots_drop(&dead);
 	return 0;
 }
 

@@ -68,6 +68,9 @@ struct wr_call_spec {
 	uint64_t fsize;	       /* RLIMIT_FSIZE, default 64 MiB */
 	uint64_t nofile;       /* RLIMIT_NOFILE, default 256 */
 	uint64_t output_cap;   /* per stream, default 1 MiB */
+	/* Optional: wr_exec_ctl_kill from another thread kills the call (its
+	 * reason becomes KILLED; before the start it never runs). */
+	struct wr_exec_ctl *ctl;
 };
 
 /* reason: EXITED, SIGNALED, TIMEOUT (wall clock), CPU_TIME (cpu_time
@@ -84,6 +87,9 @@ struct wr_call_result {
 	uint64_t memory_peak; /* bytes, from the call's cgroup */
 };
 void wr_call_result_free(struct wr_call_result *r);
+
+/* A module name a Python pool may preload: 1 to 200 of [A-Za-z0-9_.]. */
+bool wr_function_module_name_ok(const char *m);
 
 struct wr_function_pool;
 
@@ -103,6 +109,15 @@ int wr_function_call(struct wr_function_pool *pool, const struct wr_call_spec *s
  * error, res[i] is zeroed for it. Returns the number of calls that failed. */
 int wr_function_call_batch(struct wr_function_pool *pool, const struct wr_call_spec *specs,
 			   size_t n, unsigned parallel, struct wr_call_result *res, wr_err *errs);
+
+/* The function tier behind wr_tier_ops (wr_tier_lookup("function") once
+ * wr_function_init ran): a sandbox is one call on a pool of the tier's own
+ * (keyed by image and limits), made by create, run by its one exec. What a
+ * call cannot offer is refused naming the field: fs (no filesystem outlives
+ * a call), pty, a second exec, layers, capabilities, cpu limits. */
+extern const struct wr_tier_ops wr_function_tier;
+/* Destroy the pools of wr_function_tier (their zygotes, cgroups, uid ranges). */
+void wr_function_tier_cleanup(void);
 
 /* Pool state, for tests and the daemon's pool manager. */
 pid_t wr_function_pool_zygote_pid(struct wr_function_pool *pool); /* 0 when none runs */

@@ -328,11 +328,12 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		if ((r = wr_cgroup_set_limits(slot->leaf, &lim, err)) < 0)
 			goto out;
 	}
-	in_fd = s.stdin_len ? memfd_with("warren-stdin", s.stdin_data, s.stdin_len, err)
-			    : open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (in_fd < 0) {
-		r = s.stdin_len ? -1 : wr_err_sys(err, "open /dev/null");
-		goto out;
+	if (s.stdin_len) {
+		in_fd = memfd_with("warren-stdin", s.stdin_data, s.stdin_len, err);
+		if (in_fd < 0) {
+			r = -1;
+			goto out;
+		}
 	}
 	int pp[2];
 	if ((r = pipe_nb(pp, err)) < 0)
@@ -353,7 +354,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 				.argc = argc,
 				.envc = envc,
 				.nfiles = (uint32_t)s.n_files};
-	int fds[4] = {in_fd, out_w, err_w, -1};
+	int fds[4] = {in_fd >= 0 ? in_fd : p->devnull, out_w, err_w, -1};
 	int nfds = 3;
 	struct wr_buf msg = {0};
 	if (payload.len > WR_FNP_INLINE_MAX) {
@@ -372,6 +373,22 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		r = wr_err_set(err, ENOMEM, "call: out of memory");
 		goto out;
 	}
+	if (s.ctl) {
+		pthread_mutex_lock(&s.ctl->lock);
+		bool killed = s.ctl->kill;
+		if (!killed)
+			s.ctl->leaf = slot->leaf;
+		pthread_mutex_unlock(&s.ctl->lock);
+		if (killed) {
+			/* Killed before it started: it never runs. */
+			free(msg.p);
+			res->reason = WR_EXIT_KILLED;
+			res->exit_code = 128 + SIGKILL;
+			res->signal = SIGKILL;
+			r = 0;
+			goto out;
+		}
+	}
 	r = wr_fn_send(slot->sock, msg.p, msg.len, fds, nfds);
 	free(msg.p);
 	if (r < 0) {
@@ -385,7 +402,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	close(steal_fd(&in_fd));
 	close(steal_fd(&pay_fd));
 	free(steal_ptr(&payload.p));
-	/* The spare slots are forked while this call runs. */
+	/* The refill thread forks the next spare (not this thread: the exit
+	 * of a short call must not wait for cgroup work). */
 	wr_fn_top_up(p);
 
 	uint64_t deadline = t0 + s.timeout_ms * 1000000ull;
@@ -455,6 +473,13 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			drain_until = wr_now_ns() + 200000000ull;
 		}
 	}
+	bool killed = false;
+	if (s.ctl) {
+		pthread_mutex_lock(&s.ctl->lock);
+		s.ctl->leaf = NULL;
+		killed = s.ctl->kill;
+		pthread_mutex_unlock(&s.ctl->lock);
+	}
 	/* What the call wrote before it exited is in the pipes. */
 	if (so.fd >= 0)
 		pump(&so);
@@ -489,7 +514,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	/* A SIGKILL nobody here explains: did the zygote die (taking the pool's
 	 * pid namespace, and this call, with it)? */
 	bool unexplained = status < 0 || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
-					  !timed_out && !cpu_out);
+					  !timed_out && !cpu_out && !killed);
 	if (unexplained && wr_fn_zygote_died(p, gen)) {
 		r = wr_err_set(err, ECHILD, "the function zygote died during the call");
 		goto out;
@@ -530,6 +555,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		res->reason = WR_EXIT_TIMEOUT;
 	else if (cpu_out)
 		res->reason = WR_EXIT_CPU_TIME;
+	else if (killed && WIFSIGNALED(status))
+		res->reason = WR_EXIT_KILLED;
 	r = 0;
 out:
 	if (!started)

@@ -11,6 +11,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/idmap.h"
 #include "tiers/function.h"
+#include "tiers/function_proto.h"
 
 struct wr_function_globals {
 	char *zygote_path;
@@ -23,12 +24,14 @@ extern struct wr_function_globals wr_fn_globals;
 /* A call slot: a process the zygote forked ahead of a call, in its leaf. */
 struct fn_slot {
 	uint64_t id;
-	unsigned gen;		/* zygote generation that made it */
-	int pidfd;		/* S, from the zygote (host kernel object) */
-	int sock;		/* our end of S's socket */
-	struct wr_cgroup *leaf; /* S's leaf cgroup */
-	uint64_t mem, pids;	/* the leaf's current limits */
-	bool low;		/* the leaf still has the preparation's CPU weight */
+	unsigned gen;		     /* zygote generation that made it */
+	int pidfd;		     /* S, from the zygote (host kernel object) */
+	int sock;		     /* our end of S's socket */
+	struct wr_cgroup *leaf;	     /* S's leaf cgroup */
+	uint64_t mem, pids;	     /* the leaf's current limits */
+	bool low;		     /* the leaf still has the preparation's CPU weight */
+	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
+	int nprocs;
 	struct fn_slot *next;
 };
 
@@ -53,11 +56,29 @@ struct wr_function_pool {
 	unsigned nready, npending, inflight, spare;
 	uint64_t next_slot, last_used_ns;
 	bool destroyed;
+	/* The refill thread: forks spares ahead, collects their SLOT answers
+	 * and removes used leaves, off the path of every call. */
+	pthread_t refill;
+	bool refill_running, refill_stop;
+	unsigned broken_gen; /* the zygote of this generation stopped answering */
+	int wake;	     /* eventfd: work for the refill thread */
+	int devnull;	     /* stdin of calls without one */
 };
 
-/* function.c */
+/* function.c: zygotes (pool lock held) */
+int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err);
+void wr_fn_zygote_stop(struct wr_function_pool *p);
+bool wr_fn_zygote_alive(struct wr_function_pool *p);
+void wr_fn_slots_drop(struct fn_slot **list);
+
+/* function_slots.c */
+/* Make a slot's leaf and send its MAKE (pool lock held). */
+int wr_fn_make_send(struct wr_function_pool *p, wr_err *err);
+/* The refill thread of a pool (arg: the pool). */
+void *wr_fn_refill_main(void *arg);
 int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
-/* After a call took its slot and started: keep spares forked ahead. */
+/* After a call took its slot (or returned it used): the refill thread keeps
+ * spares forked ahead and removes used leaves. One eventfd write. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
 /* CPU weights of a slot's leaf: while it is prepared (it yields to calls

@@ -29,11 +29,37 @@ void wr_exec_result_free(struct wr_exec_result *r)
 	r->out = r->err = NULL;
 }
 
+/* Tiers in libraries of their own register when they are initialised
+ * (the function tier: wr_function_init), so that the core does not link
+ * them. Never removed. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct wr_tier_ops *registered[4];
+
+void wr_tier_register(const struct wr_tier_ops *ops)
+{
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < sizeof(registered) / sizeof(registered[0]); i++) {
+		if (registered[i] == ops)
+			break;
+		if (registered[i] == NULL) {
+			registered[i] = ops;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
 const struct wr_tier_ops *wr_tier_lookup(const char *name)
 {
 	if (name == NULL || strcmp(name, "container") == 0)
 		return &wr_container_tier;
-	return NULL;
+	const struct wr_tier_ops *t = NULL;
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < sizeof(registered) / sizeof(registered[0]) && !t; i++)
+		if (registered[i] && strcmp(registered[i]->name, name) == 0)
+			t = registered[i];
+	pthread_mutex_unlock(&reg_lock);
+	return t;
 }
 
 char **wr_env_merge(const char *const *base, size_t nbase, const struct wr_env_kv *kv, size_t nkv,

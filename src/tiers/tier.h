@@ -136,6 +136,8 @@ struct wr_tier_ops {
 };
 
 const struct wr_tier_ops *wr_tier_lookup(const char *name);
+/* For tiers outside the core library: make ops findable by its name. */
+void wr_tier_register(const struct wr_tier_ops *ops);
 
 /* For tier implementations: base ("K=V" strings) with kv added, a key given
  * again replacing the earlier value. Keys must be non-empty without '='

@@ -443,6 +443,9 @@ static void test_batch_in_order(void **state)
 static void test_pools_set_and_leftovers(void **state)
 {
 	(void)state;
+	/* The other pool idle, its used leaves removed (its refill thread
+	 * removes them in the background otherwise). */
+	assert_int_equal(wr_function_pool_park(g_pool, NULL), 0);
 	int before = fx_count_cgroups();
 	struct wr_function_pools *set = NULL;
 	assert_int_equal(wr_function_pools_new(&set, NULL), 0);
@@ -468,6 +471,153 @@ static void test_pools_set_and_leftovers(void **state)
 	assert_int_equal(fx_count_cgroups(), before);
 }
 
+/* A payload past the inline limit (a memfd the slot maps) and an argv too
+ * long for the slot's stack (an array it maps): both live in the zygote's
+ * memory while the slot runs, and are unmapped when it is reaped. */
+static void test_big_payload_and_argv(void **state)
+{
+	(void)state;
+	size_t n = 6000;
+	const char **argv = calloc(n + 4, sizeof(char *));
+	assert_non_null(argv);
+	argv[0] = "sh";
+	argv[1] = "-c";
+	argv[2] = "echo $#; wc -c < big.bin";
+	argv[3] = "x";
+	for (size_t i = 4; i < n + 3; i++)
+		argv[i] = "arg";
+	size_t len = 300000;
+	char *data = malloc(len);
+	assert_non_null(data);
+	memset(data, 'z', len);
+	struct wr_call_file f = {.path = "big.bin", .data = data, .len = len};
+	for (int round = 0; round < 3; round++) {
+		struct wr_call_result r = fx_call(
+		    g_pool, &(struct wr_call_spec){.argv = argv, .files = &f, .n_files = 1});
+		assert_int_equal(r.reason, WR_EXIT_EXITED);
+		assert_string_equal(r.out, "5999\n300000\n");
+		wr_call_result_free(&r);
+	}
+	free(data);
+	free(argv);
+	/* The zygote's address space does not keep the slots' mappings (once
+	 * it reaped the last slot, which it does in its own time). */
+	pid_t z = wr_function_pool_zygote_pid(g_pool);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)z);
+	int memfds = -1;
+	for (int tries = 0; tries < 100 && memfds != 0; tries++) {
+		if (tries)
+			usleep(100000);
+		FILE *m = fopen(path, "r");
+		assert_non_null(m);
+		char line[512];
+		memfds = 0;
+		while (fgets(line, sizeof(line), m))
+			memfds += strstr(line, "memfd:warren-call") != NULL;
+		fclose(m);
+	}
+	assert_int_equal(memfds, 0);
+}
+
+/* The tier behind wr_tier_ops: create, the one exec, kill, destroy. */
+struct tier_kill {
+	pthread_t t;
+	const struct wr_tier_ops *ops;
+	struct wr_sandbox *sb;
+};
+
+static void *tier_kill_main(void *arg)
+{
+	struct tier_kill *k = arg;
+	usleep(1500000);
+	k->ops->kill(k->sb, NULL);
+	return NULL;
+}
+
+static void test_behind_tier_ops(void **state)
+{
+	(void)state;
+	const struct wr_tier_ops *ops = wr_tier_lookup("function");
+	assert_non_null(ops);
+	assert_string_equal(ops->name, "function");
+	struct wr_env_kv env[] = {{"A", "1"}};
+	struct wr_sandbox_spec spec = {.image = fx_image(), .env = env, .n_env = 1};
+	struct wr_sandbox *sb = NULL;
+	wr_err err = NULL;
+	assert_int_equal(ops->create(&spec, &sb, &err), 0);
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(write(p[1], "in\n", 3), 3);
+	close(p[1]);
+	const char *argv[] = {"sh", "-c", "echo $A$B; cat; id -u; pwd", NULL};
+	struct wr_env_kv eenv[] = {{"B", "2"}};
+	struct wr_exec_spec es = {
+	    .argv = argv, .env = eenv, .n_env = 1, .stdin_fd = p[0], .user = -1, .group = -1};
+	struct wr_exec_result r;
+	assert_int_equal(ops->exec(sb, &es, &r, &err), 0);
+	close(p[0]);
+	assert_int_equal(r.reason, WR_EXIT_EXITED);
+	assert_string_equal(r.out, "12\nin\n1000\n/work\n");
+	wr_exec_result_free(&r);
+	/* One command per sandbox; no filesystem outlives it. */
+	es.stdin_fd = -1;
+	assert_true(ops->exec(sb, &es, &r, &err) < 0);
+	assert_int_equal(wr_err_code(err), EBUSY);
+	wr_err_free(&err);
+	struct wr_fs fs;
+	assert_true(ops->fs(sb, &fs, &err) < 0);
+	assert_int_equal(wr_err_code(err), ENOTSUP);
+	wr_err_free(&err);
+	assert_int_equal(ops->destroy(&sb, &err), 0);
+	assert_null(sb);
+
+	/* kill while the call runs: its whole tree dies, reason KILLED. */
+	assert_int_equal(ops->create(&spec, &sb, &err), 0);
+	struct tier_kill k = {.ops = ops, .sb = sb};
+	assert_int_equal(pthread_create(&k.t, NULL, tier_kill_main, &k), 0);
+	const char *sleeper[] = {"sh", "-c", "sleep 30 & sleep 30", NULL};
+	es = (struct wr_exec_spec){.argv = sleeper, .stdin_fd = -1, .user = -1, .group = -1};
+	uint64_t t0 = wr_now_ns();
+	assert_int_equal(ops->exec(sb, &es, &r, &err), 0);
+	pthread_join(k.t, NULL);
+	assert_int_equal(r.reason, WR_EXIT_KILLED);
+	assert_true(wr_now_ns() - t0 < 20000000000ull);
+	wr_exec_result_free(&r);
+	assert_int_equal(ops->destroy(&sb, &err), 0);
+	assert_int_equal(count_comm("sleep"), 0);
+
+	/* kill before exec: the command never runs. */
+	assert_int_equal(ops->create(&spec, &sb, &err), 0);
+	assert_int_equal(ops->kill(sb, &err), 0);
+	const char *marker[] = {"sh", "-c", "echo ran", NULL};
+	es.argv = marker;
+	assert_int_equal(ops->exec(sb, &es, &r, &err), 0);
+	assert_int_equal(r.reason, WR_EXIT_KILLED);
+	assert_string_equal(r.out, "");
+	wr_exec_result_free(&r);
+	assert_int_equal(ops->destroy(&sb, &err), 0);
+
+	/* What a call cannot offer is refused, naming the field. */
+	const char *layers[] = {fx_image(), NULL};
+	struct wr_sandbox_spec bad = {.layers = layers, .n_layers = 1};
+	assert_true(ops->create(&bad, &sb, &err) < 0);
+	assert_string_equal(err->field, "layers");
+	wr_err_free(&err);
+	bad = (struct wr_sandbox_spec){.image = fx_image(), .capset = WR_CAPSET_ROOT};
+	assert_true(ops->create(&bad, &sb, &err) < 0);
+	assert_string_equal(err->field, "capset");
+	wr_err_free(&err);
+	assert_int_equal(ops->create(&spec, &sb, &err), 0);
+	es = (struct wr_exec_spec){
+	    .argv = marker, .stdin_fd = -1, .user = -1, .group = -1, .pty = true};
+	assert_true(ops->exec(sb, &es, &r, &err) < 0);
+	assert_string_equal(err->field, "pty");
+	wr_err_free(&err);
+	assert_int_equal(ops->destroy(&sb, &err), 0);
+	wr_function_tier_cleanup();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +636,8 @@ int main(void)
 	    cmocka_unit_test(test_bad_specs_name_the_field),
 	    cmocka_unit_test(test_batch_in_order),
 	    cmocka_unit_test(test_pools_set_and_leftovers),
+	    cmocka_unit_test(test_big_payload_and_argv),
+	    cmocka_unit_test(test_behind_tier_ops),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

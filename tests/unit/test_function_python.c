@@ -142,6 +142,86 @@ static void test_abstract_sockets_and_signals_scoped(void **state)
 	wr_call_result_free(&a.r);
 }
 
+/* Listener A holds TCP and UDP 127.0.0.1:47123 and an abstract name; B,
+ * started while A listens, can neither reach them nor find them taken:
+ * each call has a network namespace of its own. Timestamps prove that B
+ * ran while A listened. */
+static const char net_a[] =
+    "import socket, time\n"
+    "t = socket.socket(); t.bind(('127.0.0.1', 47123)); t.listen()\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 47123))\n"
+    "a = socket.socket(socket.AF_UNIX); a.bind(b'\\0warren-fn-net'); a.listen()\n"
+    "t0 = time.time(); time.sleep(6)\nprint('%.3f %.3f' % (t0, time.time()))\n";
+static const char net_b[] =
+    "import socket, time\n"
+    "out = ['%.3f' % time.time()]\n"
+    "c = socket.socket()\n"
+    "try:\n    c.connect(('127.0.0.1', 47123)); out.append('tcp-connected')\n"
+    "except OSError:\n    out.append('tcp-refused')\n"
+    "d = socket.socket(socket.AF_UNIX)\n"
+    "try:\n    d.connect(b'\\0warren-fn-net'); out.append('abstract-connected')\n"
+    "except OSError:\n    out.append('abstract-refused')\n"
+    "t = socket.socket(); t.bind(('127.0.0.1', 47123)); t.listen()\n"
+    "c2 = socket.socket(); c2.connect(('127.0.0.1', 47123)); out.append('own-tcp')\n"
+    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 47123))\n"
+    "a = socket.socket(socket.AF_UNIX); a.bind(b'\\0warren-fn-net'); out.append('own-names')\n"
+    "out.append('%.3f' % time.time())\nprint(' '.join(out))\n";
+
+struct netcall {
+	pthread_t t;
+	struct wr_function_pool *pool;
+	const char *code;
+	struct wr_call_result r;
+};
+
+static void *net_main(void *arg)
+{
+	struct netcall *n = arg;
+	if (n->pool != g_pool) {
+		const char *argv[] = {"python3", "-c", n->code, NULL};
+		n->r = fx_call(n->pool, &(struct wr_call_spec){.argv = argv, .timeout_ms = 30000});
+	} else {
+		n->r =
+		    fx_call(n->pool, &(struct wr_call_spec){.code = n->code, .timeout_ms = 30000});
+	}
+	return NULL;
+}
+
+static void net_check(struct wr_function_pool *pool)
+{
+	struct netcall a = {.pool = pool, .code = net_a}, b = {.pool = pool, .code = net_b};
+	assert_int_equal(pthread_create(&a.t, NULL, net_main, &a), 0);
+	usleep(2000000);
+	net_main(&b);
+	pthread_join(a.t, NULL);
+	if (a.r.exit_code || b.r.exit_code)
+		fprintf(stderr, "net: a %d %s%s b %d %s%s\n", a.r.exit_code, a.r.out, a.r.err,
+			b.r.exit_code, b.r.out, b.r.err);
+	assert_int_equal(a.r.exit_code, 0);
+	assert_int_equal(b.r.exit_code, 0);
+	double a0, a1, b0, b1;
+	char rest[128];
+	assert_int_equal(sscanf(a.r.out, "%lf %lf", &a0, &a1), 2);
+	assert_int_equal(sscanf(b.r.out, "%lf %127[a-z -] %lf", &b0, rest, &b1), 3);
+	assert_string_equal(rest, "tcp-refused abstract-refused own-tcp own-names ");
+	/* B ran while A held its sockets (else the test proves nothing). */
+	assert_true(a0 < b0 && b1 < a1);
+	wr_call_result_free(&a.r);
+	wr_call_result_free(&b.r);
+}
+
+static void test_calls_have_their_own_network(void **state)
+{
+	(void)state;
+	net_check(g_pool); /* Python zygote */
+	/* The native zygote, running the image's python3 as a command. */
+	struct wr_function_pool *native =
+	    fx_pool(getenv("WARREN_TEST_PYIMAGE"), NULL, NULL, 0, "tenant-py");
+	assert_non_null(native);
+	net_check(native);
+	wr_function_pool_destroy(&native, NULL);
+}
+
 static void test_python_bombs(void **state)
 {
 	(void)state;
@@ -166,9 +246,10 @@ static void test_python_bombs(void **state)
 	assert_true(r.out_truncated);
 	assert_int_equal(r.out_len, 100000);
 	wr_call_result_free(&r);
+	/* (10 s: 64 forks of an interpreter take seconds on a loaded machine.) */
 	r = py("import os\nfor i in range(200):\n    if os.fork() == 0:\n        import time\n"
 	       "        time.sleep(30)\nprint('forked')",
-	       2000);
+	       10000);
 	/* pids.max (64) stops the forks; the sleepers die with the call. */
 	assert_int_equal(r.exit_code, 1);
 	assert_non_null(strstr(r.err, "BlockingIOError"));
@@ -206,6 +287,7 @@ int main(void)
 	    cmocka_unit_test(test_files_stdin_and_file_argv),
 	    cmocka_unit_test(test_interpreter_state_not_shared),
 	    cmocka_unit_test(test_abstract_sockets_and_signals_scoped),
+	    cmocka_unit_test(test_calls_have_their_own_network),
 	    cmocka_unit_test(test_python_bombs),
 	    cmocka_unit_test(test_bad_preload_is_reported),
 	};
