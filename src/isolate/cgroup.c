@@ -588,6 +588,12 @@ int wr_cgroup_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
 	return r < 0 ? wr_err_wrap(err, "%s cgroup %s", frozen ? "freeze" : "thaw", cg->rel) : 0;
 }
 
+int wr_cgroup_frozen(struct wr_cgroup *cg, wr_err *err)
+{
+	int r = cg->v2_fd >= 0 ? wr_cg_v2_frozen(cg, err) : wr_cg_v1_frozen(cg, err);
+	return r < 0 ? wr_err_wrap(err, "freezer state of cgroup %s", cg->rel) : r;
+}
+
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err)
 {
 	int r = cg->v2_fd >= 0 ? wr_cg_v2_nprocs(cg, err) : wr_cg_v1_nprocs(cg, err);

@@ -260,6 +260,17 @@ int wr_cg_v2_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
 	return 0;
 }
 
+int wr_cg_v2_frozen(struct wr_cgroup *cg, wr_err *err)
+{
+	/* cgroup.freeze is what was asked; cgroup.events "frozen" only says
+	 * whether it is complete */
+	uint64_t v;
+	int r = wr_cg_read_u64(cg->v2_fd, "cgroup.freeze", &v);
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup v2: read cgroup.freeze: %s", strerror(-r));
+	return v != 0;
+}
+
 static int count_dir(int dfd, void *ctx)
 {
 	int *total = ctx;
