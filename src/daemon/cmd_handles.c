@@ -47,6 +47,16 @@ static struct wrd_cmd *req_cmd(struct wrd_req *r, struct wrd_sbx **psb)
 	return c;
 }
 
+/* Resume a paused sandbox for a command that still runs (lifecycle). */
+static void wake_for(struct wrd_sbx *sb, struct wrd_cmd *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool running = !c->done;
+	pthread_mutex_unlock(&c->lock);
+	if (running)
+		wrd_api_wake(sb);
+}
+
 void wrd_api_cmd_list(struct wrd_req *r)
 {
 	if (wrd_query_check(r, NULL) < 0)
@@ -100,6 +110,7 @@ void wrd_api_cmd_wait(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	wake_for(sb, c); /* a paused sandbox's command would never end */
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += (time_t)(ms / 1000);
@@ -126,6 +137,7 @@ void wrd_api_cmd_stream(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	wake_for(sb, c); /* a paused sandbox's command would never end */
 	struct ndjson nd = {.base64 = c->base64};
 	nd.fd = wrd_reply_stream(r, 200, "application/x-ndjson");
 	if (nd.fd >= 0) {
@@ -238,6 +250,7 @@ void wrd_api_cmd_stdin(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	wake_for(sb, c); /* a paused sandbox's command reads nothing */
 	pthread_mutex_lock(&c->lock);
 	int fd = c->stdin_w >= 0 && !c->done ? dup(c->stdin_w) : -1;
 	pthread_mutex_unlock(&c->lock);

@@ -1038,6 +1038,28 @@ int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 	return 0;
 }
 
+int wr_container_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
+{
+	if (atomic_load(&sb->killed))
+		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	if (wr_cgroup_freeze(sb->cg, frozen, err) < 0)
+		return wr_err_wrap(err, "%s sandbox %s", frozen ? "pause" : "resume", sb->id);
+	return 0;
+}
+
+int wr_container_frozen(struct wr_sandbox *sb, wr_err *err)
+{
+	int r = wr_cgroup_frozen(sb->cg, err);
+	return r < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : r;
+}
+
+int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err)
+{
+	if (wr_cgroup_stats(sb->cg, st, err) < 0)
+		return wr_err_wrap(err, "usage of sandbox %s", sb->id);
+	return 0;
+}
+
 const char *wr_sandbox_id(const struct wr_sandbox *sb)
 {
 	return sb->id;
@@ -1059,5 +1081,8 @@ const struct wr_tier_ops wr_container_tier = {
     .exec = wr_container_exec,
     .fs = wr_container_fs,
     .kill = wr_container_kill,
+    .freeze = wr_container_freeze,
+    .frozen = wr_container_frozen,
+    .usage = wr_container_usage,
     .destroy = wr_container_destroy,
 };

@@ -142,7 +142,8 @@ def test_lifetime_enforced_by_the_daemon(api):
 
 
 def test_idle_timeout(api):
-    sid = api.create(idle_timeout=2, timeout=600)
+    # on_idle "kill" (the default pauses: test_lifecycle.py)
+    sid = api.create(idle_timeout=2, timeout=600, on_idle="kill")
     # activity keeps it alive past its idle timeout
     for _ in range(4):
         time.sleep(0.8)
