@@ -4,7 +4,7 @@ running, the lifetime clock stopped while paused, kill of a paused sandbox,
 idleness pausing (or killing), and the daemon crashing around a pause."""
 import time
 
-from lifecycle_util import (count, events, frozen, init_pid, pause, peek, resume,
+from lifecycle_util import (count, events, frozen, init_pid, pause, resume,
                             start_counter, state, unified_dir, wait_state)
 
 
