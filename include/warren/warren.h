@@ -177,6 +177,10 @@ typedef struct {
 	char *lease;
 	char *pause_reason;	  /* paused: request, idle, lease, timeout */
 	double timeout_remaining; /* paused: seconds of lifetime left */
+	/* what a live sandbox uses (has_usage false when not live) */
+	bool has_usage;
+	double usage_cpu_s;
+	int64_t usage_memory_bytes, usage_memory_peak_bytes, usage_pids;
 } warren_sandbox_info;
 WARREN_API void warren_sandbox_info_free(warren_sandbox_info *info);
 

@@ -365,10 +365,13 @@ void wrd_api_sb_get(struct wrd_req *r)
 			wrd_reply_err(r, err);
 		return;
 	}
-	if (strcmp(rec.tenant, r->tenant) != 0)
+	if (strcmp(rec.tenant, r->tenant) != 0) {
 		wrd_reply_error(r, "not_found", NULL, "sandbox %s not found", r->id);
-	else
-		wrd_reply_json(r, 200, wrd_record_json(&rec));
+	} else {
+		json_t *o = wrd_record_json(&rec);
+		wrd_life_usage_json(r->tenant, r->id, o); /* live: what it uses */
+		wrd_reply_json(r, 200, o);
+	}
 	wrd_record_clear(&rec);
 }
 

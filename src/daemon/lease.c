@@ -548,3 +548,15 @@ int wrd_lease_release(const char *tenant, const char *id, bool keep, json_t **ou
 {
 	return change(tenant, id, keep ? OP_RELEASE_KEEP : OP_RELEASE_KILL, out, err);
 }
+
+void wrd_leases_metrics(FILE *f)
+{
+	unsigned long long n[4] = {0};
+	pthread_mutex_lock(&g_llock);
+	for (struct lease *l = g_leases; l; l = l->next)
+		n[l->state]++;
+	pthread_mutex_unlock(&g_llock);
+	fprintf(f, "# HELP warren_leases Leases by state.\n# TYPE warren_leases gauge\n");
+	for (int i = 0; i < 4; i++)
+		fprintf(f, "warren_leases{state=\"%s\"} %llu\n", lstate_names[i], n[i]);
+}

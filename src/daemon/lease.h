@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/error.h"
 
@@ -62,5 +63,7 @@ int wrd_lease_resume(const char *tenant, const char *id, json_t **out, wr_err *e
 int wrd_lease_release(const char *tenant, const char *id, bool keep, json_t **out, wr_err *err);
 
 bool wrd_lease_id_ok(const char *id);
+/* /metrics: warren_leases{state}. */
+void wrd_leases_metrics(FILE *f);
 
 #endif

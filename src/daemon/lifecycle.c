@@ -100,6 +100,7 @@ int wrd_mgr_pause(struct wrd_sbx *sb, const char *reason, wr_err *err)
 	json_object_set_new(d, "reason", json_string(reason));
 	json_object_set_new(d, "timeout_remaining", json_real((double)left / 1000.0));
 	wrd_sbx_event(sb, "paused", d);
+	wrd_life_count(true, reason);
 	wrd_monitor_poke();
 	return 0;
 }
@@ -158,6 +159,7 @@ int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason,
 	json_object_set_new(d, "paused_reason", json_string(was));
 	json_object_set_new(d, "paused_s", json_real((double)paused_for / 1000.0));
 	wrd_sbx_event(sb, "resumed", d);
+	wrd_life_count(false, why);
 	wrd_monitor_poke();
 	return 0;
 }

@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/error.h"
 #include "daemon/config.h"
@@ -121,6 +122,12 @@ bool wrd_life_idle_due(struct wrd_sbx *sb, int64_t now);
 bool wrd_life_timeout_due(struct wrd_sbx *sb, int64_t now);
 /* Recovery: make the kernel's freezer match the record's state. */
 int wrd_life_reconcile(struct wrd_sbx *sb, wr_err *err);
+/* lifecycle_usage.c: counters of pauses/resumes by reason; the usage of a
+ * live sandbox of tenant added to obj as "usage" (nothing when not live);
+ * the lifecycle's /metrics (per-sandbox requested vs used, PSI, leases). */
+void wrd_life_count(bool pause, const char *reason);
+void wrd_life_usage_json(const char *tenant, const char *id, json_t *obj);
+void wrd_life_metrics(FILE *f);
 /* The lease a sandbox was created under ("" for none). */
 const char *wrd_sbx_lease(const struct wrd_sbx *sb);
 

@@ -237,3 +237,29 @@ def test_crash_mid_pause_and_mid_resume(fresh_daemon):
     for sid in (a, b):
         assert c.kill(sid).status == 204
     c.close()
+
+
+def test_usage_and_metrics(api):
+    """Requested vs used CPU and memory: GET of a live sandbox and /metrics."""
+    sid = api.create(cpu=0.5, memory_mb=64)
+    api.run(sid, ["sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+    sb = api.get(f"/v1/sandboxes/{sid}").json()
+    u = sb["usage"]
+    assert sb["cpu"] == 0.5 and sb["memory_mb"] == 64
+    assert u["cpu_s"] > 0.05 and 0 < u["memory_bytes"] <= 64 << 20, u
+    assert u["memory_peak_bytes"] >= u["memory_bytes"] and u["pids"] >= 1, u
+    pause(api, sid)
+    assert "usage" in api.get(f"/v1/sandboxes/{sid}").json()  # paused: still live
+    m = api.get("/metrics").body.decode()
+    line = [x for x in m.splitlines()
+            if x.startswith(f'warren_sandbox_cpu_seconds_total{{id="{sid}"')]
+    assert line and float(line[0].split()[-1]) > 0.05, line
+    assert f'warren_sandbox_cpu_requested_cores{{id="{sid}",tenant="default"}} 0.5' in m
+    assert (f'warren_sandbox_memory_requested_bytes{{id="{sid}",tenant="default"}} '
+            f'{64 << 20}') in m
+    assert 'warren_sandboxes{tier="container",state="paused"}' in m
+    assert 'warren_sandbox_pauses_total{reason="request"}' in m
+    assert 'warren_leases{state="active"}' in m
+    assert "warren_node_cpu_requested_cores" in m and "warren_node_pressure{" in m
+    assert api.kill(sid).status == 204
+    assert "usage" not in api.get(f"/v1/sandboxes/{sid}").json()  # not live

@@ -33,6 +33,9 @@ def test_cli_pause_resume(cli, api):
     assert cli("pause", sid, check=0).out == f"{sid} paused\n"
     info = cli.json("inspect", sid)
     assert info["state"] == "paused" and info["pause_reason"] == "request", info
+    text = cli("inspect", sid, check=0).out
+    assert "paused:       request" in text and "on idle:      kill" in text, text
+    assert "usage:        cpu " in text, text
     assert cli("resume", "--timeout", "10m", sid, check=0).out == f"{sid} running\n"
     exp = datetime.strptime(api.get(f"/v1/sandboxes/{sid}").json()["expires_at"],
                             "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)

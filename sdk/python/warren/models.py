@@ -59,6 +59,8 @@ class SandboxInfo:
     pause_reason: Optional[str] = None
     paused_at: Optional[datetime] = None
     timeout_remaining: Optional[float] = None
+    #: a live sandbox's use: cpu_s, memory_bytes, memory_peak_bytes, pids
+    usage: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -100,6 +102,7 @@ class SandboxInfo:
             pause_reason=d.get("pause_reason"),
             paused_at=_dt(d.get("paused_at")),
             timeout_remaining=d.get("timeout_remaining"),
+            usage=d.get("usage"),
             raw=d,
         )
 
