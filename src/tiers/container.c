@@ -1042,8 +1042,18 @@ int wr_container_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
 {
 	if (atomic_load(&sb->killed))
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
-	if (wr_cgroup_freeze(sb->cg, frozen, err) < 0)
+	/* A paused sandbox's memory is the first reclaimed (best effort: a
+	 * failure costs only that); on resume undone before the thaw. */
+	wr_err ignored = NULL;
+	if (!frozen)
+		wr_cgroup_idle_memory(sb->cg, false, &ignored);
+	if (wr_cgroup_freeze(sb->cg, frozen, err) < 0) {
+		wr_err_free(&ignored);
 		return wr_err_wrap(err, "%s sandbox %s", frozen ? "pause" : "resume", sb->id);
+	}
+	if (frozen)
+		wr_cgroup_idle_memory(sb->cg, true, &ignored);
+	wr_err_free(&ignored);
 	return 0;
 }
 

@@ -97,3 +97,12 @@ def resume(c, sid, expect=200, **body):
     r = c.post(f"/v1/sandboxes/{sid}/resume", body or None)
     assert r.status == expect, r
     return r.json()
+
+
+def soft_limit(daemon, sid):
+    """v1 memory.soft_limit_in_bytes of the sandbox (None without v1 memory)."""
+    for d in own_cgroup_dirs(daemon.cg_base):
+        f = d / sid / "memory.soft_limit_in_bytes"
+        if f.exists():
+            return int(f.read_text())
+    return None

@@ -4,7 +4,7 @@ running, the lifetime clock stopped while paused, kill of a paused sandbox,
 idleness pausing (or killing), and the daemon crashing around a pause."""
 import time
 
-from lifecycle_util import (count, events, frozen, init_pid, pause, resume,
+from lifecycle_util import (count, events, frozen, init_pid, pause, resume, soft_limit,
                             start_counter, state, unified_dir, wait_state)
 
 
@@ -19,6 +19,8 @@ def test_pause_resume_keeps_files_and_processes(api, warrend):
     assert sb["state"] == "paused" and sb["pause_reason"] == "request", sb
     assert sb["expires_at"] is None and 295 < sb["timeout_remaining"] <= 300, sb
     assert frozen(warrend, sid)
+    # its memory is the first the kernel reclaims while it is paused (v1)
+    assert soft_limit(warrend, sid) in (0, None)
     # frozen: the counter stands still while paused
     c1 = count(sid, pid1)
     time.sleep(0.6)
@@ -33,6 +35,8 @@ def test_pause_resume_keeps_files_and_processes(api, warrend):
     sb = resume(api, sid)
     assert sb["state"] == "running" and sb["expires_at"] and "pause_reason" not in sb, sb
     assert not frozen(warrend, sid)
+    limit = soft_limit(warrend, sid)
+    assert limit is None or limit > 1 << 50
     # the same process counts on from where it was
     time.sleep(0.3)
     c2 = count(sid, pid1)

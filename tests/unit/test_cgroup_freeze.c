@@ -260,6 +260,31 @@ static void test_kill_and_reopen_frozen(void **state)
 	assert_int_equal(wr_cgroup_destroy(&again, &e), 0);
 }
 
+/* Idle memory: v1's soft limit goes to 0 and back; without a memory
+ * controller (v2 here) nothing is done and nothing fails. */
+static void test_idle_memory(void **state)
+{
+	struct fx *fx = *state;
+	NEED_ROOT(fx);
+	struct wr_cgroup *cg = mk(fx, "sbx");
+	_cleanup_err_ wr_err e = NULL;
+	int fd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
+	if (wr_cgroup_idle_memory(cg, true, &e) < 0)
+		fail_msg("idle: %s", e->msg);
+	uint64_t v = 1;
+	if (fd >= 0) {
+		assert_int_equal(wr_cg_read_u64(fd, "memory.soft_limit_in_bytes", &v), 0);
+		assert_int_equal(v, 0);
+	}
+	if (wr_cgroup_idle_memory(cg, false, &e) < 0)
+		fail_msg("busy: %s", e->msg);
+	if (fd >= 0) {
+		assert_int_equal(wr_cg_read_u64(fd, "memory.soft_limit_in_bytes", &v), 0);
+		assert_true(v > (1ull << 50)); /* unlimited again */
+	}
+	assert_int_equal(wr_cgroup_destroy(&cg, &e), 0);
+}
+
 #define T(fn, setup) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -273,12 +298,15 @@ int main(void)
 	    T(test_pause_resume, setup_hybrid),
 	    T(test_join_frozen, setup_hybrid),
 	    T(test_kill_and_reopen_frozen, setup_hybrid),
+	    T(test_idle_memory, setup_hybrid),
 	    T(test_pause_resume, setup_v1),
 	    T(test_join_frozen, setup_v1),
 	    T(test_kill_and_reopen_frozen, setup_v1),
+	    T(test_idle_memory, setup_v1),
 	    T(test_pause_resume, setup_v2),
 	    T(test_join_frozen, setup_v2),
 	    T(test_kill_and_reopen_frozen, setup_v2),
+	    T(test_idle_memory, setup_v2),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
