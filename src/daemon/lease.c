@@ -374,7 +374,17 @@ void wrd_lease_created(struct wrd_sbx *sb)
 	enum want w = l ? want_of(l) : W_NONE;
 	pthread_mutex_unlock(&g_llock);
 	_cleanup_err_ wr_err err = NULL;
-	if (w == W_PAUSE && wrd_mgr_pause(sb, "lease", &err) < 0)
+	int r = 0;
+	if (w == W_PAUSE) {
+		r = wrd_mgr_pause(sb, "lease", &err);
+	} else if (w == W_KILL) {
+		/* released or expired (kill) between the check and now */
+		json_t *d = json_object();
+		json_object_set_new(d, "reason", json_string("lease"));
+		json_object_set_new(d, "lease", json_string(id));
+		r = wrd_mgr_kill(sb, WRD_KILLED, d, NULL, NULL, &err);
+	}
+	if (r < 0 && err->errnum != ESRCH)
 		wr_warn("lease %s: %s", id, err->msg);
 }
 
