@@ -267,3 +267,49 @@ def test_usage_and_metrics(api):
     assert "warren_node_cpu_requested_cores" in m and "warren_node_pressure{" in m
     assert api.kill(sid).status == 204
     assert "usage" not in api.get(f"/v1/sandboxes/{sid}").json()  # not live
+
+
+def test_kill9_during_pause_resume_storm(fresh_daemon):
+    """A real crash at a random point of many pauses and resumes in flight:
+    after the restart every sandbox's record and freezer agree (running and
+    thawed, or paused and frozen) and every one answers a command."""
+    import random
+    import threading
+
+    from conftest import Client
+    d = fresh_daemon().start()
+    c = d.client()
+    sids = [c.create() for _ in range(4)]
+    c.close()
+    stop = threading.Event()
+
+    def storm(sid):
+        cl = Client(d, timeout=10)
+        try:
+            while not stop.is_set():
+                cl.post(f"/v1/sandboxes/{sid}/pause")
+                cl.post(f"/v1/sandboxes/{sid}/resume")
+        except Exception:
+            pass  # the daemon went away under us
+        finally:
+            cl.close()
+
+    threads = [threading.Thread(target=storm, args=(s,)) for s in sids]
+    for t in threads:
+        t.start()
+    time.sleep(random.uniform(0.3, 0.9))
+    d.kill9()
+    stop.set()
+    for t in threads:
+        t.join()
+    d.start()
+    print([x for x in d.log_text().splitlines() if "interrupted" in x])
+    c = d.client()
+    for sid in sids:
+        st = state(c, sid)
+        assert st in ("running", "paused"), st
+        assert frozen(d, sid) == (st == "paused"), (sid, st)
+        assert c.run(sid, ["echo", "ok"])["stdout"] == "ok\n"
+        assert not frozen(d, sid)
+        assert c.kill(sid).status == 204
+    c.close()
