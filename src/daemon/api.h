@@ -47,9 +47,6 @@ void wrd_api_lease_heartbeat(struct wrd_req *r);
 void wrd_api_lease_suspend(struct wrd_req *r);
 void wrd_api_lease_resume(struct wrd_req *r);
 void wrd_api_lease_release(struct wrd_req *r);
-/* A call that waits on the sandbox's processes (command wait, stream,
- * stdin) resumes it when paused; a failure is logged, the call goes on. */
-void wrd_api_wake(struct wrd_sbx *sb);
 /* Create: validate on_idle and lease into spec (400/404/409 replied). */
 int wrd_api_life_spec(struct wrd_req *r, json_t *body, json_t *spec);
 

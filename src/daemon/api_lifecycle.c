@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "common/cleanup.h"
-#include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
 #include "daemon/jsonutil.h"
@@ -50,13 +49,6 @@ int wrd_api_life_spec(struct wrd_req *r, json_t *b, json_t *spec)
 }
 
 /* ---- pause, resume ------------------------------------------------------ */
-
-void wrd_api_wake(struct wrd_sbx *sb)
-{
-	_cleanup_err_ wr_err err = NULL;
-	if (wrd_mgr_resume(sb, "auto", NULL, &err) < 0 && err->errnum != ESRCH)
-		wr_warn("%s", err->msg);
-}
 
 static void reply_sandbox(struct wrd_req *r, struct wrd_sbx *sb, int rc, wr_err err)
 {

@@ -107,6 +107,9 @@ int wrd_mgr_pause(struct wrd_sbx *sb, const char *reason, wr_err *err)
 
 int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason, wr_err *err)
 {
+	if (sb->ops->freeze == NULL)
+		return wr_err_set(err, EOPNOTSUPP, "the %s tier cannot pause sandboxes",
+				  sb->ops->name);
 	pthread_mutex_lock(&sb->lock);
 	wrd_sbx_wait_transition(sb);
 	if (sb->state == WRD_RUNNING) {
@@ -162,6 +165,19 @@ int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason,
 	wrd_life_count(false, why);
 	wrd_monitor_poke();
 	return 0;
+}
+
+void wrd_sbx_watch(struct wrd_sbx *sb, bool on)
+{
+	if (on) {
+		_cleanup_err_ wr_err err = NULL;
+		if (wrd_mgr_resume(sb, "auto", NULL, &err) < 0 && err->errnum != ESRCH)
+			wr_warn("%s", err->msg);
+	}
+	pthread_mutex_lock(&sb->lock);
+	sb->watchers += on ? 1 : -1;
+	sb->last_active_ms = wrd_now_ms();
+	pthread_mutex_unlock(&sb->lock);
 }
 
 int wrd_sbx_begin_resume(struct wrd_sbx *sb, wr_err *err)

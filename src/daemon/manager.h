@@ -50,6 +50,7 @@ struct wrd_sbx {
 	bool reaping;	  /* a timeout/failure kill is queued */
 	bool transition;  /* a pause or resume is in flight (waiters: cv) */
 	bool life_queued; /* an idle/timeout pause is queued */
+	int watchers;	  /* waits and streams on its commands: not idle */
 	/* idle detection by CPU use (lifecycle.c): the last sample of the
 	 * sandbox's CPU time and when it was taken (0: none yet) */
 	uint64_t cpu_sample_ns;
@@ -111,6 +112,9 @@ int wrd_mgr_pause(struct wrd_sbx *sb, const char *reason, wr_err *err);
  * 0, nothing done. only_reason (may be NULL): resume only a sandbox paused
  * for that reason (a lease resumes what it paused, no more). */
 int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason, wr_err *err);
+/* A client waits on (or streams) a command that still runs: on resumes a
+ * paused sandbox and holds idleness off until the matching off. */
+void wrd_sbx_watch(struct wrd_sbx *sb, bool on);
 /* wrd_sbx_begin, resuming a paused sandbox first (E2B's connect). */
 int wrd_sbx_begin_resume(struct wrd_sbx *sb, wr_err *err);
 /* Wait until no pause or resume is in flight; sb->lock held. */

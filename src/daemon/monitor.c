@@ -120,7 +120,7 @@ static int64_t scan(void)
 		bool running =
 		    sb->state == WRD_RUNNING && !sb->reaping && !sb->transition && !sb->life_queued;
 		int64_t exp = sb->rec.expires_ms;
-		int64_t idle_at = sb->idle_timeout_ms > 0 && sb->busy == 0
+		int64_t idle_at = sb->idle_timeout_ms > 0 && sb->busy == 0 && sb->watchers == 0
 				      ? sb->last_active_ms + sb->idle_timeout_ms
 				      : INT64_MAX;
 		if (idle_at != INT64_MAX && sb->cpu_probe_ms > idle_at)

@@ -313,3 +313,15 @@ def test_kill9_during_pause_resume_storm(fresh_daemon):
         assert not frozen(d, sid)
         assert c.kill(sid).status == 204
     c.close()
+
+
+def test_waiting_on_a_command_holds_idleness_off(api):
+    sid = api.create(idle_timeout=1, timeout=600)
+    r = api.post(f"/v1/sandboxes/{sid}/commands",
+                 {"cmd": ["sh", "-c", "sleep 3; echo done"], "background": True})
+    cid = r.json()["id"]
+    w = api.get(f"/v1/sandboxes/{sid}/commands/{cid}/wait?timeout=20").json()
+    assert w["state"] == "finished" and w["stdout"] == "done\n", w
+    assert "paused" not in [e["type"] for e in events(api, sid)]
+    wait_state(api, sid, "paused", limit=8)  # idle once nobody waits
+    assert api.kill(sid).status == 204
