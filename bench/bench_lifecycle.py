@@ -264,7 +264,19 @@ def write(res, n):
         r = res[key]
         lines.append(f"| {label} | {r['n']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                      f"{r['mean_ms']:.2f} |")
-    lines.append("")
+    lines += [
+        "",
+        "Reading: the API adds the HTTP round trip and one SQLite commit to the "
+        "kernel's part. Waiting for a freeze: kernfs notifies a change of "
+        "cgroup.events at most once per 10 ms per cgroup, so a freeze that does not "
+        "complete at once (the busy sandbox) right after a thaw waited that long for "
+        "its POLLPRI (p50 8 ms, lifecycle-20261202T224213Z.json); the wait now also "
+        "re-reads the file on a growing timer from 50 us. The busy sandbox is capped "
+        "at 0.5 CPU: a task the CFS bandwidth control has throttled enters the "
+        "freezer only when it runs again, which can take up to one CFS period "
+        "(100 ms): that, and the machine's load, is the p99. Auto-resume adds a "
+        "resume to the command's own cost, within the noise of a command here.",
+        ""]
     (out / "lifecycle.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
