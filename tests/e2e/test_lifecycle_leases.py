@@ -209,3 +209,35 @@ def test_restart_does_not_count_downtime(fresh_daemon):
     lcall(c, paused, "release")
     assert state(c, b) == "killed"
     c.close()
+
+
+def test_restart_finishes_a_lease_transition(fresh_daemon):
+    """A crash after a lease's suspension was committed but before all its
+    sandboxes were paused: the next start pauses the rest."""
+    import sqlite3
+
+    from lifecycle_util import frozen, unified_dir
+    d = fresh_daemon().start()
+    c = d.client()
+    lid = uniq("job")
+    lease(c, id=lid, grace_s=60, expire_s=600)
+    a, b = c.create(lease=lid), c.create(lease=lid)
+    lcall(c, lid, "suspend")
+    assert state(c, a) == "paused" and state(c, b) == "paused"
+    c.close()
+    d.kill9()
+    # as if the crash came before b's pause: its record running, thawed
+    db = sqlite3.connect(str(d.state / "warren.db"))
+    db.execute("UPDATE sandboxes SET state = 'running', paused_ms = 0, remaining_ms = 0,"
+               " pause_reason = '' WHERE id = ?", (b,))
+    db.commit()
+    db.close()
+    (unified_dir(d, b) / "cgroup.freeze").write_text("0")
+    d.start()
+    c = d.client()
+    wait_state(c, b, "paused", limit=10)
+    assert frozen(d, b) and state(c, a) == "paused"
+    assert c.get(f"/v1/sandboxes/{b}").json()["pause_reason"] == "lease"
+    lcall(c, lid, "release")
+    assert state(c, a) == "killed" and state(c, b) == "killed"
+    c.close()
