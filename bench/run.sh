@@ -12,6 +12,7 @@
 #   BENCH_MODES   subset of: bare bare-img warren bwrap crun runc
 #   BENCH_PAR     concurrency of the parallel runs (default 2)
 #   BENCH_ROUNDS  interleaved rounds the N iterations are split into (10)
+#   BENCH_LIFE    0: skip the pause/resume benchmark (bench/bench_lifecycle.py)
 #   BENCH_API     0: the container part only (skip the API, image and function
 #                 benchmarks that follow)
 #
@@ -428,6 +429,11 @@ if [ "${BENCH_API:-1}" != 0 ]; then
 	"$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
 	"$ROOT/bench/bench_image.sh" "$BUILD" || failed="$failed images(bench/bench_image.sh)"
 	"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
+fi
+# pause/resume latency (its own daemon; BENCH_LIFE=0 skips it)
+if [ "${BENCH_LIFE:-1}" != 0 ]; then
+	"$PY" "$ROOT/bench/bench_lifecycle.py" "$BUILD" ||
+		failed="$failed lifecycle(bench/bench_lifecycle.py)"
 fi
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2

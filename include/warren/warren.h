@@ -114,8 +114,8 @@ typedef struct {
 	bool insecure;
 } warren_registry_auth;
 
-/* Version 2 added layers, pull and registry_auth. */
-#define WARREN_SANDBOX_OPTS_VERSION 2
+/* Version 2 added layers, pull and registry_auth; 3 on_idle and lease. */
+#define WARREN_SANDBOX_OPTS_VERSION 3
 typedef struct {
 	unsigned int version;
 	const char *image; /* required: a store ref (name:tag, digest), a registry ref
@@ -146,6 +146,11 @@ typedef struct {
 	/* credentials for registry references (insecure is not used here:
 	 * loopback registries need none); NULL = anonymous */
 	const warren_registry_auth *registry_auth;
+	/* version 3: after idle_timeout, "pause" (NULL: the default) or
+	 * "kill"; on_timeout may be "pause" too. lease: the sandbox follows
+	 * that lease (warren_lease_create) */
+	const char *on_idle;
+	const char *lease;
 } warren_sandbox_opts;
 #define WARREN_SANDBOX_OPTS_INIT                                                                   \
 	{                                                                                          \
@@ -156,7 +161,7 @@ typedef struct {
 	char *id;
 	char *tier;
 	char *image;
-	char *state; /* running, killed, timed_out, failed, creating */
+	char *state; /* running, paused, killed, timed_out, failed, creating */
 	char *created_at;
 	char *expires_at; /* may be NULL */
 	double cpu;
@@ -167,6 +172,15 @@ typedef struct {
 	int64_t idle_timeout;
 	char *on_timeout;
 	char *json; /* the sandbox object as received */
+	/* lifecycle: NULL when not given */
+	char *on_idle;
+	char *lease;
+	char *pause_reason;	  /* paused: request, idle, lease, timeout */
+	double timeout_remaining; /* paused: seconds of lifetime left */
+	/* what a live sandbox uses (has_usage false when not live) */
+	bool has_usage;
+	double usage_cpu_s;
+	int64_t usage_memory_bytes, usage_memory_peak_bytes, usage_pids;
 } warren_sandbox_info;
 WARREN_API void warren_sandbox_info_free(warren_sandbox_info *info);
 
@@ -187,6 +201,68 @@ WARREN_API int warren_sandbox_kill(warren_sandbox *sb, warren_error **err);
 /* Expire `seconds` from now; *out (if not NULL) receives the new state. */
 WARREN_API int warren_sandbox_set_timeout(warren_sandbox *sb, int64_t seconds,
 					  warren_sandbox_info **out, warren_error **err);
+
+/* Pause: freeze every process (memory kept; the lifetime clock stops).
+ * Resume: thaw; timeout > 0 also sets a new lifetime from now. A paused
+ * sandbox is resumed by any call that needs it running (exec, files,
+ * pty), so an explicit resume is optional. *out (if not NULL) receives
+ * the new state. */
+WARREN_API int warren_sandbox_pause(warren_sandbox *sb, warren_sandbox_info **out,
+				    warren_error **err);
+WARREN_API int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_info **out,
+				     warren_error **err);
+
+/* ---- leases ----------------------------------------------------------- */
+
+/* A training job's hold on its sandboxes: heartbeats keep them running;
+ * without one for grace_s they are paused, a heartbeat resumes them; after
+ * expire_s without one, on_expire applies ("kill", "pause", "snapshot":
+ * paused where the node has no snapshots). */
+#define WARREN_LEASE_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;
+	const char *id;	       /* NULL: generated */
+	double grace_s;	       /* 0: the daemon's default (60) */
+	double expire_s;       /* 0: the daemon's default (3600) */
+	const char *on_expire; /* NULL: "kill" */
+} warren_lease_opts;
+#define WARREN_LEASE_OPTS_INIT                                                                     \
+	{                                                                                          \
+		WARREN_LEASE_OPTS_VERSION                                                          \
+	}
+
+typedef struct {
+	char *id;
+	char *state;	      /* active, suspended, expired, released */
+	char *suspend_reason; /* suspended: heartbeat or request */
+	double grace_s, expire_s;
+	char *on_expire;
+	char *created_at, *last_heartbeat_at, *suspends_at, *expires_at, *ended_at;
+	char *ended_action; /* ended: kill, pause, keep */
+	int64_t sandboxes;  /* live sandboxes under it */
+	char *json;
+} warren_lease_info;
+WARREN_API void warren_lease_info_free(warren_lease_info *info);
+
+/* *out may be NULL in every call below but create and get. */
+WARREN_API int warren_lease_create(warren_client *client, const warren_lease_opts *opts,
+				   warren_lease_info **out, warren_error **err);
+WARREN_API int warren_lease_get(warren_client *client, const char *id, warren_lease_info **out,
+				warren_error **err);
+/* Every lease of the caller's tenant; cb as for warren_sandbox_list. */
+typedef int (*warren_lease_cb)(void *ctx, const warren_lease_info *info);
+WARREN_API int warren_lease_list(warren_client *client, warren_lease_cb cb, void *ctx,
+				 warren_error **err);
+WARREN_API int warren_lease_heartbeat(warren_client *client, const char *id,
+				      warren_lease_info **out, warren_error **err);
+/* suspend, resume and release return once the sandboxes follow. */
+WARREN_API int warren_lease_suspend(warren_client *client, const char *id, warren_lease_info **out,
+				    warren_error **err);
+WARREN_API int warren_lease_resume(warren_client *client, const char *id, warren_lease_info **out,
+				   warren_error **err);
+/* keep: the sandboxes live on (resumed); else they are killed. */
+WARREN_API int warren_lease_release(warren_client *client, const char *id, bool keep,
+				    warren_lease_info **out, warren_error **err);
 
 #define WARREN_LIST_OPTS_VERSION 1
 typedef struct {

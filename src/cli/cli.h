@@ -19,6 +19,10 @@ int cmd_image(int argc, char **argv);
 /* warren image push|pull (image_remote.c), dispatched from cmd_image */
 int cmd_image_remote(int argc, char **argv);
 int cmd_call(int argc, char **argv);
+/* lifecycle: pause.c, lease.c */
+int cmd_pause(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
+int cmd_lease(int argc, char **argv);
 
 /* Usage error: one line on stderr naming the option and the reason. */
 int cli_usage_error(const char *opt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

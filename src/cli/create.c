@@ -28,7 +28,10 @@ static void create_usage(FILE *f)
 		"  --user UID         user commands run as\n"
 		"  --label K=V        label (repeatable)\n"
 		"  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
-		"  --idle-timeout DUR kill after DUR without API activity\n" CLI_CONN_HELP
+		"  --idle-timeout DUR pause (or kill) after DUR without API activity or CPU use\n"
+		"  --on-idle POLICY   pause (default) or kill when idle\n"
+		"  --on-timeout POLICY at the end of its lifetime: kill (default) or pause\n"
+		"  --lease ID         follow that lease (warren lease create)\n" CLI_CONN_HELP
 		"\nPrints the new sandbox's id (with --json: the sandbox object).\n");
 }
 
@@ -50,6 +53,9 @@ enum {
 	OPT_REG_USER,
 	OPT_REG_PW,
 	OPT_REG_TOKEN,
+	OPT_ON_IDLE,
+	OPT_ON_TIMEOUT,
+	OPT_LEASE,
 };
 
 static int parse_mb(const char *opt, const char *arg, int64_t *out)
@@ -82,6 +88,9 @@ int cmd_create(int argc, char **argv)
 	    {"registry-user", required_argument, NULL, OPT_REG_USER},
 	    {"registry-password-stdin", no_argument, NULL, OPT_REG_PW},
 	    {"registry-token-stdin", no_argument, NULL, OPT_REG_TOKEN},
+	    {"on-idle", required_argument, NULL, OPT_ON_IDLE},
+	    {"on-timeout", required_argument, NULL, OPT_ON_TIMEOUT},
+	    {"lease", required_argument, NULL, OPT_LEASE},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -171,6 +180,15 @@ int cmd_create(int argc, char **argv)
 		case OPT_REG_USER: reg_user = optarg; break;
 		case OPT_REG_PW: reg_pw = true; break;
 		case OPT_REG_TOKEN: reg_token = true; break;
+		case OPT_ON_IDLE:
+		case OPT_ON_TIMEOUT:
+			if (strcmp(optarg, "pause") != 0 && strcmp(optarg, "kill") != 0)
+				return cli_usage_error(c == OPT_ON_IDLE ? "--on-idle"
+									: "--on-timeout",
+						       "'%s' is not one of pause, kill", optarg);
+			*(c == OPT_ON_IDLE ? &so.on_idle : &so.on_timeout) = optarg;
+			break;
+		case OPT_LEASE: so.lease = optarg; break;
 		case 'h': create_usage(stdout); return 0;
 		default: return cli_bad_option(c, argv);
 		}

@@ -31,6 +31,15 @@ static void print_info(const warren_sandbox_info *in)
 	else
 		printf("idle timeout: off\n");
 	printf("on timeout:   %s\n", in->on_timeout ? in->on_timeout : "-");
+	printf("on idle:      %s\n", in->on_idle ? in->on_idle : "-");
+	printf("lease:        %s\n", in->lease ? in->lease : "-");
+	if (in->pause_reason)
+		printf("paused:       %s, %.1fs of lifetime left\n", in->pause_reason,
+		       in->timeout_remaining);
+	if (in->has_usage)
+		printf("usage:        cpu %.3fs, memory %.1f MiB (peak %.1f MiB), %lld pids\n",
+		       in->usage_cpu_s, (double)in->usage_memory_bytes / 1048576.0,
+		       (double)in->usage_memory_peak_bytes / 1048576.0, (long long)in->usage_pids);
 	printf("labels:      ");
 	for (size_t i = 0; i < in->n_labels; i++)
 		printf(" %s=%s", in->labels[i].key, in->labels[i].value);

@@ -25,6 +25,9 @@ static const struct {
     {"inspect", cmd_inspect, "show a sandbox"},
     {"set-timeout", cmd_set_timeout, "make a sandbox expire DUR from now"},
     {"events", cmd_events, "show a sandbox's event log"},
+    {"pause", cmd_pause, "freeze sandboxes (memory kept, lifetime stopped)"},
+    {"resume", cmd_resume, "resume paused sandboxes"},
+    {"lease", cmd_lease, "leases of training jobs: create, heartbeat, suspend, release"},
     {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},
     {"image", cmd_image, "the node's images: import, ls, inspect, tag, rm, pin, gc"},
 };

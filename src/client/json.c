@@ -76,6 +76,9 @@ void warren_sandbox_info_free(warren_sandbox_info *info)
 	}
 	free(info->labels);
 	free(info->on_timeout);
+	free(info->on_idle);
+	free(info->lease);
+	free(info->pause_reason);
 	free(info->json);
 	free(info);
 }
@@ -101,6 +104,18 @@ int wc_parse_info(struct wc_call *c, json_t *o, warren_sandbox_info **out)
 	in->workdir = wc_jstr(o, "workdir");
 	in->idle_timeout = wc_jint(o, "idle_timeout", 0);
 	in->on_timeout = wc_jstr(o, "on_timeout");
+	in->on_idle = wc_jstr(o, "on_idle");
+	in->lease = wc_jstr(o, "lease");
+	in->pause_reason = wc_jstr(o, "pause_reason");
+	in->timeout_remaining = wc_jnum(o, "timeout_remaining", 0);
+	json_t *u = json_object_get(o, "usage");
+	if (json_is_object(u)) {
+		in->has_usage = true;
+		in->usage_cpu_s = wc_jnum(u, "cpu_s", 0);
+		in->usage_memory_bytes = wc_jint(u, "memory_bytes", 0);
+		in->usage_memory_peak_bytes = wc_jint(u, "memory_peak_bytes", 0);
+		in->usage_pids = wc_jint(u, "pids", 0);
+	}
 	in->json = dump(o);
 	json_t *labels = json_object_get(o, "labels");
 	size_t n = json_is_object(labels) ? json_object_size(labels) : 0;

@@ -118,6 +118,9 @@ static int build_create(struct wc_call *c, const warren_sandbox_opts *o, json_t 
 		return -EINVAL;
 	if (o->version >= 2 && build_create_v2(c, o, j) < 0)
 		return -EINVAL;
+	if (o->version >= 3 && ((o->on_idle && set_str(c, j, "on_idle", o->on_idle) < 0) ||
+				(o->lease && set_str(c, j, "lease", o->lease) < 0)))
+		return -EINVAL;
 	*out = steal_ptr(&j);
 	return 0;
 }

@@ -37,6 +37,19 @@ void wrd_api_sb_events(struct wrd_req *r);
 void wrd_api_health(struct wrd_req *r);
 void wrd_api_metrics(struct wrd_req *r);
 
+/* lifecycle (api_lifecycle.c): pause, resume, leases */
+void wrd_api_sb_pause(struct wrd_req *r);
+void wrd_api_sb_resume(struct wrd_req *r);
+void wrd_api_lease_create(struct wrd_req *r);
+void wrd_api_lease_list(struct wrd_req *r);
+void wrd_api_lease_get(struct wrd_req *r);
+void wrd_api_lease_heartbeat(struct wrd_req *r);
+void wrd_api_lease_suspend(struct wrd_req *r);
+void wrd_api_lease_resume(struct wrd_req *r);
+void wrd_api_lease_release(struct wrd_req *r);
+/* Create: validate on_idle and lease into spec (400/404/409 replied). */
+int wrd_api_life_spec(struct wrd_req *r, json_t *body, json_t *spec);
+
 /* files */
 void wrd_api_fs_read(struct wrd_req *r);
 void wrd_api_fs_write(struct wrd_req *r);

@@ -12,6 +12,7 @@
 #include "daemon/api.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
+#include "daemon/lease.h"
 #include "daemon/metrics.h"
 
 #ifndef WARREN_VERSION
@@ -47,14 +48,26 @@ struct wrd_sbx *wrd_api_sandbox(struct wrd_req *r, bool begin)
 		wrd_api_not_live(r);
 		return NULL;
 	}
-	if (begin ? wrd_sbx_begin(sb) == 0 : sb->state == WRD_RUNNING) {
-		if (!begin) {
-			pthread_mutex_lock(&sb->lock);
-			sb->last_active_ms = wrd_now_ms();
-			pthread_mutex_unlock(&sb->lock);
-		}
-		return sb;
+	if (begin) {
+		/* an operation that needs it running resumes a paused one
+		 * first (lifecycle.c) */
+		_cleanup_err_ wr_err err = NULL;
+		if (wrd_sbx_begin_resume(sb, &err) == 0)
+			return sb;
+		if (err->errnum == ESRCH)
+			wrd_reply_error(r, "conflict", NULL, "%s", err->msg);
+		else
+			wrd_reply_err(r, err);
+		wrd_mgr_put(sb);
+		return NULL;
 	}
+	pthread_mutex_lock(&sb->lock);
+	bool live = sb->state == WRD_RUNNING || sb->state == WRD_PAUSED;
+	if (live)
+		sb->last_active_ms = wrd_now_ms();
+	pthread_mutex_unlock(&sb->lock);
+	if (live)
+		return sb;
 	wrd_reply_error(r, "conflict", NULL, "sandbox %s is %s", r->id, wrd_state_name(sb->state));
 	wrd_mgr_put(sb);
 	return NULL;
@@ -108,9 +121,9 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier",	  "image",   "cpu",  "memory_mb",     "disk_mb", "pids",
-    "env",	  "workdir", "user", "labels",	      "timeout", "idle_timeout",
-    "on_timeout", "layers",  "pull", "registry_auth", NULL};
+    "tier",    "image",	 "cpu",	    "memory_mb",    "disk_mb",	  "pids",   "env",  "workdir",
+    "user",    "labels", "timeout", "idle_timeout", "on_timeout", "layers", "pull", "registry_auth",
+    "on_idle", "lease",	 NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -229,13 +242,16 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	if ((v = json_object_get(b, "on_timeout"))) {
 		if (wrd_j_str(v, "on_timeout", 16, false, &s, &err) < 0)
 			goto bad;
-		if (strcmp(s, "kill") != 0) {
+		if (strcmp(s, "kill") != 0 && strcmp(s, "pause") != 0) {
 			wrd_reply_error(r, "invalid_argument", "on_timeout",
-					"on_timeout: only \"kill\" is supported");
+					"on_timeout: one of \"kill\", \"pause\"");
 			goto fail;
 		}
 	}
 	json_object_set_new(spec, "on_timeout", json_string(s));
+	/* lifecycle (lifecycle.c, lease.c): what idleness does, the lease */
+	if (wrd_api_life_spec(r, b, spec) < 0)
+		goto fail;
 	/* pull policy and credentials of registry references (images_pull.c);
 	 * the credentials never reach the spec, the database or the log */
 	if ((v = json_object_get(b, "pull"))) {
@@ -324,7 +340,11 @@ void wrd_api_sb_create(struct wrd_req *r)
 		wrd_images_holds_drop(&holds);
 	} else {
 		wrd_images_holds_adopt(&holds, sb->rec.id);
-		wrd_reply_json(r, 201, wrd_record_json(&sb->rec));
+		wrd_lease_created(sb); /* suspended meanwhile: paused now */
+		pthread_mutex_lock(&sb->lock);
+		json_t *o = wrd_record_json(&sb->rec);
+		pthread_mutex_unlock(&sb->lock);
+		wrd_reply_json(r, 201, o);
 		wrd_mgr_put(sb);
 	}
 	json_decref(spec);
@@ -345,10 +365,13 @@ void wrd_api_sb_get(struct wrd_req *r)
 			wrd_reply_err(r, err);
 		return;
 	}
-	if (strcmp(rec.tenant, r->tenant) != 0)
+	if (strcmp(rec.tenant, r->tenant) != 0) {
 		wrd_reply_error(r, "not_found", NULL, "sandbox %s not found", r->id);
-	else
-		wrd_reply_json(r, 200, wrd_record_json(&rec));
+	} else {
+		json_t *o = wrd_record_json(&rec);
+		wrd_life_usage_json(r->tenant, r->id, o); /* live: what it uses */
+		wrd_reply_json(r, 200, o);
+	}
 	wrd_record_clear(&rec);
 }
 
@@ -361,7 +384,8 @@ void wrd_api_sb_list(struct wrd_req *r)
 	const char *s = wrd_query(r, "state");
 	if (s && (q.state = wrd_state_parse(s)) < 0) {
 		wrd_reply_error(r, "invalid_argument", "state",
-				"state: one of creating, running, killed, timed_out, failed");
+				"state: one of creating, running, paused, killed, timed_out, "
+				"failed");
 		return;
 	}
 	uint64_t v;

@@ -47,6 +47,24 @@ static struct wrd_cmd *req_cmd(struct wrd_req *r, struct wrd_sbx **psb)
 	return c;
 }
 
+/* A client waiting on a command that still runs: a paused sandbox is
+ * resumed and is not idle meanwhile (lifecycle.c). True: unwatch later. */
+static bool wake_for(struct wrd_sbx *sb, struct wrd_cmd *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool running = !c->done;
+	pthread_mutex_unlock(&c->lock);
+	if (running)
+		wrd_sbx_watch(sb, true);
+	return running;
+}
+
+static void unwatch(struct wrd_sbx *sb, bool watching)
+{
+	if (watching)
+		wrd_sbx_watch(sb, false);
+}
+
 void wrd_api_cmd_list(struct wrd_req *r)
 {
 	if (wrd_query_check(r, NULL) < 0)
@@ -100,6 +118,7 @@ void wrd_api_cmd_wait(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	bool watching = wake_for(sb, c); /* a paused sandbox's command would never end */
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += (time_t)(ms / 1000);
@@ -114,6 +133,7 @@ void wrd_api_cmd_wait(struct wrd_req *r)
 	json_t *o = wrd_cmd_json(c, true);
 	pthread_mutex_unlock(&c->lock);
 	wrd_reply_json(r, 200, o);
+	unwatch(sb, watching);
 	wrd_cmd_put(c);
 	wrd_api_done(sb, false);
 }
@@ -126,6 +146,7 @@ void wrd_api_cmd_stream(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	bool watching = wake_for(sb, c); /* a paused sandbox's command would never end */
 	struct ndjson nd = {.base64 = c->base64};
 	nd.fd = wrd_reply_stream(r, 200, "application/x-ndjson");
 	if (nd.fd >= 0) {
@@ -165,6 +186,7 @@ void wrd_api_cmd_stream(struct wrd_req *r)
 		free(buf);
 		close(nd.fd);
 	}
+	unwatch(sb, watching);
 	wrd_cmd_put(c);
 	wrd_api_done(sb, false);
 }
@@ -238,6 +260,7 @@ void wrd_api_cmd_stdin(struct wrd_req *r)
 	struct wrd_cmd *c = req_cmd(r, &sb);
 	if (c == NULL)
 		return;
+	unwatch(sb, wake_for(sb, c)); /* a paused sandbox's command reads nothing */
 	pthread_mutex_lock(&c->lock);
 	int fd = c->stdin_w >= 0 && !c->done ? dup(c->stdin_w) : -1;
 	pthread_mutex_unlock(&c->lock);

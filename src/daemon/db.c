@@ -11,8 +11,8 @@
 #include "common/cleanup.h"
 #include "daemon/jsonutil.h"
 
-static const char *const state_names[WRD_NSTATES] = {"creating", "running", "killed", "timed_out",
-						     "failed"};
+static const char *const state_names[WRD_NSTATES] = {"creating",  "running", "killed",
+						     "timed_out", "failed",  "paused"};
 
 const char *wrd_state_name(enum wrd_state s)
 {
@@ -46,15 +46,29 @@ json_t *wrd_record_json(const struct wrd_record *r)
 	json_object_set_new(o, "image", json_string(r->image));
 	json_object_set_new(o, "state", json_string(wrd_state_name(r->state)));
 	json_object_set_new(o, "created_at", wrd_j_time(r->created_ms));
-	json_object_set_new(o, "expires_at", wrd_j_time(r->expires_ms));
-	static const char *const copy[] = {"cpu",	   "memory_mb", "disk_mb", "pids",
-					   "user",	   "workdir",	"labels",  "timeout",
-					   "idle_timeout", "on_timeout"};
+	if (r->state == WRD_PAUSED) {
+		/* the lifetime clock stands still: no deadline, the time left */
+		json_object_set_new(o, "expires_at", json_null());
+		json_object_set_new(o, "paused_at", wrd_j_time(r->paused_ms));
+		json_object_set_new(o, "pause_reason", json_string(r->pause_reason));
+		json_object_set_new(o, "timeout_remaining",
+				    json_real((double)r->remaining_ms / 1000.0));
+	} else {
+		json_object_set_new(o, "expires_at", wrd_j_time(r->expires_ms));
+	}
+	static const char *const copy[] = {"cpu",	   "memory_mb", "disk_mb",    "pids",
+					   "user",	   "workdir",	"labels",     "timeout",
+					   "idle_timeout", "on_idle",	"on_timeout", "lease"};
 	for (size_t i = 0; i < WR_ARRAY_SIZE(copy); i++) {
 		json_t *v = json_object_get(s, copy[i]);
 		if (v)
 			json_object_set(o, copy[i], v);
 	}
+	/* records made before the lifecycle work: their behaviour then */
+	if (json_object_get(s, "on_idle") == NULL)
+		json_object_set_new(o, "on_idle", json_string("kill"));
+	if (json_object_get(s, "lease") == NULL)
+		json_object_set_new(o, "lease", json_null());
 	return o;
 }
 
@@ -132,6 +146,29 @@ static const char schema[] =
     " type TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (sandbox_id, seq))"
     " WITHOUT ROWID;";
 
+/* Columns added by the lifecycle work (pause/resume) to databases made
+ * before it; a new database gets them here too. */
+static int migrate_lifecycle(wr_err *err)
+{
+	static const char *const cols[] = {"paused_ms INTEGER NOT NULL DEFAULT 0",
+					   "remaining_ms INTEGER NOT NULL DEFAULT 0",
+					   "pause_reason TEXT NOT NULL DEFAULT ''"};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(cols); i++) {
+		char sql[160];
+		snprintf(sql, sizeof(sql), "ALTER TABLE sandboxes ADD COLUMN %s", cols[i]);
+		char *msg = NULL;
+		int rc = sqlite3_exec(g_w, sql, NULL, NULL, &msg);
+		bool dup = rc != SQLITE_OK && msg && strstr(msg, "duplicate column");
+		if (rc != SQLITE_OK && !dup) {
+			int r = wr_err_set(err, EIO, "database: %s: %s", sql, msg ? msg : "?");
+			sqlite3_free(msg);
+			return r;
+		}
+		sqlite3_free(msg);
+	}
+	return 0;
+}
+
 static void *flusher_main(void *arg);
 static pthread_t g_flusher;
 static bool g_flusher_running;
@@ -165,7 +202,7 @@ int wrd_db_open(const char *path, wr_err *err)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	if (open_conn(path, true, &g_w, err) < 0)
 		return -1;
-	if (exec_sql(g_w, schema, err) < 0)
+	if (exec_sql(g_w, schema, err) < 0 || migrate_lifecycle(err) < 0)
 		return wr_err_wrap(err, "database %s: schema", path);
 	if (exec_sql(g_w, "PRAGMA wal_autocheckpoint=0", err) < 0 ||
 	    open_conn(path, true, &g_ck, err) < 0)
@@ -208,7 +245,7 @@ static void reader_put(sqlite3 *db)
 
 /* The writer's statements, prepared once (each SQL text is a literal:
  * the pointer is the key). Under g_wlock. */
-#define NSTMT 16
+#define NSTMT 32
 static struct {
 	const char *sql;
 	sqlite3_stmt *st;
@@ -323,6 +360,45 @@ int wrd_db_set_expires(const char *id, int64_t expires_ms, wr_err *err)
 			  "update sandbox expiry", err, bind_upd, &u, true);
 }
 
+struct pause_upd {
+	const char *id, *reason;
+	int64_t paused_ms, remaining_ms;
+};
+
+static void bind_pause(sqlite3_stmt *st, const void *ctx)
+{
+	const struct pause_upd *u = ctx;
+	sqlite3_bind_text(st, 1, u->id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, u->paused_ms);
+	sqlite3_bind_int64(st, 3, u->remaining_ms);
+	sqlite3_bind_text(st, 4, u->reason, -1, SQLITE_STATIC);
+}
+
+int wrd_db_set_paused(const char *id, int64_t paused_ms, int64_t remaining_ms, const char *reason,
+		      wr_err *err)
+{
+	struct pause_upd u = {id, reason, paused_ms, remaining_ms};
+	return write_stmt(
+	    "UPDATE sandboxes SET state = 'paused', paused_ms = ?2, remaining_ms = ?3,"
+	    " pause_reason = ?4 WHERE id = ?1",
+	    "pause sandbox", err, bind_pause, &u, true);
+}
+
+int wrd_db_set_resumed(const char *id, int64_t expires_ms, wr_err *err)
+{
+	struct upd u = {.id = id, .a = expires_ms};
+	return write_stmt("UPDATE sandboxes SET state = 'running', expires_ms = ?2, paused_ms = 0,"
+			  " remaining_ms = 0, pause_reason = '' WHERE id = ?1",
+			  "resume sandbox", err, bind_upd, &u, true);
+}
+
+int wrd_db_set_remaining(const char *id, int64_t remaining_ms, wr_err *err)
+{
+	struct upd u = {.id = id, .a = remaining_ms};
+	return write_stmt("UPDATE sandboxes SET remaining_ms = ?2 WHERE id = ?1",
+			  "update sandbox lifetime", err, bind_upd, &u, true);
+}
+
 static void bind_id(sqlite3_stmt *st, const void *ctx)
 {
 	sqlite3_bind_text(st, 1, ctx, -1, SQLITE_STATIC);
@@ -414,7 +490,9 @@ out:
 	return r;
 }
 
-#define COLS "id, tenant, tier, image, image_path, state, created_ms, expires_ms, init_pid, spec"
+#define COLS                                                                                       \
+	"id, tenant, tier, image, image_path, state, created_ms, expires_ms, init_pid, spec,"      \
+	" paused_ms, remaining_ms, pause_reason"
 
 static char *col_dup(sqlite3_stmt *st, int i)
 {
@@ -439,6 +517,10 @@ static int row_record(sqlite3_stmt *st, struct wrd_record *r)
 	r->init_pid = (pid_t)sqlite3_column_int64(st, 8);
 	const unsigned char *spec = sqlite3_column_text(st, 9);
 	r->spec = spec ? json_loads((const char *)spec, 0, NULL) : NULL;
+	r->paused_ms = sqlite3_column_int64(st, 10);
+	r->remaining_ms = sqlite3_column_int64(st, 11);
+	const unsigned char *why = sqlite3_column_text(st, 12);
+	snprintf(r->pause_reason, sizeof(r->pause_reason), "%s", why ? (const char *)why : "");
 	if (!r->tenant || !r->tier || !r->image || !r->image_path || !r->spec) {
 		wrd_record_clear(r);
 		return -ENOMEM;
@@ -546,7 +628,7 @@ int wrd_db_each_active(int (*cb)(struct wrd_record *r, void *ctx), void *ctx, wr
 	struct wrd_record *recs = NULL;
 	if (sqlite3_prepare_v2(g_w,
 			       "SELECT " COLS " FROM sandboxes WHERE state IN ('creating', "
-			       "'running') ORDER BY created_ms, id",
+			       "'running', 'paused') ORDER BY created_ms, id",
 			       -1, &st, NULL) != SQLITE_OK) {
 		r = db_fail(g_w, err, "load sandboxes");
 		goto out;
@@ -791,6 +873,53 @@ int64_t wrd_db_last_event_seq(const char *sandbox_id)
 	sqlite3_finalize(st);
 	reader_put(db);
 	return seq;
+}
+
+/* ---- other modules' tables ---------------------------------------------- */
+
+int wrd_db_exec(const char *sql, wr_err *err)
+{
+	pthread_mutex_lock(&g_wlock);
+	int r = exec_sql(g_w, sql, err);
+	pthread_mutex_unlock(&g_wlock);
+	return r;
+}
+
+static void bind_none(sqlite3_stmt *st, const void *ctx)
+{
+	(void)st;
+	(void)ctx;
+}
+
+int wrd_db_write(const char *sql, const char *what, void (*bind)(sqlite3_stmt *st, const void *ctx),
+		 const void *ctx, wr_err *err)
+{
+	return write_stmt(sql, what, err, bind ? bind : bind_none, ctx, false);
+}
+
+int wrd_db_read(const char *sql, const char *what, void (*bind)(sqlite3_stmt *st, const void *ctx),
+		const void *bctx, int (*row)(sqlite3_stmt *st, void *ctx), void *rctx, wr_err *err)
+{
+	sqlite3 *db = reader_get(err);
+	if (db == NULL)
+		return -EIO;
+	sqlite3_stmt *st = NULL;
+	int r = 0, rc = SQLITE_DONE;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		r = db_fail(db, err, what);
+		goto out;
+	}
+	if (bind)
+		bind(st, bctx);
+	while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW)
+		if (row)
+			r = row(st, rctx);
+	if (r == 0 && rc != SQLITE_DONE)
+		r = db_fail(db, err, what);
+out:
+	sqlite3_finalize(st);
+	reader_put(db);
+	return r;
 }
 
 void wrd_db_close(void)

@@ -19,7 +19,16 @@
 
 #include "common/error.h"
 
-enum wrd_state { WRD_CREATING, WRD_RUNNING, WRD_KILLED, WRD_TIMED_OUT, WRD_FAILED, WRD_NSTATES };
+/* paused: frozen (manager.c, lifecycle); its lifetime clock stops. */
+enum wrd_state {
+	WRD_CREATING,
+	WRD_RUNNING,
+	WRD_KILLED,
+	WRD_TIMED_OUT,
+	WRD_FAILED,
+	WRD_PAUSED,
+	WRD_NSTATES
+};
 const char *wrd_state_name(enum wrd_state s);
 int wrd_state_parse(const char *s); /* -1 if unknown */
 
@@ -34,6 +43,11 @@ struct wrd_record {
 	enum wrd_state state;
 	int64_t created_ms, expires_ms;
 	pid_t init_pid;
+	/* paused: since when, the lifetime left when it paused (the clock
+	 * stops; expires_ms is then meaningless), and why ("request", "idle",
+	 * "lease", "timeout"). Zero/empty while running. */
+	int64_t paused_ms, remaining_ms;
+	char pause_reason[16];
 	/* cpu, memory_mb, disk_mb, pids, user, workdir, env, labels, timeout,
 	 * idle_timeout, on_timeout: every field normalised (defaults filled) */
 	json_t *spec;
@@ -48,6 +62,13 @@ void wrd_db_close(void);
 int wrd_db_insert(const struct wrd_record *r, wr_err *err);
 int wrd_db_set_state(const char *id, enum wrd_state st, wr_err *err);
 int wrd_db_set_expires(const char *id, int64_t expires_ms, wr_err *err);
+/* running -> paused (one commit: state, when, lifetime left, why) and
+ * paused -> running (state and the new expiry). */
+int wrd_db_set_paused(const char *id, int64_t paused_ms, int64_t remaining_ms, const char *reason,
+		      wr_err *err);
+int wrd_db_set_resumed(const char *id, int64_t expires_ms, wr_err *err);
+/* A paused sandbox's lifetime left (set-timeout while paused). */
+int wrd_db_set_remaining(const char *id, int64_t remaining_ms, wr_err *err);
 int wrd_db_delete(const char *id, wr_err *err);
 /* ENOENT when there is no such record. */
 int wrd_db_get(const char *id, struct wrd_record *out, wr_err *err);
@@ -65,7 +86,7 @@ struct wrd_list_query {
 /* Appends sandbox objects to `out`; *more says another page exists. */
 int wrd_db_list(const struct wrd_list_query *q, json_t *out, bool *more, int64_t *last_ms,
 		char last_id[17], wr_err *err);
-/* Records in state creating or running (daemon start). */
+/* Records in state creating, running or paused (daemon start). */
 int wrd_db_each_active(int (*cb)(struct wrd_record *r, void *ctx), void *ctx, wr_err *err);
 /* (tier, state, count) rows, for /metrics. */
 int wrd_db_count_states(void (*cb)(const char *tier, const char *state, int64_t n, void *ctx),
@@ -94,5 +115,17 @@ void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t
 int wrd_db_flush_events(wr_err *err);
 int wrd_db_events(const char *sandbox_id, int64_t since, int limit, json_t *out, wr_err *err);
 int64_t wrd_db_last_event_seq(const char *sandbox_id);
+
+/* For modules with tables of their own (lease.c): statements on the
+ * writer connection (serialised with every other write) and reads on a
+ * reader connection. bind and row may be NULL. */
+struct sqlite3_stmt;
+int wrd_db_exec(const char *sql, wr_err *err);
+int wrd_db_write(const char *sql, const char *what,
+		 void (*bind)(struct sqlite3_stmt *st, const void *ctx), const void *ctx,
+		 wr_err *err);
+int wrd_db_read(const char *sql, const char *what,
+		void (*bind)(struct sqlite3_stmt *st, const void *ctx), const void *bctx,
+		int (*row)(struct sqlite3_stmt *st, void *ctx), void *rctx, wr_err *err);
 
 #endif

@@ -126,7 +126,9 @@ uint64_t wrd_mgr_upload_limit(const char *tenant, const char *id)
 	uint64_t lim = 0;
 	pthread_rwlock_rdlock(&g_tlock);
 	struct wrd_sbx *s = find_locked(id);
-	if (s && strcmp(s->rec.tenant, tenant) == 0 && s->state == WRD_RUNNING)
+	/* a paused sandbox too: the write resumes it (lifecycle.c) */
+	if (s && strcmp(s->rec.tenant, tenant) == 0 &&
+	    (s->state == WRD_RUNNING || s->state == WRD_PAUSED))
 		lim = s->disk_bytes;
 	pthread_rwlock_unlock(&g_tlock);
 	return lim;
@@ -184,6 +186,7 @@ void wrd_mgr_put(struct wrd_sbx *sb)
 int wrd_sbx_begin(struct wrd_sbx *sb)
 {
 	pthread_mutex_lock(&sb->lock);
+	wrd_sbx_wait_transition(sb);
 	int r = -ESRCH;
 	if (sb->state == WRD_RUNNING) {
 		sb->busy++;
@@ -347,7 +350,8 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 		 void *ctx, wr_err *err)
 {
 	pthread_mutex_lock(&sb->lock);
-	if (sb->state != WRD_RUNNING) {
+	wrd_sbx_wait_transition(sb); /* a pause or resume finishes first */
+	if (sb->state != WRD_RUNNING && sb->state != WRD_PAUSED) {
 		enum wrd_state st = sb->state;
 		pthread_mutex_unlock(&sb->lock);
 		json_decref(detail);
@@ -396,6 +400,15 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err)
 {
 	pthread_mutex_lock(&sb->lock);
+	wrd_sbx_wait_transition(sb);
+	if (sb->state == WRD_PAUSED) {
+		/* the clock stands still: the lifetime left when it resumes */
+		int r = wrd_db_set_remaining(sb->rec.id, seconds * 1000, err);
+		if (r == 0)
+			sb->rec.remaining_ms = seconds * 1000;
+		pthread_mutex_unlock(&sb->lock);
+		return r;
+	}
 	if (sb->state != WRD_RUNNING) {
 		enum wrd_state st = sb->state;
 		pthread_mutex_unlock(&sb->lock);

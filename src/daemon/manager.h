@@ -2,9 +2,19 @@
  * machine, lifetimes, and recovery after a restart.
  *
  *   creating --tier create ok--> running --DELETE--------> killed
- *      |                           |------lifetime/idle--> timed_out
- *      `--tier create failed:      `------PID 1 died-----> failed
- *         record deleted
+ *      |                         ^  |------lifetime/idle--> timed_out
+ *      `--tier create failed:    |  `------PID 1 died-----> failed
+ *         record deleted         |  |
+ *                   resume, any  |  | pause (request, idle, lease,
+ *                   call needing |  v  lifetime with on_timeout=pause)
+ *                   it running  paused --DELETE / PID 1 died--> killed/failed
+ *
+ * Lifecycle (lifecycle.c): pause freezes the sandbox's cgroup and then
+ * commits state=paused with the lifetime left (its clock stops); resume
+ * thaws and then commits running with a new expiry. A pause or resume in
+ * flight is `transition`: begin, kill and other transitions wait for it
+ * (bounded by the freezer's 5 s). Recovery makes the kernel match the
+ * record (a crash between the two steps leaves the old state).
  *
  * Locking: the table has one rwlock held only for lookups/inserts/removals
  * (never across kernel work). Each sandbox has its own mutex for its state,
@@ -21,6 +31,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/error.h"
 #include "daemon/config.h"
@@ -36,7 +47,14 @@ struct wrd_sbx {
 	atomic_int refs;
 	enum wrd_state state;
 	int busy;
-	bool reaping; /* a timeout/failure kill is queued */
+	bool reaping;	  /* a timeout/failure kill is queued */
+	bool transition;  /* a pause or resume is in flight (waiters: cv) */
+	bool life_queued; /* an idle/timeout pause is queued */
+	int watchers;	  /* waits and streams on its commands: not idle */
+	/* idle detection by CPU use (lifecycle.c): the last sample of the
+	 * sandbox's CPU time and when it was taken (0: none yet) */
+	uint64_t cpu_sample_ns;
+	int64_t cpu_sample_ms, cpu_probe_ms;
 	struct wr_sandbox *tsb;
 	const struct wr_tier_ops *ops;
 	int pidfd; /* PID 1, watched by the monitor */
@@ -84,6 +102,38 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err);
 int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*dead)(void *ctx),
 		 void *ctx, wr_err *err);
 int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err);
+
+/* ---- lifecycle (lifecycle.c) --------------------------------------------- */
+/* running -> paused. reason: "request", "idle", "lease", "timeout". A
+ * paused sandbox: 0, nothing done. Not live: -ESRCH. "idle" gives up
+ * (-EBUSY) when an operation started meanwhile. */
+int wrd_mgr_pause(struct wrd_sbx *sb, const char *reason, wr_err *err);
+/* paused -> running. why: "request", "auto", "lease". A running sandbox:
+ * 0, nothing done. only_reason (may be NULL): resume only a sandbox paused
+ * for that reason (a lease resumes what it paused, no more). */
+int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason, wr_err *err);
+/* A client waits on (or streams) a command that still runs: on resumes a
+ * paused sandbox and holds idleness off until the matching off. */
+void wrd_sbx_watch(struct wrd_sbx *sb, bool on);
+/* wrd_sbx_begin, resuming a paused sandbox first (E2B's connect). */
+int wrd_sbx_begin_resume(struct wrd_sbx *sb, wr_err *err);
+/* Wait until no pause or resume is in flight; sb->lock held. */
+void wrd_sbx_wait_transition(struct wrd_sbx *sb);
+/* Monitor: the idle and lifetime policy of one running sandbox whose
+ * deadline passed (lifecycle.c decides pause, kill or not yet). Returns
+ * true when it handled it (queued a pause, or pushed the deadline). */
+bool wrd_life_idle_due(struct wrd_sbx *sb, int64_t now);
+bool wrd_life_timeout_due(struct wrd_sbx *sb, int64_t now);
+/* Recovery: make the kernel's freezer match the record's state. */
+int wrd_life_reconcile(struct wrd_sbx *sb, wr_err *err);
+/* lifecycle_usage.c: counters of pauses/resumes by reason; the usage of a
+ * live sandbox of tenant added to obj as "usage" (nothing when not live);
+ * the lifecycle's /metrics (per-sandbox requested vs used, PSI, leases). */
+void wrd_life_count(bool pause, const char *reason);
+void wrd_life_usage_json(const char *tenant, const char *id, json_t *obj);
+void wrd_life_metrics(FILE *f);
+/* The lease a sandbox was created under ("" for none). */
+const char *wrd_sbx_lease(const struct wrd_sbx *sb);
 
 /* ---- shared by manager.c and monitor.c ---------------------------------- */
 /* The create spec a record describes (env points into rec->spec). */

@@ -8,6 +8,7 @@
 
 #include "common/cleanup.h"
 #include "daemon/db.h"
+#include "daemon/manager.h"
 
 #define MAX_ROUTES 64
 
@@ -138,6 +139,7 @@ char *wrd_metrics_render(size_t *len)
 	for (size_t i = 0; i < g_nroutes; i++)
 		fprintf(f, "warren_api_requests_total{route=\"%s\"} %llu\n", g_routes[i],
 			atomic_load(&g_requests[i]));
+	wrd_life_metrics(f); /* lifecycle_usage.c: requested vs used, PSI, leases */
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

@@ -18,6 +18,7 @@
 #include "daemon/commands.h"
 #include "daemon/http.h"
 #include "daemon/jsonutil.h"
+#include "daemon/lease.h"
 #include "daemon/manager.h"
 #include "tiers/container.h"
 
@@ -83,7 +84,7 @@ static void reap_job(void *arg)
 static void reap(struct wrd_sbx *sb, enum wrd_state why, json_t *detail)
 {
 	pthread_mutex_lock(&sb->lock);
-	bool go = sb->state == WRD_RUNNING && !sb->reaping;
+	bool go = (sb->state == WRD_RUNNING || sb->state == WRD_PAUSED) && !sb->reaping;
 	if (go)
 		sb->reaping = true;
 	pthread_mutex_unlock(&sb->lock);
@@ -115,14 +116,23 @@ static int64_t scan(void)
 	for (size_t i = 0; v && i < n; i++) {
 		struct wrd_sbx *sb = v[i];
 		pthread_mutex_lock(&sb->lock);
-		bool running = sb->state == WRD_RUNNING && !sb->reaping;
+		/* paused sandboxes have no deadline: their clock stands still */
+		bool running =
+		    sb->state == WRD_RUNNING && !sb->reaping && !sb->transition && !sb->life_queued;
 		int64_t exp = sb->rec.expires_ms;
-		int64_t idle_at = sb->idle_timeout_ms > 0 && sb->busy == 0
+		int64_t idle_at = sb->idle_timeout_ms > 0 && sb->busy == 0 && sb->watchers == 0
 				      ? sb->last_active_ms + sb->idle_timeout_ms
 				      : INT64_MAX;
+		if (idle_at != INT64_MAX && sb->cpu_probe_ms > idle_at)
+			idle_at = sb->cpu_probe_ms; /* measuring its CPU use */
 		pthread_mutex_unlock(&sb->lock);
 		if (running) {
-			if (now >= exp) {
+			/* lifecycle.c: on_timeout/on_idle "pause", or CPU use */
+			if (now >= exp && wrd_life_timeout_due(sb, now)) {
+				next = 10;
+			} else if (now < exp && now >= idle_at && wrd_life_idle_due(sb, now)) {
+				next = 10;
+			} else if (now >= exp) {
 				json_t *d = json_object();
 				json_object_set_new(d, "reason", json_string("lifetime"));
 				reap(sb, WRD_TIMED_OUT, d);
@@ -139,6 +149,7 @@ static int64_t scan(void)
 		wrd_mgr_put(sb);
 	}
 	free(v);
+	next = wrd_leases_tick(now, next); /* lease.c: heartbeats, expiry */
 	return next < 10 ? 10 : next;
 }
 
@@ -258,7 +269,11 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 		return 0;
 	}
 	sb->pidfd = wr_pidfd_open(rec->init_pid, 0);
-	sb->state = sb->rec.state = WRD_RUNNING;
+	/* running or paused, as recorded; the freezer made to match */
+	sb->state = sb->rec.state = rec->state == WRD_PAUSED ? WRD_PAUSED : WRD_RUNNING;
+	_cleanup_err_ wr_err lerr = NULL;
+	if (wrd_life_reconcile(sb, &lerr) < 0)
+		wr_warn("sandbox %s: freezer: %s", rec->id, lerr->msg);
 	wrd_table_insert(sb);
 	_cleanup_err_ wr_err cerr = NULL;
 	if (wrd_cmds_adopt(sb, &cerr) < 0)
@@ -282,6 +297,9 @@ int wrd_mgr_recover(wr_err *err)
 	struct recover_stats st = {0};
 	if (wrd_db_each_active(recover_one, &st, err) < 0)
 		return wr_err_wrap(err, "recover sandboxes");
+	/* leases after the sandboxes: each is then made to match them */
+	if (wrd_leases_load(err) < 0)
+		return wr_err_wrap(err, "recover");
 	int swept = wr_container_sweep(keep_live, NULL, err);
 	if (swept < 0)
 		return wr_err_wrap(err, "sweep leftovers");

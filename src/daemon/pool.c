@@ -75,6 +75,12 @@ int wrd_lane_submit(enum wrd_lane lane, void (*fn)(void *arg), void *arg)
 	j->fn = fn;
 	j->arg = arg;
 	pthread_mutex_lock(&l->lock);
+	if (l->tail == NULL) {
+		/* before wrd_pool_start (the monitor runs first): try later */
+		pthread_mutex_unlock(&l->lock);
+		free(j);
+		return -EAGAIN;
+	}
 	*l->tail = j;
 	l->tail = &j->next;
 	pthread_cond_signal(&l->cond);
@@ -175,7 +181,9 @@ int wrd_pool_start(const struct wrd_config *cfg, wr_err *err)
 {
 	for (int i = 0; i < WRD_NLANES; i++) {
 		struct lane *l = &g_lanes[i];
+		pthread_mutex_lock(&l->lock);
 		l->tail = &l->head;
+		pthread_mutex_unlock(&l->lock);
 		l->n = cfg->workers;
 		if ((l->threads = calloc(l->n, sizeof(*l->threads))) == NULL)
 			return wr_err_set(err, ENOMEM, "out of memory");

@@ -41,7 +41,15 @@
 #define P28 "/v1/images/{id}/push"
 #define P29 "/v1/functions/call"
 #define P30 "/v1/functions/batch"
-#define P31 "other"
+#define P31 "/v1/sandboxes/{id}/pause"
+#define P32 "/v1/sandboxes/{id}/resume"
+#define P33 "/v1/leases"
+#define P34 "/v1/leases/{id}"
+#define P35 "/v1/leases/{id}/heartbeat"
+#define P36 "/v1/leases/{id}/suspend"
+#define P37 "/v1/leases/{id}/resume"
+#define P38 "/v1/leases/{id}/release"
+#define P39 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -75,7 +83,15 @@ const char *const wrd_route_labels[] = {
     P28, /* 28 */
     P29, /* 29 */
     P30, /* 30 */
-    P31, /* 31: no route */
+    P31, /* 31 */
+    P32, /* 32 */
+    P33, /* 33 */
+    P34, /* 34 */
+    P35, /* 35 */
+    P36, /* 36 */
+    P37, /* 37 */
+    P38, /* 38 */
+    P39, /* 39: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -129,5 +145,16 @@ const struct wrd_route wrd_routes[] = {
     /* functions (api_functions.c) */
     R("POST", 29, WRD_BODY_JSON, WRD_LONG, wrd_api_fn_call),
     R("POST", 30, WRD_BODY_JSON, WRD_LONG, wrd_api_fn_batch),
+    /* lifecycle (api_lifecycle.c): the lease calls that wait for their
+     * sandboxes run on long threads, their work on the pool */
+    R("POST", 31, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_pause),
+    R("POST", 32, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_resume),
+    R("POST", 33, WRD_BODY_JSON, WRD_POOL, wrd_api_lease_create),
+    R("GET", 33, WRD_BODY_NONE, WRD_POOL, wrd_api_lease_list),
+    R("GET", 34, WRD_BODY_NONE, WRD_POOL, wrd_api_lease_get),
+    R("POST", 35, WRD_BODY_JSON, WRD_POOL, wrd_api_lease_heartbeat),
+    R("POST", 36, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_suspend),
+    R("POST", 37, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_resume),
+    R("POST", 38, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_release),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

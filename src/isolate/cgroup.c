@@ -588,6 +588,40 @@ int wr_cgroup_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
 	return r < 0 ? wr_err_wrap(err, "%s cgroup %s", frozen ? "freeze" : "thaw", cg->rel) : 0;
 }
 
+int wr_cgroup_frozen(struct wr_cgroup *cg, wr_err *err)
+{
+	int r = cg->v2_fd >= 0 ? wr_cg_v2_frozen(cg, err) : wr_cg_v1_frozen(cg, err);
+	return r < 0 ? wr_err_wrap(err, "freezer state of cgroup %s", cg->rel) : r;
+}
+
+int64_t wr_cgroup_idle_memory(struct wr_cgroup *cg, bool idle, wr_err *err)
+{
+	int fd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
+	if (fd >= 0) {
+		/* v1 (and hybrid, whose memory hierarchy is v1) */
+		if (wr_cg_write(fd, "memory", "memory.soft_limit_in_bytes", idle ? "0" : "-1",
+				err) < 0)
+			return wr_err_wrap(err, "cgroup %s", cg->rel);
+		return 0;
+	}
+	if (cg->root->mode != WR_CG_V2 || !(cg->root->v2_ctrls & WR_CG2_MEMORY) || cg->v2_fd < 0 ||
+	    !idle)
+		return 0;
+	uint64_t before = 0, after = 0;
+	if (wr_cg_read_u64(cg->v2_fd, "memory.current", &before) < 0 || before == 0)
+		return 0;
+	char v[32];
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)before);
+	/* EAGAIN: it could not reclaim all of it, which is the normal case */
+	int r = wr_cg_try_write(cg->v2_fd, "memory.reclaim", v);
+	if (r < 0 && r != -EAGAIN && r != -ENOENT)
+		return wr_err_set(err, -r, "cgroup %s: write memory.reclaim=%s: %s", cg->rel, v,
+				  strerror(-r));
+	if (wr_cg_read_u64(cg->v2_fd, "memory.current", &after) < 0 || after > before)
+		return 0;
+	return (int64_t)(before - after);
+}
+
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err)
 {
 	int r = cg->v2_fd >= 0 ? wr_cg_v2_nprocs(cg, err) : wr_cg_v1_nprocs(cg, err);

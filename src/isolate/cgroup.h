@@ -140,8 +140,25 @@ int wr_cgroup_procs_fds(struct wr_cgroup *cg, bool skip_v2, int *fds, int max, w
  * repeated (bounded, ~2 s) until nothing is listed, so a fork bomb cannot
  * outrun it. Returns before the processes have finished exiting on v2. */
 int wr_cgroup_kill(struct wr_cgroup *cg, wr_err *err);
-/* Freeze or thaw the subtree and wait (bounded, 5 s) until it is. */
+/* Freeze or thaw the subtree and wait (bounded, 5 s) until it is.
+ * Idempotent. v2 (and hybrid: the unified hierarchy) writes cgroup.freeze
+ * and waits on cgroup.events; v1 without unified writes freezer.state and
+ * polls it. A frozen subtree can still be killed (wr_cgroup_kill,
+ * wr_cgroup_destroy). Processes that join a frozen cgroup freeze too. */
 int wr_cgroup_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err);
+/* Whether a freeze is asked of the cgroup itself: 1 frozen or freezing
+ * (v2 cgroup.freeze = 1, v1 freezer.state FROZEN or FREEZING), 0 thawed,
+ * negative on error. After a crash in the middle of a freeze or thaw this
+ * tells what was last asked; wr_cgroup_freeze then completes either way. */
+int wr_cgroup_frozen(struct wr_cgroup *cg, wr_err *err);
+/* Memory of an idle (paused) sandbox: idle true makes its memory the
+ * first the kernel reclaims, false undoes that. v1: memory.soft_limit_in_bytes
+ * 0 (reclaimed first under global pressure) / back to unlimited. v2:
+ * memory.reclaim of what it uses now (proactive; without swap only page
+ * cache and other reclaimable pages go), nothing to undo. Returns the
+ * bytes reclaimed now (v2), 0, or negative on error; a cgroup without a
+ * memory controller: 0, nothing done. */
+int64_t wr_cgroup_idle_memory(struct wr_cgroup *cg, bool idle, wr_err *err);
 /* Number of processes in it and its descendants (0 = empty). */
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err);
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);

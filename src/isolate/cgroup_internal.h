@@ -136,6 +136,7 @@ int wr_cg_v1_kill(struct wr_cgroup *cg, wr_err *err);
  * freezing); number signalled or -errno. Destroy's last resort. */
 int wr_cg_v1_kill_listed(struct wr_cgroup *cg);
 int wr_cg_v1_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err);
+int wr_cg_v1_frozen(struct wr_cgroup *cg, wr_err *err);
 int wr_cg_v1_nprocs(struct wr_cgroup *cg, wr_err *err);
 int wr_cg_v1_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);
 
@@ -145,6 +146,7 @@ int wr_cg_v2_delegate(int dfd, const char *path, unsigned want, unsigned *enable
 int wr_cg_v2_set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, wr_err *err);
 int wr_cg_v2_kill(struct wr_cgroup *cg, wr_err *err);
 int wr_cg_v2_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err);
+int wr_cg_v2_frozen(struct wr_cgroup *cg, wr_err *err);
 int wr_cg_v2_nprocs(struct wr_cgroup *cg, wr_err *err);
 int wr_cg_v2_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);
 /* Wait (bounded) until cgroup.events of dfd shows "key want"; 0, -ETIMEDOUT

@@ -174,6 +174,20 @@ int wr_cg_v1_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
 	return 0;
 }
 
+int wr_cg_v1_frozen(struct wr_cgroup *cg, wr_err *err)
+{
+	int fd = need_fd(cg, WR_CG_FREEZER, err);
+	if (fd < 0)
+		return fd;
+	char buf[32];
+	ssize_t n = wr_cg_read(fd, "freezer.state", buf, sizeof(buf));
+	if (n < 0)
+		return wr_err_set(err, (int)-n, "cgroup %s: read freezer.state: %s",
+				  label_of(cg, WR_CG_FREEZER), strerror((int)-n));
+	/* FREEZING: asked, not complete (a task was busy in the kernel) */
+	return strncmp(buf, "THAWED", 6) == 0 ? 0 : 1;
+}
+
 /* ---- kill ------------------------------------------------------------- */
 
 static int sigkill_pid(pid_t pid, void *ctx)

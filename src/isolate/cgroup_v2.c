@@ -162,6 +162,7 @@ int wr_cg_v2_wait_event(int dfd, const char *key, uint64_t want, unsigned timeou
 	if (fd < 0)
 		return -errno;
 	uint64_t deadline = wr_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t step_ns = 50000; /* growing: 50 us .. 10 ms */
 	for (;;) {
 		char buf[256];
 		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
@@ -179,12 +180,18 @@ int wr_cg_v2_wait_event(int dfd, const char *key, uint64_t want, unsigned timeou
 		uint64_t now = wr_now_ns();
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		/* kernfs signals a change of cgroup.events with POLLPRI; the cap
-		 * on each wait guards against a change between read and poll. */
-		uint64_t left_ms = (deadline - now) / 1000000ull + 1;
+		/* kernfs signals a change of cgroup.events with POLLPRI, but at
+		 * most once per 10 ms per cgroup (CGROUP_FILE_NOTIFY_MIN_INTV): a
+		 * freeze right after a thaw would wait that long for its
+		 * notification. So the wait is also capped, short at first and
+		 * growing, which also covers a change between read and poll. */
+		uint64_t left = deadline - now, wait = left < step_ns ? left : step_ns;
+		struct timespec ts = {(time_t)(wait / 1000000000ull), (long)(wait % 1000000000ull)};
 		struct pollfd pfd = {.fd = fd, .events = POLLPRI};
-		if (poll(&pfd, 1, left_ms < 10 ? (int)left_ms : 10) < 0 && errno != EINTR)
+		if (ppoll(&pfd, 1, &ts, NULL) < 0 && errno != EINTR)
 			return -errno;
+		if (step_ns < 10000000)
+			step_ns *= 2;
 	}
 }
 
@@ -258,6 +265,17 @@ int wr_cg_v2_freeze(struct wr_cgroup *cg, bool frozen, wr_err *err)
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup v2: read cgroup.events: %s", strerror(-r));
 	return 0;
+}
+
+int wr_cg_v2_frozen(struct wr_cgroup *cg, wr_err *err)
+{
+	/* cgroup.freeze is what was asked; cgroup.events "frozen" only says
+	 * whether it is complete */
+	uint64_t v;
+	int r = wr_cg_read_u64(cg->v2_fd, "cgroup.freeze", &v);
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup v2: read cgroup.freeze: %s", strerror(-r));
+	return v != 0;
 }
 
 static int count_dir(int dfd, void *ctx)

@@ -1059,5 +1059,8 @@ const struct wr_tier_ops wr_container_tier = {
     .exec = wr_container_exec,
     .fs = wr_container_fs,
     .kill = wr_container_kill,
+    .freeze = wr_container_freeze,
+    .frozen = wr_container_frozen,
+    .usage = wr_container_usage,
     .destroy = wr_container_destroy,
 };

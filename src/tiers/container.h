@@ -23,6 +23,11 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);
 int wr_container_kill(struct wr_sandbox *sb, wr_err *err);
 int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
+/* Pause/resume: the cgroup freezer on the sandbox cgroup (PID 1, every
+ * command and its leaves); see wr_cgroup_freeze. */
+int wr_container_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err);
+int wr_container_frozen(struct wr_sandbox *sb, wr_err *err);
+int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process
  * created (its record says id, PID 1's host pid and the spec it was created

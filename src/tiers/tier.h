@@ -131,6 +131,15 @@ struct wr_tier_ops {
 	/* Borrowed view for file operations. */
 	int (*fs)(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err);
 	int (*kill)(struct wr_sandbox *sb, wr_err *err);
+	/* Pause (frozen) or resume every process of the sandbox, running
+	 * commands included; idempotent, bounded (5 s). A paused sandbox can
+	 * still be killed and destroyed. NULL: the tier cannot pause. */
+	int (*freeze)(struct wr_sandbox *sb, bool frozen, wr_err *err);
+	/* 1 when a pause is asked of the sandbox (also one a crash cut short),
+	 * 0 when not, negative on error. */
+	int (*frozen)(struct wr_sandbox *sb, wr_err *err);
+	/* CPU time and memory of the whole sandbox (its cgroup). */
+	int (*usage)(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
 	/* Kill everything, release every resource, free sb. */
 	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
 };

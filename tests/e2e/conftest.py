@@ -281,9 +281,11 @@ class Daemon:
         """Kill every running sandbox of every tenant through the API."""
         for c in [self.client()] + [self.client(t) for t in self.tokens]:
             while True:
-                r = c.get("/v1/sandboxes?state=running&limit=1000")
-                assert r.status == 200, r
-                ids = [s["id"] for s in r.json()["sandboxes"]]
+                ids = []
+                for state in ("running", "paused"):
+                    r = c.get(f"/v1/sandboxes?state={state}&limit=1000")
+                    assert r.status == 200, r
+                    ids += [s["id"] for s in r.json()["sandboxes"]]
                 if not ids:
                     break
                 for sid in ids:

@@ -40,7 +40,9 @@ def test_create_get_kill(api):
     assert abs(life - 3600) < 0.01
     assert "env" not in sb  # may hold secrets: never echoed
     sid = sb["id"]
-    assert api.get(f"/v1/sandboxes/{sid}").json() == sb
+    got = api.get(f"/v1/sandboxes/{sid}").json()
+    assert "cpu_s" in got.pop("usage")  # GET of a live sandbox adds its usage
+    assert got == sb
     # the spec is in force inside
     out = api.run(sid, "id -u; pwd; echo $GREETING; cat /sys/fs/cgroup/pids.max 2>/dev/null"
                   " || true")
@@ -142,7 +144,8 @@ def test_lifetime_enforced_by_the_daemon(api):
 
 
 def test_idle_timeout(api):
-    sid = api.create(idle_timeout=2, timeout=600)
+    # on_idle "kill" (the default pauses: test_lifecycle.py)
+    sid = api.create(idle_timeout=2, timeout=600, on_idle="kill")
     # activity keeps it alive past its idle timeout
     for _ in range(4):
         time.sleep(0.8)

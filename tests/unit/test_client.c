@@ -697,17 +697,115 @@ static void test_command_wait(void **state)
 	free(a3);
 }
 
+/* Lifecycle: pause and resume requests and the paused fields; leases:
+ * create body, every call's route, parsing, and an invalid id refused
+ * before any request. */
+#define PAUSED_JSON                                                                                \
+	"{\"id\":\"5f0c2d7a9b1e4c3d\",\"state\":\"paused\",\"expires_at\":null,"                   \
+	"\"pause_reason\":\"idle\",\"timeout_remaining\":12.5,\"on_idle\":\"pause\","              \
+	"\"lease\":\"job-42\",\"usage\":{\"cpu_s\":1.5,\"memory_bytes\":4096,"                     \
+	"\"memory_peak_bytes\":8192,\"pids\":2}}"
+#define LEASE_JSON                                                                                 \
+	"{\"id\":\"job-42\",\"state\":\"suspended\",\"suspend_reason\":\"heartbeat\","             \
+	"\"grace_s\":1.5,\"expire_s\":60,\"on_expire\":\"pause\",\"sandboxes\":3,"                 \
+	"\"suspends_at\":null,\"expires_at\":\"2026-12-02T14:50:00.123Z\"}"
+
+static void test_pause_resume(void **state)
+{
+	(void)state;
+	char *a = answer("200 OK", SANDBOX_JSON), *b = answer("200 OK", PAUSED_JSON),
+	     *c = answer("200 OK", SANDBOX_JSON);
+	struct fake *f = fake_start(3, a, b, c);
+	warren_sandbox *sb = connect_sb(f);
+	warren_sandbox_info *in = NULL;
+	warren_error *err = NULL;
+	assert_int_equal(warren_sandbox_pause(sb, &in, &err), 0);
+	assert_string_equal(in->state, "paused");
+	assert_string_equal(in->pause_reason, "idle");
+	assert_string_equal(in->lease, "job-42");
+	assert_null(in->expires_at);
+	assert_true(in->timeout_remaining > 12.4 && in->timeout_remaining < 12.6);
+	assert_true(in->has_usage && in->usage_memory_peak_bytes == 8192 && in->usage_pids == 2);
+	warren_sandbox_info_free(in);
+	assert_int_equal(warren_sandbox_resume(sb, 600, NULL, &err), 0);
+	fake_join(f);
+	assert_non_null(strstr(f->ex[1].request, "POST /v1/sandboxes/5f0c2d7a9b1e4c3d/pause "));
+	assert_non_null(strstr(f->ex[2].request, "POST /v1/sandboxes/5f0c2d7a9b1e4c3d/resume "));
+	assert_non_null(strstr(f->ex[2].body, "\"timeout\":600"));
+	fake_stop(f);
+	warren_sandbox_free(sb);
+	free(a);
+	free(b);
+	free(c);
+}
+
+static void test_leases(void **state)
+{
+	(void)state;
+	char *a = answer("201 Created", LEASE_JSON), *b = answer("200 OK", LEASE_JSON),
+	     *c = answer("200 OK", LEASE_JSON),
+	     *d = answer("409 Conflict", "{\"error\":{\"code\":\"conflict\",\"message\":"
+					 "\"lease job-42 is released\"}}");
+	struct fake *f = fake_start(4, a, b, c, d);
+	warren_lease_opts o = WARREN_LEASE_OPTS_INIT;
+	o.id = "job-42";
+	o.grace_s = 1.5;
+	o.on_expire = "pause";
+	warren_lease_info *l = NULL;
+	warren_error *err = NULL;
+	assert_int_equal(warren_lease_create(f->cl, &o, &l, &err), 0);
+	assert_string_equal(l->state, "suspended");
+	assert_string_equal(l->suspend_reason, "heartbeat");
+	assert_int_equal(l->sandboxes, 3);
+	assert_null(l->suspends_at);
+	assert_true(l->grace_s > 1.49 && l->grace_s < 1.51);
+	warren_lease_info_free(l);
+	assert_int_equal(warren_lease_heartbeat(f->cl, "job-42", NULL, &err), 0);
+	assert_int_equal(warren_lease_release(f->cl, "job-42", true, NULL, &err), 0);
+	assert_true(warren_lease_suspend(f->cl, "job-42", NULL, &err) < 0);
+	assert_string_equal(warren_error_code(err), "conflict");
+	warren_error_free(err);
+	err = NULL;
+	fake_join(f);
+	assert_non_null(strstr(f->ex[0].request, "POST /v1/leases "));
+	assert_non_null(strstr(f->ex[0].body, "\"id\":\"job-42\""));
+	assert_non_null(strstr(f->ex[0].body, "\"on_expire\":\"pause\""));
+	assert_null(strstr(f->ex[0].body, "expire_s")); /* unset: the default */
+	assert_non_null(strstr(f->ex[1].request, "POST /v1/leases/job-42/heartbeat "));
+	assert_non_null(strstr(f->ex[2].request, "POST /v1/leases/job-42/release "));
+	assert_non_null(strstr(f->ex[2].body, "\"sandboxes\":\"keep\""));
+	assert_non_null(strstr(f->ex[3].request, "POST /v1/leases/job-42/suspend "));
+	/* a bad id never reaches the daemon */
+	assert_true(warren_lease_get(f->cl, "a/b", &l, &err) < 0);
+	assert_string_equal(warren_error_field(err), "id");
+	warren_error_free(err);
+	fake_stop(f);
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_create_and_info),    cmocka_unit_test(test_create_request_body),
-	    cmocka_unit_test(test_create_needs_image), cmocka_unit_test(test_api_error_not_found),
-	    cmocka_unit_test(test_api_error_field),    cmocka_unit_test(test_error_without_json),
-	    cmocka_unit_test(test_protocol_error),     cmocka_unit_test(test_transport_error),
-	    cmocka_unit_test(test_bad_ids_and_urls),   cmocka_unit_test(test_exec_result),
-	    cmocka_unit_test(test_exec_stream),	       cmocka_unit_test(test_exec_stream_errors),
-	    cmocka_unit_test(test_list_pages),	       cmocka_unit_test(test_files),
+	    cmocka_unit_test(test_create_and_info),
+	    cmocka_unit_test(test_create_request_body),
+	    cmocka_unit_test(test_create_needs_image),
+	    cmocka_unit_test(test_api_error_not_found),
+	    cmocka_unit_test(test_api_error_field),
+	    cmocka_unit_test(test_error_without_json),
+	    cmocka_unit_test(test_protocol_error),
+	    cmocka_unit_test(test_transport_error),
+	    cmocka_unit_test(test_bad_ids_and_urls),
+	    cmocka_unit_test(test_exec_result),
+	    cmocka_unit_test(test_exec_stream),
+	    cmocka_unit_test(test_exec_stream_errors),
+	    cmocka_unit_test(test_list_pages),
+	    cmocka_unit_test(test_files),
 	    cmocka_unit_test(test_command_wait),
+	    cmocka_unit_test(test_pause_resume),
+	    cmocka_unit_test(test_leases),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

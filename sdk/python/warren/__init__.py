@@ -33,6 +33,7 @@ from .models import (CommandInfo, CommandResult, EntryInfo, Event, FileType,  # 
 from . import images  # noqa: E402
 from . import registry  # noqa: E402
 from .images import AsyncImages, ImageInfo, Images  # noqa: E402
+from .lease import AsyncLease, Lease, LeaseInfo  # noqa: E402
 from .pty import AsyncPty, AsyncPtyHandle, Pty, PtyHandle  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
@@ -41,7 +42,7 @@ from . import functions  # noqa: E402
 
 __all__ = [
     "__version__", "functions",
-    "Sandbox", "AsyncSandbox",
+    "Sandbox", "AsyncSandbox", "Lease", "AsyncLease", "LeaseInfo",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
     "Pty", "AsyncPty", "PtyHandle", "AsyncPtyHandle",

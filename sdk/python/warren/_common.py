@@ -38,7 +38,8 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 labels: Optional[Mapping[str, str]], timeout: Optional[int],
                 idle_timeout: Optional[int], on_timeout: Optional[str],
                 layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
-                registry_auth: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+                registry_auth: Optional[Mapping[str, str]] = None,
+                on_idle: Optional[str] = None, lease: Any = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -53,6 +54,9 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         "timeout": timeout, "idle_timeout": idle_timeout, "on_timeout": on_timeout,
         "layers": layers_value(layers), "pull": pull,
         "registry_auth": dict(registry_auth) if registry_auth is not None else None,
+        "on_idle": on_idle,
+        # a lease id, or a Lease / AsyncLease object
+        "lease": getattr(lease, "lease_id", lease),
     })
 
 

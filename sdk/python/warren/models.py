@@ -52,6 +52,15 @@ class SandboxInfo:
     labels: Dict[str, str] = field(default_factory=dict)
     idle_timeout: Optional[int] = None
     on_timeout: Optional[str] = None
+    on_idle: Optional[str] = None
+    lease: Optional[str] = None
+    #: paused: why (``request``, ``idle``, ``lease``, ``timeout``), since
+    #: when, and the seconds of lifetime left (the clock stops while paused)
+    pause_reason: Optional[str] = None
+    paused_at: Optional[datetime] = None
+    timeout_remaining: Optional[float] = None
+    #: a live sandbox's use: cpu_s, memory_bytes, memory_peak_bytes, pids
+    usage: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -65,6 +74,10 @@ class SandboxInfo:
     @property
     def is_running(self) -> bool:
         return self.state == "running"
+
+    @property
+    def is_paused(self) -> bool:
+        return self.state == "paused"
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "SandboxInfo":
@@ -84,6 +97,12 @@ class SandboxInfo:
             labels=dict(d.get("labels") or {}),
             idle_timeout=d.get("idle_timeout"),
             on_timeout=d.get("on_timeout"),
+            on_idle=d.get("on_idle"),
+            lease=d.get("lease"),
+            pause_reason=d.get("pause_reason"),
+            paused_at=_dt(d.get("paused_at")),
+            timeout_remaining=d.get("timeout_remaining"),
+            usage=d.get("usage"),
             raw=d,
         )
 

@@ -486,7 +486,8 @@ class Sandbox:
                api_key: Optional[str] = None,
                request_timeout: Optional[float] = None,
                layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
-               registry_auth: Optional[Mapping[str, str]] = None) -> "Sandbox":
+               registry_auth: Optional[Mapping[str, str]] = None,
+               on_idle: Optional[str] = None, lease: Any = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
@@ -507,8 +508,12 @@ class Sandbox:
             user: default numeric uid.
             labels (alias ``metadata``): up to 64 string pairs, filterable in :meth:`list`.
             timeout: seconds of total lifetime (default 300), then killed.
-            idle_timeout: seconds without API activity before it is killed (0 = off).
-            on_timeout: ``"kill"``.
+            idle_timeout: seconds without API activity or CPU use (0 = off), then
+                ``on_idle`` applies: ``"pause"`` (default) or ``"kill"``.
+            on_timeout: at the end of the lifetime: ``"kill"`` (default) or
+                ``"pause"`` (a later resume gives it a fresh lifetime).
+            lease: a lease id or :class:`warren.Lease`: the sandbox is paused
+                when the lease's heartbeats stop and resumed when they come back.
         Raises:
             InvalidArgumentError: a value is out of range (``.field`` names it).
             ResourceExhaustedError: the node is full.
@@ -519,7 +524,8 @@ class Sandbox:
                            disk_mb=disk_mb, pids=pids, envs=envs, cwd=cwd, user=user,
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
-                           layers=layers, pull=pull, registry_auth=registry_auth)
+                           layers=layers, pull=pull, registry_auth=registry_auth,
+                           on_idle=on_idle, lease=lease)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -605,6 +611,30 @@ class Sandbox:
             self._http.request("DELETE", f"/sandboxes/{seg(self._id)}")
             return True
         except (ConflictError, NotFoundError):
+            return False
+
+    def pause(self) -> SandboxInfo:
+        """Freeze every process of the sandbox (memory and files kept; its
+        lifetime stops counting). Any call that needs it running (commands,
+        files, pty) resumes it, so :meth:`resume` is optional."""
+        self._info = SandboxInfo.from_json(self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/pause"))
+        return self._info
+
+    def resume(self, timeout: Optional[int] = None) -> SandboxInfo:
+        """Thaw a paused sandbox (a running one: nothing happens). With
+        ``timeout``, its lifetime becomes ``timeout`` seconds from now;
+        otherwise it has what it had left when paused."""
+        body = {"timeout": timeout} if timeout is not None else None
+        self._info = SandboxInfo.from_json(self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/resume", json=body))
+        return self._info
+
+    def is_paused(self) -> bool:
+        """True while the sandbox is paused."""
+        try:
+            return self.get_info().state == "paused"
+        except NotFoundError:
             return False
 
     def set_timeout(self, timeout: int) -> SandboxInfo:

@@ -434,7 +434,8 @@ class AsyncSandbox:
                      base_url: Optional[str] = None, api_key: Optional[str] = None,
                      request_timeout: Optional[float] = None,
                      layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
-                     registry_auth: Optional[Mapping[str, str]] = None) -> "AsyncSandbox":
+                     registry_auth: Optional[Mapping[str, str]] = None,
+                     on_idle: Optional[str] = None, lease: Any = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
@@ -442,7 +443,8 @@ class AsyncSandbox:
                            disk_mb=disk_mb, pids=pids, envs=envs, cwd=cwd, user=user,
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
-                           layers=layers, pull=pull, registry_auth=registry_auth)
+                           layers=layers, pull=pull, registry_auth=registry_auth,
+                           on_idle=on_idle, lease=lease)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -515,6 +517,25 @@ class AsyncSandbox:
             await self._http.request("DELETE", f"/sandboxes/{seg(self._id)}")
             return True
         except (ConflictError, NotFoundError):
+            return False
+
+    async def pause(self) -> SandboxInfo:
+        """Freeze the sandbox; see :meth:`warren.Sandbox.pause`."""
+        self._info = SandboxInfo.from_json(await self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/pause"))
+        return self._info
+
+    async def resume(self, timeout: Optional[int] = None) -> SandboxInfo:
+        """Thaw the sandbox; see :meth:`warren.Sandbox.resume`."""
+        body = {"timeout": timeout} if timeout is not None else None
+        self._info = SandboxInfo.from_json(await self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/resume", json=body))
+        return self._info
+
+    async def is_paused(self) -> bool:
+        try:
+            return (await self.get_info()).state == "paused"
+        except NotFoundError:
             return False
 
     async def set_timeout(self, timeout: int) -> SandboxInfo:
