@@ -75,7 +75,8 @@ int wr_lazy_register(struct wr_lazy *l, const char *digest, uint64_t size, const
 struct wr_lazy_stats {
 	uint64_t bytes_fetched;	    /* from registries, since lazyfs started */
 	uint64_t fetches;	    /* chunk fetches (Range requests that succeeded) */
-	uint64_t fetch_errors;	    /* chunk fetches that failed */
+	uint64_t fetch_errors;	    /* chunk fetches that failed (verification included) */
+	uint64_t verify_errors;	    /* fetched ranges that did not match the chunk index */
 	uint64_t dedup_waits;	    /* reads that waited for a fetch already running */
 	uint64_t prefetched;	    /* chunks fetched by the background fetchers */
 	uint64_t reads, read_bytes; /* FUSE reads served */

@@ -403,6 +403,7 @@ int wr_lazy_stats(struct wr_lazy *l, const char *digest, struct wr_lazy_stats *o
 	out->bytes_fetched = u64(res, "bytes_fetched");
 	out->fetches = u64(res, "fetches");
 	out->fetch_errors = u64(res, "fetch_errors");
+	out->verify_errors = u64(res, "verify_errors");
 	out->dedup_waits = u64(res, "dedup_waits");
 	out->prefetched = u64(res, "prefetched");
 	out->reads = u64(res, "reads");
