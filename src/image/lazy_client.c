@@ -45,9 +45,11 @@ int wr_lazy_open(const struct wr_lazy_opts *o, struct wr_lazy **out, wr_err *err
 	if (o->run_dir == NULL || o->run_dir[0] != '/')
 		return wr_err_field(err, "run_dir", "run_dir: an absolute path is required");
 	uint32_t cs = o->chunk_size ? o->chunk_size : WR_LAZY_CHUNK_DEFAULT;
-	if (cs < (64u << 10) || cs > (64u << 20) || (cs & (cs - 1)) != 0)
+	if (cs < (64u << 10) || cs > (64u << 20) || (cs & (cs - 1)) != 0 ||
+	    cs % WRL_INDEX_GRAIN != 0)
 		return wr_err_field(err, "chunk_size",
-				    "chunk_size: must be a power of two in 64KiB..64MiB");
+				    "chunk_size: must be a power of two in 64KiB..64MiB (whole "
+				    "64 KiB pieces of the chunk index)");
 	struct wr_lazy *l = calloc(1, sizeof(*l));
 	if (l == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lazy_util import CountingProxy, Lazy, make_tree
+from lazy_util import CountingProxy, Lazy, lazytool, make_tree
 from registry_util import Registry, free_port, regtool
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
@@ -400,3 +400,81 @@ def test_worker_killed_while_verifying_the_next_one_commits(lazy, pushed, build,
         assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
     finally:
         lz.close()
+
+
+# ---- per-chunk verification (the chunk index) --------------------------------------
+
+
+def test_corrupted_range_gives_eio_then_recovers(lazy, pushed, proxy, registry, tmp_path):
+    """Bytes changed on the way (a registry, a proxy, the network): the read
+    that needs them fails with EIO and a clear event, the rest of the image
+    keeps working, and once the bytes are right again the same read works:
+    nothing bad was cached."""
+    tree, digest, size = pushed
+    blob = registry.blob_data(digest).read_bytes()
+    a = lazy.acquire("big:1", "sbx-1")
+    m = lazy.mount(a["path"], tmp_path / "m")
+    assert read_file(m / "lib/mod001.py") == read_file(tree / "lib/mod001.py")
+    want = read_file(tree / "data/blob042.bin")
+    at = blob.find(want[:4096])
+    assert at > 0 and blob[at:at + len(want)] == want
+    bad = at + len(want) // 2  # one byte in the middle of that file
+    proxy.corrupt(digest, bad, bad + 1)
+    with pytest.raises(OSError) as e:
+        read_file(m / "data/blob042.bin")
+    assert e.value.errno == 5, e.value  # EIO
+    # The lazyfs file itself: the chunk holding that byte fails, others read.
+    fd = os.open(a["path"], os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, bad - bad % 4096)
+        assert e.value.errno == 5
+        far = (bad + 20 * CHUNK) % size
+        assert os.pread(fd, 4096, far) == blob[far:far + 4096]
+    finally:
+        os.close(fd)
+    assert read_file(m / "data/blob050.bin") == read_file(tree / "data/blob050.bin")
+    assert proxy.corrupted >= 1
+    _, _, out, _ = lazy.tool("events", 0)
+    assert "chunk_verify_failed" in out and digest in out, out
+    assert "do not match the chunk index" in out, out
+    st = lazy.stats()
+    assert st["verify_errors"] >= 2 and st["fetch_errors"] >= st["verify_errors"], st
+    # Right bytes again: the same reads work (the bad chunk was not kept).
+    proxy.corrupt(None)
+    assert read_file(m / "data/blob042.bin") == want
+    fd = os.open(a["path"], os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, bad - bad % 4096) == blob[bad - bad % 4096:][:4096]
+    finally:
+        os.close(fd)
+
+
+def test_lazyfs_serves_no_blob_without_its_index(build, pushed, proxy, tmp_path):
+    """A lazily pulled record whose index is gone is not served (nothing
+    would be verified): the acquire fails with a clear error."""
+    _, digest, _ = pushed
+    store = tmp_path / "node"
+    r = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/big:1", "big:1", "lazy")
+    assert r.rc == 0 and r.kv["lazy"] == "1", r
+    index = store / "chunks" / digest.split(":")[1] / "index"
+    saved = index.read_bytes()
+    index.unlink()
+    lz = Lazy(build, store, tmp_path / "run", OPTS)
+    try:
+        rc, _, _, err = lz.tool("acquire", "big:1", "sbx-1", check=False)
+        assert rc != 0 and "no chunk index" in err, err
+        # The pull puts it back (fetched and checked again); then it serves.
+        r = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/big:1", "big:1",
+                    "lazy")
+        assert r.rc == 0 and index.read_bytes() == saved, r
+        assert lz.acquire("big:1", "sbx-1")["complete"] == "0"
+    finally:
+        lz.close()
+
+
+@pytest.mark.parametrize("cs", ["96k", "32k", "128m"])
+def test_chunk_size_must_be_whole_index_pieces(build, tmp_path, cs):
+    rc, _, _, err = lazytool(build, tmp_path / "s", tmp_path / "r", "pid",
+                             opts=["--chunk-size", cs], check=False)
+    assert rc != 0 and "chunk_size" in err and "64 KiB" in err, err
