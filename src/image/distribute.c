@@ -222,8 +222,13 @@ static int push_locked(struct wr_registry *reg, const struct wr_registry_ref *rr
 	size_t idx_len = 0;
 	if (!o->without_chunk_index) {
 		_cleanup_free_ uint8_t *idx = NULL;
-		if (wrl_index_build(fd, img->size, WRL_INDEX_GRAIN, img->digest, &idx, &idx_len,
-				    err) < 0)
+		/* 64 KiB pieces; doubled for blobs over 128 GiB, whose index
+		 * would pass WRL_INDEX_MAX_BYTES (lazyfs then fetches whole
+		 * pieces of that size). */
+		uint32_t g = o->index_grain ? o->index_grain : WRL_INDEX_GRAIN;
+		while (wrl_index_len(img->size, g) > WRL_INDEX_MAX_BYTES && g < WRL_INDEX_GRAIN_MAX)
+			g *= 2;
+		if (wrl_index_build(fd, img->size, g, img->digest, &idx, &idx_len, err) < 0)
 			return wr_err_wrap(err, "EROFS layer");
 		reg_digest_buf((const char *)idx, idx_len, idx_digest);
 		_cleanup_close_ int ifd = memfd_with("chunks", (const char *)idx, idx_len, err);

@@ -56,6 +56,7 @@ struct wr_image_push_opts {
 	size_t chunk_size;	  /* 0: monolithic uploads; else chunked PATCHes of this size */
 	const char *mount_from;	  /* a repository on the same registry to mount blobs from */
 	bool without_chunk_index; /* tests only: push as warren did before chunk indexes */
+	uint32_t index_grain;	  /* chunk index pieces; 0 = 64 KiB (other values: tests) */
 };
 
 struct wr_image_push_result {

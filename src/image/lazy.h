@@ -6,7 +6,9 @@
  * Reads fetch the chunks they touch with HTTP Range requests
  * (wr_registry_blob_range) into a chunk cache under <store>/chunks/<hex>/,
  * so a sandbox mounts the image (file-backed EROFS over that file) and
- * starts before the blob is on disk. When the last chunk arrives the whole
+ * starts before the blob is on disk. Each fetched range is checked against
+ * the blob's chunk index (lazy_index.h, saved by the lazy pull) before it
+ * is cached or served; a blob without one is not served. When the last chunk arrives the whole
  * blob is verified against its digest and committed to the store
  * (wr_image_blob_commit): later acquires get the local blob.
  *

@@ -71,7 +71,8 @@ uint64_t wrl_index_len(uint64_t size, uint32_t g)
 
 uint64_t wrl_index_max_len(uint64_t size)
 {
-	return wrl_index_len(size, WRL_INDEX_GRAIN_MIN);
+	uint64_t n = wrl_index_len(size, WRL_INDEX_GRAIN_MIN);
+	return n < WRL_INDEX_MAX_BYTES ? n : WRL_INDEX_MAX_BYTES;
 }
 
 int wrl_index_build(int fd, uint64_t size, uint32_t g, const char *blob_digest, uint8_t **out,
@@ -86,8 +87,10 @@ int wrl_index_build(int fd, uint64_t size, uint32_t g, const char *blob_digest, 
 		return wr_err_set(err, EINVAL, "chunk index: grain %" PRIu32 ", size %" PRIu64, g,
 				  size);
 	uint64_t n = (size + g - 1) / g;
-	if (n > UINT32_MAX)
-		return wr_err_set(err, EFBIG, "chunk index: %" PRIu64 " pieces", n);
+	if (wrl_index_len(size, g) > WRL_INDEX_MAX_BYTES)
+		return wr_err_set(err, EFBIG,
+				  "chunk index: %" PRIu64 " pieces, more than %llu bytes of index",
+				  n, WRL_INDEX_MAX_BYTES);
 	size_t total = (size_t)wrl_index_len(size, g);
 	_cleanup_free_ uint8_t *ix = malloc(total);
 	_cleanup_free_ uint8_t *buf = malloc(g);
@@ -168,7 +171,7 @@ int wrl_index_parse(const void *buf, size_t len, const char *blob_digest, uint64
 	if (CRYPTO_memcmp(p + 24, want, 32) != 0)
 		return wr_err_set(err, EBADMSG, "chunk index: names another blob than %s",
 				  blob_digest);
-	if (len != wrl_index_len(size, g))
+	if (len != wrl_index_len(size, g) || len > WRL_INDEX_MAX_BYTES)
 		return wr_err_set(err, EBADMSG,
 				  "chunk index: %zu bytes, %" PRIu64 " expected for grain %" PRIu32,
 				  len, wrl_index_len(size, g), g);

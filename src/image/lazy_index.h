@@ -35,6 +35,9 @@
 #define WRL_INDEX_GRAIN_MIN (4u << 10)
 #define WRL_INDEX_GRAIN_MAX (64u << 20)
 #define WRL_INDEX_HDR 56u
+/* No index is larger (a 128 GiB blob at 64 KiB pieces): a hostile manifest
+ * cannot make a pull or lazyfs hold more than this in memory. */
+#define WRL_INDEX_MAX_BYTES (64ull << 20)
 #define WRL_INDEX_MAGIC "WRNCHIDX"
 #define WRL_INDEX_VERSION 1u
 
@@ -47,7 +50,8 @@ struct wrl_index {
 
 /* Bytes of the index of a blob of size bytes at grain g. */
 uint64_t wrl_index_len(uint64_t size, uint32_t g);
-/* The largest index any grain allows for a blob of size bytes. */
+/* The largest index any grain allows for a blob of size bytes, at most
+ * WRL_INDEX_MAX_BYTES. */
 uint64_t wrl_index_max_len(uint64_t size);
 
 /* Read fd's first size bytes once: the index at grain g (*out malloc'd,

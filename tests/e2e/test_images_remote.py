@@ -307,6 +307,10 @@ def test_image_without_chunk_index_is_pulled_in_full(warrend, registry, fresh_da
         d = pulled[0]["detail"]
         assert d["lazy"] is False and d["no_chunk_index"] is True, d
         assert "no chunk index" in node.log_text()
+        # the pull route says so too
+        r = c.post("/v1/images/pull", {"ref": remote, "as": "old:2", "lazy": True})
+        assert r.status == 200, r
+        assert r.json()["pull"]["no_chunk_index"] is True and r.json()["complete"] is True
     finally:
         if sid:
             c.kill(sid)

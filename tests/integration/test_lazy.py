@@ -478,3 +478,42 @@ def test_chunk_size_must_be_whole_index_pieces(build, tmp_path, cs):
     rc, _, _, err = lazytool(build, tmp_path / "s", tmp_path / "r", "pid",
                              opts=["--chunk-size", cs], check=False)
     assert rc != 0 and "chunk_size" in err and "64 KiB" in err, err
+
+
+def test_index_with_larger_pieces_aligns_the_fetches(build, registry, tmp_path):
+    """An index of 1 MiB pieces (another tool's choice) served by a lazyfs
+    configured for 64 KiB chunks: that blob is fetched in whole 1 MiB
+    pieces, every one verified."""
+    tree = make_tree(tmp_path / "tree", big_files=6, small_files=20, seed=7)
+    r = regtool(build, "import", tmp_path / "a", tree, "g:1")
+    assert r.rc == 0, r
+    remote = f"{registry.host}/lazy/grain:1"
+    env = dict(os.environ, WR_PUSH_INDEX_GRAIN=str(1 << 20))
+    p = subprocess.run([str(build / "tests/wr-regtool"), "--insecure", "push", str(tmp_path / "a"),
+                        "g:1", remote], capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    digest = r.kv["digest"]
+    raw = registry.blob_data(
+        [ln.split("=", 1)[1] for ln in p.stdout.decode().splitlines()
+         if ln.startswith("index=")][0]).read_bytes()
+    assert int.from_bytes(raw[12:16], "little") == 1 << 20
+    store = tmp_path / "node"
+    proxy = CountingProxy(registry.port)
+    lz = Lazy(build, store, tmp_path / "run", ["--chunk-size", "64k", "--insecure"])
+    try:
+        g = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/grain:1", "g:1",
+                    "lazy")
+        assert g.rc == 0 and g.kv["lazy"] == "1", g
+        m = lz.mount(lz.acquire("g:1", "sbx-1")["path"], tmp_path / "m")
+        assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
+        meta = (store / "chunks" / digest.split(":")[1] / "meta.json").read_text()
+        assert '"chunk_size":1048576' in meta, meta
+        st = lz.stats(digest)
+        # whole 1 MiB fetches (at most the blob's short last one less),
+        # never the 64 KiB the node is configured for
+        assert st["fetches"] >= 2, st
+        assert st["bytes_fetched"] > (st["fetches"] - 1) * (1 << 20), st
+        assert st["verify_errors"] == 0
+    finally:
+        lz.close()
+        proxy.close()

@@ -71,6 +71,10 @@ int regtool_images(int argc, char **argv)
 		/* WR_PUSH_WITHOUT_CHUNK_INDEX: push as warren did before chunk
 		 * indexes (tests of the full-pull fallback). */
 		po.without_chunk_index = getenv("WR_PUSH_WITHOUT_CHUNK_INDEX") != NULL;
+		/* WR_PUSH_INDEX_GRAIN: pieces of another size than warren's 64 KiB
+		 * (an index made by another tool). */
+		if (getenv("WR_PUSH_INDEX_GRAIN"))
+			po.index_grain = (uint32_t)strtoul(getenv("WR_PUSH_INDEX_GRAIN"), NULL, 10);
 		if (argc >= 5)
 			po.chunk_size = strtoull(argv[4], NULL, 10);
 		if (argc >= 6)
