@@ -382,6 +382,17 @@ int wr_lazy_register(struct wr_lazy *l, const char *digest, uint64_t size, const
 		    &res, err);
 	if (r < 0)
 		return wr_err_wrap(err, "lazy image %s", digest);
+	if (!json_is_true(json_object_get(res, "verified"))) {
+		/* A lazyfs started by a warren without chunk indexes outlived
+		 * the upgrade: it would serve ranges unchecked. */
+		json_decref(res);
+		return wr_err_set(
+		    err, EPROTO,
+		    "lazy image %s: the running warren-lazyfs (pid %d) does not verify "
+		    "chunks; stop it (wr_lazy_stop; its mounts end) so that the next "
+		    "start runs this version",
+		    digest, wr_lazy_pid(l));
+	}
 	const char *p = json_string_value(json_object_get(res, "path"));
 	*path = p ? strdup(p) : NULL;
 	json_decref(res);

@@ -3,7 +3,7 @@
  * supervisor, so it stays bound while a worker restarts), one answer line
  * per request:
  *   {"op":"ping"}                                   {"pid":N,"worker":N,"worker_starts":N}
- *   {"op":"register","digest":D,"size":N,"reference":R}   {"path":P}
+ *   {"op":"register","digest":D,"size":N,"reference":R}   {"path":P,"verified":true}
  *   {"op":"stats"[,"digest":D]}                     counters (lazy.h)
  *   {"op":"events","since":N}                       {"events":[...],"last":N}
  *   {"op":"cache_bytes"}                            {"bytes":N}
@@ -173,7 +173,10 @@ static json_t *handle(struct lazyfs *fs, json_t *req, wr_err *err)
 		_cleanup_free_ char *path = NULL;
 		if (asprintf(&path, "%s/sha256/%s", fs->mnt, b->hex) < 0)
 			return NULL;
-		return json_pack("{s:s}", "path", path);
+		/* "verified": this lazyfs checks every fetched range against
+		 * the blob's chunk index (the client refuses one that does not
+		 * say so: a lazyfs older than indexes, still running). */
+		return json_pack("{s:s, s:b}", "path", path, "verified", 1);
 	}
 	if (strcmp(op, "stats") == 0)
 		return do_stats(fs, digest, err);

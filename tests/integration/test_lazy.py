@@ -517,3 +517,41 @@ def test_index_with_larger_pieces_aligns_the_fetches(build, registry, tmp_path):
     finally:
         lz.close()
         proxy.close()
+
+
+def test_client_refuses_a_lazyfs_that_does_not_verify(build, tmp_path):
+    """A lazyfs started by a warren without chunk indexes that outlived the
+    upgrade answers register without "verified": the client refuses it
+    rather than mount what it would serve unchecked. (A fake lazyfs: a
+    control socket answering as the old one did.)"""
+    import json
+    import socket as so
+    run = tmp_path / "run"
+    (run / "lazyfs").mkdir(parents=True)
+    ls = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    ls.bind(str(run / "lazyfs/ctl.sock"))
+    ls.listen(8)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            with c, c.makefile("rwb") as f:
+                for line in f:
+                    op = json.loads(line)["op"]
+                    ans = {"pid": os.getpid()} if op == "ping" else {"path": "/nowhere"}
+                    f.write(json.dumps(ans).encode() + b"\n")
+                    f.flush()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        rc, _, _, err = lazytool(build, tmp_path / "s", run, "register", "sha256:" + "a" * 64,
+                                 4096, "127.0.0.1:1/x@sha256:" + "b" * 64, check=False)
+        assert rc != 0 and "does not verify chunks" in err, err
+    finally:
+        stop.set()
+        ls.close()
