@@ -219,10 +219,11 @@ void wrd_api_img_pull(struct wrd_req *r)
 	}
 	json_t *out = wrd_image_json(img);
 	json_object_set_new(out, "pull",
-			    json_pack("{s:s, s:b, s:b, s:b, s:i, s:I}", "manifest_digest",
+			    json_pack("{s:s, s:b, s:b, s:b, s:b, s:i, s:I}", "manifest_digest",
 				      res.manifest_digest, "erofs", res.erofs, "lazy", res.lazy,
-				      "already", res.already, "blobs", (int)res.layers,
-				      "bytes_fetched", (json_int_t)res.bytes_fetched));
+				      "already", res.already, "no_chunk_index", res.no_chunk_index,
+				      "blobs", (int)res.layers, "bytes_fetched",
+				      (json_int_t)res.bytes_fetched));
 	wr_image_free(&img);
 	wrd_reply_json(r, 200, out);
 	wrd_images_gc_auto();

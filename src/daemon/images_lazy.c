@@ -62,7 +62,8 @@ static int parse(json_t *v, struct wr_lazy_opts *o, wr_err *err)
 			if (sz < (64u << 10) || sz > (64u << 20) || (sz & (sz - 1)) != 0)
 				return wr_err_field(err, field,
 						    "%s: a power of two from 64K to 64M (bytes or "
-						    "a size like \"1M\")",
+						    "a size like \"1M\"), so whole 64 KiB pieces "
+						    "of the chunk index",
 						    field);
 			o->chunk_size = (uint32_t)sz;
 			r = 0;

@@ -132,12 +132,16 @@ static int do_pull(const char *remote, const char *name, json_t *auth, wr_err *e
 	if (r < 0)
 		return r;
 	wr_info("image %s pulled for a create as %s (%s, %llu bytes fetched)", remote, img->digest,
-		res.lazy ? "lazy" : "full", (unsigned long long)res.bytes_fetched);
+		res.lazy	     ? "lazy"
+		: res.no_chunk_index ? "full: no chunk index to verify lazy reads with"
+				     : "full",
+		(unsigned long long)res.bytes_fetched);
 	wrd_images_event("image_pulled",
-			 json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:I}", "ref", remote, "name",
-				   name, "digest", img->digest, "manifest_digest",
+			 json_pack("{s:s, s:s, s:s, s:s, s:b, s:b, s:b, s:I}", "ref", remote,
+				   "name", name, "digest", img->digest, "manifest_digest",
 				   res.manifest_digest, "lazy", res.lazy, "already", res.already,
-				   "bytes_fetched", (json_int_t)res.bytes_fetched));
+				   "no_chunk_index", res.no_chunk_index, "bytes_fetched",
+				   (json_int_t)res.bytes_fetched));
 	wrd_images_gc_auto_keep(img->digest);
 	wr_image_free(&img);
 	return 0;

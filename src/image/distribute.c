@@ -16,6 +16,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "image/distribute.h"
+#include "image/lazy_index.h"
 #include "image/registry_internal.h"
 
 /* Configs are small JSON; refuse a hostile giant before fetching it. */
@@ -142,16 +143,29 @@ static char *oci_config(const struct wr_image *img)
 	return text;
 }
 
-static char *oci_manifest(const char *cfg_digest, size_t cfg_size, const struct wr_image *img)
+/* The manifest names the EROFS layer and, second, its chunk index (when
+ * there is one): as a layer, the registry checks that the index blob exists
+ * when the manifest is put and keeps it as long as the manifest (its
+ * garbage collector would drop a blob only an annotation names), and copy
+ * tools carry it along. Pullers older than the index pick the EROFS layer
+ * by media type and ignore the other. */
+static char *oci_manifest(const char *cfg_digest, size_t cfg_size, const struct wr_image *img,
+			  const char *idx_digest, size_t idx_size)
 {
-	json_t *root =
-	    json_pack("{s:i, s:s, s:s, s:{s:s, s:s, s:I}, s:[{s:s, s:s, s:I, s:{s:s}}], s:{s:s}}",
-		      "schemaVersion", 2, "mediaType", WR_MT_OCI_MANIFEST, "artifactType",
-		      WR_MT_WARREN_ARTIFACT, "config", "mediaType", WR_MT_OCI_CONFIG, "digest",
-		      cfg_digest, "size", (json_int_t)cfg_size, "layers", "mediaType",
-		      WR_MT_WARREN_EROFS, "digest", img->digest, "size", (json_int_t)img->size,
-		      "annotations", "org.opencontainers.image.title", "rootfs.erofs",
-		      "annotations", "dev.warren.image.digest", img->digest);
+	json_t *layers = json_pack("[{s:s, s:s, s:I, s:{s:s}}]", "mediaType", WR_MT_WARREN_EROFS,
+				   "digest", img->digest, "size", (json_int_t)img->size,
+				   "annotations", "org.opencontainers.image.title", "rootfs.erofs");
+	if (layers && idx_digest)
+		json_array_append_new(layers, json_pack("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
+							WR_MT_WARREN_CHUNKS, "digest", idx_digest,
+							"size", (json_int_t)idx_size, "annotations",
+							"org.opencontainers.image.title",
+							"rootfs.erofs.chunks"));
+	json_t *root = json_pack(
+	    "{s:i, s:s, s:s, s:{s:s, s:s, s:I}, s:o, s:{s:s}}", "schemaVersion", 2, "mediaType",
+	    WR_MT_OCI_MANIFEST, "artifactType", WR_MT_WARREN_ARTIFACT, "config", "mediaType",
+	    WR_MT_OCI_CONFIG, "digest", cfg_digest, "size", (json_int_t)cfg_size, "layers", layers,
+	    "annotations", "dev.warren.image.digest", img->digest);
 	if (root == NULL)
 		return NULL;
 	char *text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
@@ -202,9 +216,32 @@ static int push_locked(struct wr_registry *reg, const struct wr_registry_ref *rr
 		if (push_blob(reg, rref->repo, cfd, strlen(cfg), cfg_digest, o, res, err) < 0)
 			return wr_err_wrap(err, "config blob");
 	}
+	/* The index is built from the bytes being pushed, and the same pass
+	 * checks they still hash to the image digest. */
+	char idx_digest[72];
+	size_t idx_len = 0;
+	if (!o->without_chunk_index) {
+		_cleanup_free_ uint8_t *idx = NULL;
+		/* 64 KiB pieces; doubled for blobs over 128 GiB, whose index
+		 * would pass WRL_INDEX_MAX_BYTES (lazyfs then fetches whole
+		 * pieces of that size). */
+		uint32_t g = o->index_grain ? o->index_grain : WRL_INDEX_GRAIN;
+		while (wrl_index_len(img->size, g) > WRL_INDEX_MAX_BYTES && g < WRL_INDEX_GRAIN_MAX)
+			g *= 2;
+		if (wrl_index_build(fd, img->size, g, img->digest, &idx, &idx_len, err) < 0)
+			return wr_err_wrap(err, "EROFS layer");
+		reg_digest_buf((const char *)idx, idx_len, idx_digest);
+		_cleanup_close_ int ifd = memfd_with("chunks", (const char *)idx, idx_len, err);
+		if (ifd < 0)
+			return -1;
+		if (push_blob(reg, rref->repo, ifd, idx_len, idx_digest, o, res, err) < 0)
+			return wr_err_wrap(err, "chunk index");
+		snprintf(res->index_digest, sizeof(res->index_digest), "%s", idx_digest);
+	}
 	if (push_blob(reg, rref->repo, fd, img->size, img->digest, o, res, err) < 0)
 		return wr_err_wrap(err, "EROFS layer");
-	_cleanup_free_ char *man = oci_manifest(cfg_digest, strlen(cfg), img);
+	_cleanup_free_ char *man = oci_manifest(
+	    cfg_digest, strlen(cfg), img, o->without_chunk_index ? NULL : idx_digest, idx_len);
 	if (man == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory (manifest)");
 	char man_digest[72];
@@ -426,8 +463,54 @@ static int find_by_source(struct pull *p, char digest[72], wr_err *err)
 	return found;
 }
 
-static int pull_erofs(struct pull *p, json_t *layer, const char *config, struct wr_image **out,
+/* The chunk index of the EROFS layer (digest, size) for a lazy pull: kept
+ * when <store>/chunks/<hex>/index is already there and names this blob,
+ * else fetched (its digest is pinned by the manifest, checked while it
+ * streams), its header checked against the layer and saved. Write order:
+ * the index is on disk before the record that lazyfs serves exists, so a
+ * lazily pulled record always finds its index. */
+static int pull_index(struct pull *p, json_t *chunks, const char *digest, uint64_t size,
 		      wr_err *err)
+{
+	_cleanup_free_ char *dir = NULL;
+	if (asprintf(&dir, "%s/chunks/%s", wr_image_store_dir(p->s), digest + 7) < 0)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	_cleanup_close_ int dfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct wrl_index ix;
+	if (dfd >= 0 && wrl_index_load(dfd, digest, size, &ix, NULL) == 0) {
+		wrl_index_free(&ix);
+		return 0;
+	}
+	const char *idig;
+	uint64_t isz;
+	if (descriptor(chunks, "chunk index", &idig, &isz, NULL, err) < 0)
+		return -1;
+	if (isz > wrl_index_max_len(size) || isz < WRL_INDEX_HDR)
+		return wr_err_set(err, EBADMSG,
+				  "chunk index: %" PRIu64 " bytes cannot index a blob of %" PRIu64,
+				  isz, size);
+	_cleanup_close_ int fd = memfd_create("chunks", MFD_CLOEXEC);
+	if (fd < 0)
+		return wr_err_sys(err, "memfd");
+	uint64_t n = 0;
+	if (wr_registry_blob_get(p->reg, p->ref.repo, idig, (int64_t)isz, fd, &n, err) < 0)
+		return wr_err_wrap(err, "chunk index");
+	p->res->layers++;
+	p->res->bytes_fetched += n;
+	_cleanup_free_ uint8_t *buf = malloc(n ? n : 1);
+	if (buf == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	if (pread(fd, buf, n, 0) != (ssize_t)n)
+		return wr_err_sys(err, "read chunk index");
+	if (wrl_index_parse(buf, n, digest, size, &ix, err) < 0)
+		return wr_err_wrap(err, "chunk index %s", idig);
+	wrl_index_free(&ix);
+	return wrl_index_save(wr_image_store_dir(p->s), digest + 7, buf, n, err);
+}
+
+/* lazy: the pull is lazy and the manifest has a chunk index (chunks). */
+static int pull_erofs(struct pull *p, json_t *layer, json_t *chunks, bool lazy, const char *config,
+		      struct wr_image **out, wr_err *err)
 {
 	const char *digest;
 	uint64_t size;
@@ -439,7 +522,9 @@ static int pull_erofs(struct pull *p, json_t *layer, const char *config, struct 
 	_cleanup_err_ wr_err e = NULL;
 	if (wr_image_resolve(p->s, digest, &have, &e) == 0 && strcmp(have->digest, digest) == 0 &&
 	    !have->deleting) {
-		if (have->complete || p->o->mode == WR_IMAGE_PULL_LAZY) {
+		if (have->complete || lazy) {
+			if (!have->complete && pull_index(p, chunks, digest, size, err) < 0)
+				return -1;
 			p->res->lazy = !have->complete;
 			return reuse(p, digest, out, err);
 		}
@@ -452,7 +537,9 @@ static int pull_erofs(struct pull *p, json_t *layer, const char *config, struct 
 			return -1;
 		return out ? wr_image_resolve(p->s, digest, out, err) : 0;
 	}
-	if (p->o->mode == WR_IMAGE_PULL_LAZY) {
+	if (lazy) {
+		if (pull_index(p, chunks, digest, size, err) < 0)
+			return -1;
 		_cleanup_free_ char *reference = NULL;
 		if (asprintf(&reference, "%s/%s@%s", p->ref.host, p->ref.repo,
 			     p->res->manifest_digest) < 0)
@@ -547,7 +634,7 @@ static int pull_manifest(struct pull *p, const char *body, size_t len, struct wr
 	if (!json_is_array(layers))
 		return wr_err_set(err, EBADMSG, "manifest: no layers list");
 	_cleanup_free_ char *config = NULL;
-	json_t *erofs = NULL;
+	json_t *erofs = NULL, *chunks = NULL;
 	size_t i;
 	json_t *l;
 	json_array_foreach(layers, i, l)
@@ -555,8 +642,15 @@ static int pull_manifest(struct pull *p, const char *body, size_t len, struct wr
 		const char *mt = json_string_value(json_object_get(l, "mediaType"));
 		if (mt && strcmp(mt, WR_MT_WARREN_EROFS) == 0)
 			erofs = l;
+		else if (mt && strcmp(mt, WR_MT_WARREN_CHUNKS) == 0)
+			chunks = l;
 	}
 	if (erofs) {
+		/* Lazy only with a chunk index: lazyfs serves no byte it cannot
+		 * verify, so an artifact without one (an older warren pushed
+		 * it) is pulled in full, verified as a whole before any use. */
+		bool lazy = p->o->mode == WR_IMAGE_PULL_LAZY && chunks != NULL;
+		p->res->no_chunk_index = p->o->mode == WR_IMAGE_PULL_LAZY && chunks == NULL;
 		/* no fetch at all when the store has it (same blob digest) */
 		const char *d;
 		uint64_t sz;
@@ -566,10 +660,10 @@ static int pull_manifest(struct pull *p, const char *body, size_t len, struct wr
 			return -1;
 		bool local = wr_image_resolve(p->s, d, &have, &e) == 0 &&
 			     strcmp(have->digest, d) == 0 && !have->deleting &&
-			     (have->complete || p->o->mode == WR_IMAGE_PULL_LAZY);
+			     (have->complete || lazy);
 		if (!local && fetch_config(p, man, &config, err) < 0)
 			return -1;
-		return pull_erofs(p, erofs, config, out, err);
+		return pull_erofs(p, erofs, chunks, lazy, config, out, err);
 	}
 	char have[72];
 	int f = find_by_source(p, have, err);

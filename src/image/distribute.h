@@ -12,6 +12,10 @@
  *                   the store's EROFS blob byte for byte (its digest is the
  *                   image's digest in every store), annotated
  *                   org.opencontainers.image.title=rootfs.erofs
+ *                 and second, its chunk index (lazy_index.h): mediaType
+ *                   application/vnd.warren.image.erofs.chunks.v1, the sha256
+ *                   of every 64 KiB piece of the EROFS blob, annotated
+ *                   org.opencontainers.image.title=rootfs.erofs.chunks
  *   tagged with the remote reference's tag. Everything is deterministic: the
  *   same image pushed twice gives the same manifest digest, and blobs the
  *   repository already has are not sent again (HEAD first).
@@ -22,7 +26,12 @@
  * Docker manifest lists (the entry for the wanted platform, default
  * linux/amd64). A manifest carrying the warren EROFS layer is fetched as is
  * (full) or recorded as remote (lazy: wr_image_add_remote; the on-demand
- * module serves it). Any other image has its tar layers (gzip, zstd or
+ * module serves it). A lazy pull first fetches the chunk index (its digest
+ * pinned by the manifest), checks that its header names the EROFS layer's
+ * digest and size, and saves it as <store>/chunks/<hex>/index before the
+ * record exists: lazyfs verifies every fetched range against it. A warren
+ * artifact without an index (pushed by an older warren) is pulled in full
+ * instead: nothing unverified is ever served. Any other image has its tar layers (gzip, zstd or
  * plain) fetched and converted on the node by wr_image_import_layers; lazy
  * is not possible for those (they must be converted) and the pull is full.
  * Every manifest, config and layer is checked against its digest. A pull
@@ -44,13 +53,16 @@
 #define WR_MT_OCI_CONFIG "application/vnd.oci.image.config.v1+json"
 
 struct wr_image_push_opts {
-	size_t chunk_size;	/* 0: monolithic uploads; else chunked PATCHes of this size */
-	const char *mount_from; /* a repository on the same registry to mount blobs from */
+	size_t chunk_size;	  /* 0: monolithic uploads; else chunked PATCHes of this size */
+	const char *mount_from;	  /* a repository on the same registry to mount blobs from */
+	bool without_chunk_index; /* tests only: push as warren did before chunk indexes */
+	uint32_t index_grain;	  /* chunk index pieces; 0 = 64 KiB (other values: tests) */
 };
 
 struct wr_image_push_result {
 	char manifest_digest[72];
-	char blob_digest[72]; /* the EROFS layer = the image digest */
+	char blob_digest[72];  /* the EROFS layer = the image digest */
+	char index_digest[72]; /* its chunk index ("" when pushed without) */
 	unsigned blobs_sent, blobs_skipped;
 	uint64_t bytes_sent;
 };
@@ -77,6 +89,7 @@ struct wr_image_pull_result {
 	bool erofs;		  /* it carried the warren EROFS layer */
 	bool lazy;		  /* recorded as remote (not fetched) */
 	bool already;		  /* the store had it: nothing fetched */
+	bool no_chunk_index;	  /* lazy asked, but no chunk index: pulled in full */
 	unsigned layers;	  /* blobs fetched (config included) */
 	uint64_t bytes_fetched;
 };

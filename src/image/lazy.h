@@ -6,7 +6,9 @@
  * Reads fetch the chunks they touch with HTTP Range requests
  * (wr_registry_blob_range) into a chunk cache under <store>/chunks/<hex>/,
  * so a sandbox mounts the image (file-backed EROFS over that file) and
- * starts before the blob is on disk. When the last chunk arrives the whole
+ * starts before the blob is on disk. Each fetched range is checked against
+ * the blob's chunk index (lazy_index.h, saved by the lazy pull) before it
+ * is cached or served; a blob without one is not served. When the last chunk arrives the whole
  * blob is verified against its digest and committed to the store
  * (wr_image_blob_commit): later acquires get the local blob.
  *
@@ -75,7 +77,8 @@ int wr_lazy_register(struct wr_lazy *l, const char *digest, uint64_t size, const
 struct wr_lazy_stats {
 	uint64_t bytes_fetched;	    /* from registries, since lazyfs started */
 	uint64_t fetches;	    /* chunk fetches (Range requests that succeeded) */
-	uint64_t fetch_errors;	    /* chunk fetches that failed */
+	uint64_t fetch_errors;	    /* chunk fetches that failed (verification included) */
+	uint64_t verify_errors;	    /* fetched ranges that did not match the chunk index */
 	uint64_t dedup_waits;	    /* reads that waited for a fetch already running */
 	uint64_t prefetched;	    /* chunks fetched by the background fetchers */
 	uint64_t reads, read_bytes; /* FUSE reads served */

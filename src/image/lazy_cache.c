@@ -88,6 +88,7 @@ void wrl_blob_free(struct wrl_blob *b)
 	free(b->touched);
 	free(b->order);
 	free(b->reference);
+	wrl_index_free(&b->index);
 	pthread_mutex_destroy(&b->lock);
 	pthread_cond_destroy(&b->cond);
 	free(b);
@@ -95,9 +96,10 @@ void wrl_blob_free(struct wrl_blob *b)
 
 static int write_meta(struct wrl_blob *b, wr_err *err)
 {
-	json_t *j = json_pack("{s:s, s:I, s:s, s:I, s:b}", "digest", b->digest, "size",
+	json_t *j = json_pack("{s:s, s:I, s:s, s:I, s:b, s:b}", "digest", b->digest, "size",
 			      (json_int_t)b->size, "reference", b->reference ? b->reference : "",
-			      "chunk_size", (json_int_t)b->chunk_size, "complete", b->complete);
+			      "chunk_size", (json_int_t)b->chunk_size, "complete", b->complete,
+			      "verified", b->verified);
 	if (j == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	_cleanup_free_ char *s = json_dumps(j, JSON_COMPACT);
@@ -186,9 +188,35 @@ int wrl_blob_create(int chunksfd, const char *digest, uint64_t size, const char 
 		return wr_err_field(err, "size", "size: must be > 0");
 	if (mkdirat(chunksfd, hex, 0700) < 0 && errno != EEXIST)
 		return wr_err_sys(err, "chunk cache %s", hex);
+	struct wrl_index ix;
+	_cleanup_close_ int dfd =
+	    openat(chunksfd, hex, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return wr_err_sys(err, "chunk cache %s", hex);
+	int ir = wrl_index_load(dfd, digest, size, &ix, err);
+	if (ir == -ENOENT)
+		return wr_err_set(err, ENOENT,
+				  "blob %s has no chunk index: lazyfs serves only bytes it can "
+				  "verify (pull the image in full, or push it again with this "
+				  "warren, which adds the index)",
+				  digest);
+	if (ir < 0)
+		return ir;
+	/* Every fetch must be whole pieces of the index: both are powers of
+	 * two, so the larger of the two is a multiple of the smaller. */
+	if (chunk_size < ix.grain)
+		chunk_size = ix.grain;
+	/* A directory without meta.json (the pull's index, or a crash before
+	 * this create ended): whatever bitmap it has claims nothing. */
+	unlinkat(dfd, "bitmap", 0);
+	unlinkat(dfd, "atime", 0);
 	struct wrl_blob *b = blob_new();
-	if (b == NULL)
+	if (b == NULL) {
+		wrl_index_free(&ix);
 		return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	b->index = ix;
+	b->verified = true;
 	memcpy(b->hex, hex, sizeof(hex));
 	snprintf(b->digest, sizeof(b->digest), "sha256:%s", hex);
 	b->size = size;
@@ -200,8 +228,8 @@ int wrl_blob_create(int chunksfd, const char *digest, uint64_t size, const char 
 		wrl_blob_free(b);
 		return wr_err_sys(err, "chunk cache %s", hex);
 	}
-	/* Parts first, meta last: a directory without meta.json is a crash
-	 * leftover that the next load removes. */
+	/* Parts first, meta last: a directory without meta.json (and without
+	 * an index) is a crash leftover that the next load removes. */
 	if (open_parts(b, true, err) < 0 || alloc_session(b, err) < 0 || write_meta(b, err) < 0) {
 		wrl_blob_free(b);
 		return -1;
@@ -219,10 +247,10 @@ static int load_meta(int dirfd, const char *hex, struct wrl_blob *b, wr_err *err
 	json_t *j = json_loads(s, 0, &je);
 	const char *digest = NULL, *ref = NULL;
 	json_int_t size = 0, cs = 0;
-	int complete = 0;
-	if (j == NULL ||
-	    json_unpack_ex(j, &je, 0, "{s:s, s:I, s:s, s:I, s:b}", "digest", &digest, "size", &size,
-			   "reference", &ref, "chunk_size", &cs, "complete", &complete) < 0) {
+	int complete = 0, verified = 0;
+	if (j == NULL || json_unpack_ex(j, &je, 0, "{s:s, s:I, s:s, s:I, s:b, s?b}", "digest",
+					&digest, "size", &size, "reference", &ref, "chunk_size",
+					&cs, "complete", &complete, "verified", &verified) < 0) {
 		json_decref(j);
 		return wr_err_set(err, EBADMSG, "chunk cache %s: meta.json: %s", hex, je.text);
 	}
@@ -239,6 +267,7 @@ static int load_meta(int dirfd, const char *hex, struct wrl_blob *b, wr_err *err
 		b->chunk_size = (uint32_t)cs;
 		b->nchunks = (uint32_t)((b->size + b->chunk_size - 1) / b->chunk_size);
 		b->complete = complete;
+		b->verified = verified;
 		b->reference = strdup(ref);
 		if (b->reference == NULL)
 			r = wr_err_set(err, ENOMEM, "out of memory");
@@ -254,6 +283,58 @@ static int load_opens(struct wrl_blob *b)
 	if (fd >= 0 && pread(fd, &opens, sizeof(opens), 0) == sizeof(opens))
 		return (int)opens;
 	return 0;
+}
+
+/* An incomplete blob's index (none is fine here: such a blob serves what
+ * is verified in its cache and fetches nothing), and the rule of
+ * lazy_internal.h: a cache not known to be verified loses its chunks. */
+static int load_index(struct wrl_blob *b, wr_err *err)
+{
+	int r = wrl_index_load(b->dirfd, b->digest, b->size, &b->index, err);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	if (r == 0 && b->chunk_size % b->index.grain != 0)
+		return wr_err_set(err, EBADMSG,
+				  "chunk cache %s: chunks of %" PRIu32
+				  " bytes are not whole pieces of its index (%" PRIu32 ")",
+				  b->hex, b->chunk_size, b->index.grain);
+	if (!b->verified) {
+		for (uint32_t i = 0; i < b->nchunks; i++)
+			if (b->state[i] == WRL_PRESENT && wrl_blob_evict_chunk(b, i) == 0) {
+				b->state[i] = WRL_ABSENT;
+				b->present--;
+			}
+		if (b->present)
+			return wr_err_set(err, EIO, "chunk cache %s: cannot drop unverified chunks",
+					  b->hex);
+		if (r == 0) {
+			b->verified = true;
+			return write_meta(b, err);
+		}
+	}
+	return 0;
+}
+
+int wrl_blob_attach_index(struct wrl_blob *b, wr_err *err)
+{
+	if (b->complete || b->index.sums)
+		return 0;
+	struct wrl_index ix;
+	int r = wrl_index_load(b->dirfd, b->digest, b->size, &ix, err);
+	if (r < 0)
+		return r;
+	if (b->chunk_size % ix.grain != 0) {
+		wrl_index_free(&ix);
+		return wr_err_set(err, EBADMSG,
+				  "chunk cache %s: chunks of %" PRIu32
+				  " bytes are not whole pieces of its index (%" PRIu32 ")",
+				  b->hex, b->chunk_size, ix.grain);
+	}
+	/* Nothing is present: without an index nothing was fetched, and what
+	 * an older cache held was dropped at load. */
+	b->index = ix;
+	b->verified = true;
+	return write_meta(b, err);
 }
 
 int wrl_blob_load(int chunksfd, const char *store_dir, const char *hex, struct wrl_blob **out,
@@ -292,7 +373,7 @@ int wrl_blob_load(int chunksfd, const char *store_dir, const char *hex, struct w
 			goto fail;
 		}
 		memset(b->state, WRL_PRESENT, b->nchunks);
-	} else if (open_parts(b, false, err) < 0) {
+	} else if (open_parts(b, false, err) < 0 || load_index(b, err) < 0) {
 		goto fail;
 	}
 	if (alloc_session(b, err) < 0)
@@ -603,9 +684,14 @@ int wrl_load_all(int chunksfd, const char *store_dir, struct wrl_blob ***out, si
 			/* No meta.json: a create that crashed before its end. */
 			if (faccessat(chunksfd, hex, F_OK, 0) == 0) {
 				_cleanup_free_ char *m = NULL;
+				_cleanup_free_ char *ix = NULL;
+				/* The pull's index waits there for the
+				 * first register. */
 				if (asprintf(&m, "%s/meta.json", hex) > 0 &&
+				    asprintf(&ix, "%s/index", hex) > 0 &&
 				    faccessat(chunksfd, m, F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
-				    errno == ENOENT)
+				    errno == ENOENT &&
+				    faccessat(chunksfd, ix, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 					rm_dir_at(chunksfd, hex);
 			}
 			wr_err_free(&le);

@@ -45,9 +45,11 @@ int wr_lazy_open(const struct wr_lazy_opts *o, struct wr_lazy **out, wr_err *err
 	if (o->run_dir == NULL || o->run_dir[0] != '/')
 		return wr_err_field(err, "run_dir", "run_dir: an absolute path is required");
 	uint32_t cs = o->chunk_size ? o->chunk_size : WR_LAZY_CHUNK_DEFAULT;
-	if (cs < (64u << 10) || cs > (64u << 20) || (cs & (cs - 1)) != 0)
+	if (cs < (64u << 10) || cs > (64u << 20) || (cs & (cs - 1)) != 0 ||
+	    cs % WRL_INDEX_GRAIN != 0)
 		return wr_err_field(err, "chunk_size",
-				    "chunk_size: must be a power of two in 64KiB..64MiB");
+				    "chunk_size: must be a power of two in 64KiB..64MiB (whole "
+				    "64 KiB pieces of the chunk index)");
 	struct wr_lazy *l = calloc(1, sizeof(*l));
 	if (l == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
@@ -380,6 +382,17 @@ int wr_lazy_register(struct wr_lazy *l, const char *digest, uint64_t size, const
 		    &res, err);
 	if (r < 0)
 		return wr_err_wrap(err, "lazy image %s", digest);
+	if (!json_is_true(json_object_get(res, "verified"))) {
+		/* A lazyfs started by a warren without chunk indexes outlived
+		 * the upgrade: it would serve ranges unchecked. */
+		json_decref(res);
+		return wr_err_set(
+		    err, EPROTO,
+		    "lazy image %s: the running warren-lazyfs (pid %d) does not verify "
+		    "chunks; stop it (wr_lazy_stop; its mounts end) so that the next "
+		    "start runs this version",
+		    digest, wr_lazy_pid(l));
+	}
 	const char *p = json_string_value(json_object_get(res, "path"));
 	*path = p ? strdup(p) : NULL;
 	json_decref(res);
@@ -403,6 +416,7 @@ int wr_lazy_stats(struct wr_lazy *l, const char *digest, struct wr_lazy_stats *o
 	out->bytes_fetched = u64(res, "bytes_fetched");
 	out->fetches = u64(res, "fetches");
 	out->fetch_errors = u64(res, "fetch_errors");
+	out->verify_errors = u64(res, "verify_errors");
 	out->dedup_waits = u64(res, "dedup_waits");
 	out->prefetched = u64(res, "prefetched");
 	out->reads = u64(res, "reads");

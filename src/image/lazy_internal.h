@@ -5,7 +5,9 @@
  *                                 supervisor, or by a client trimming the
  *                                 cache while lazyfs does not run
  *   <store>/chunks/<hex>/meta.json {"digest","size","reference","chunk_size",
- *                                  "complete"} (written by rename)
+ *                                  "complete","verified"} (written by rename)
+ *   <store>/chunks/<hex>/index    the blob's chunk index (lazy_index.h), put
+ *                                 there by the pull before the record exists
  *   <store>/chunks/<hex>/data     sparse file of the blob's size
  *   <store>/chunks/<hex>/bitmap   one byte per chunk: 1 = data holds it
  *   <store>/chunks/<hex>/atime    u32 per chunk: last use (unix seconds)
@@ -22,6 +24,14 @@
  * on disk. Once a blob is complete, verified and committed to the store,
  * meta.json says "complete": true and data/bitmap/atime are removed: reads
  * then come from the store's blob.
+ *
+ * Verification: every chunk whose state is PRESENT or DIRTY was checked
+ * piece by piece against the index before its bytes were written to data
+ * (lazyfs.c, ensure_chunk), so the cache holds only verified bytes and a
+ * read of a cached chunk needs no check. meta.json's "verified" says the
+ * bitmap obeys that rule; a cache from before chunk indexes ("verified"
+ * absent) has its chunks dropped when loaded. Without an index nothing is
+ * fetched (a blob with none is not registered at all).
  */
 #ifndef WARREN_IMAGE_LAZY_INTERNAL_H
 #define WARREN_IMAGE_LAZY_INTERNAL_H
@@ -31,6 +41,7 @@
 #include <stdint.h>
 
 #include "common/error.h"
+#include "image/lazy_index.h"
 
 #define WRL_ABSENT 0
 #define WRL_PRESENT 1
@@ -53,8 +64,11 @@ struct wrl_blob {
 	uint32_t ndirty;
 	uint32_t *atime; /* per chunk, mmap of the atime file (NULL when complete) */
 	uint32_t present;
-	bool complete;	 /* every byte local and verified */
-	bool committing; /* verification running */
+	bool complete;		/* every byte local and verified */
+	bool verified;		/* every present chunk was checked against index */
+	struct wrl_index index; /* sums == NULL: none (nothing can be fetched);
+				 * set at most once, never freed while served */
+	bool committing;	/* verification running */
 	bool prefetching;
 	int opens;
 	/* first-touch order of the current start (session) */
@@ -62,7 +76,7 @@ struct wrl_blob {
 	uint32_t *order, norder, saved_norder;
 	int64_t session_start;
 	/* counters */
-	uint64_t bytes_fetched, fetches, fetch_errors, reads, read_bytes;
+	uint64_t bytes_fetched, fetches, fetch_errors, verify_errors, reads, read_bytes;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct wrl_blob *next;
@@ -75,10 +89,15 @@ int wrl_chunks_open(const char *store_dir, wr_err *err);
 /* flock the chunk lock: LOCK_EX | (nonblock ? LOCK_NB : 0). Returns the fd. */
 int wrl_chunks_lock(int chunksfd, bool nonblock, wr_err *err);
 
-/* Create (or load, when it exists with the same digest and size) the cache
- * of one blob. */
+/* Create the cache of one blob (an empty bitmap). Its directory must hold
+ * the chunk index the pull saved (-ENOENT otherwise); the chunk size is
+ * raised to the index's grain when smaller, so that every fetch is whole
+ * pieces. */
 int wrl_blob_create(int chunksfd, const char *digest, uint64_t size, const char *reference,
 		    uint32_t chunk_size, struct wrl_blob **out, wr_err *err);
+/* Attach <dir>/index to a blob that has none yet (the image was pulled again
+ * after lazyfs loaded it). Caller holds b->lock. */
+int wrl_blob_attach_index(struct wrl_blob *b, wr_err *err);
 /* Load <chunks>/<hex>. A complete blob is read from the store's
  * <store_dir>/blobs/sha256/<hex> (or its own data when it has no record). */
 int wrl_blob_load(int chunksfd, const char *store_dir, const char *hex, struct wrl_blob **out,

@@ -175,7 +175,7 @@ static void maybe_commit(struct lazyfs *fs, struct wrl_blob *b)
  * first marks it FETCHING, the others wait on the blob's condition variable
  * (bounded: a fetch is bounded by the registry's range timeout). */
 static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, bool prefetch,
-			wr_err *err)
+			bool *corrupt, wr_err *err)
 {
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -201,6 +201,8 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 	}
 	b->state[idx] = WRL_FETCHING;
 	int datafd = dup(b->datafd);
+	/* Set once, before any fetch, never freed while served. */
+	const struct wrl_index *ix = b->index.sums ? &b->index : NULL;
 	pthread_mutex_unlock(&b->lock);
 
 	uint64_t off = (uint64_t)idx * b->chunk_size;
@@ -223,6 +225,15 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 	}
 	if (r == 0 && got != len)
 		r = wr_err_set(err, EBADMSG, "short range: %zu of %" PRIu32 " bytes", got, len);
+	/* Verified before it is written or served (lazy_internal.h): a chunk
+	 * in the cache holds only bytes the index vouches for, and a bad one
+	 * is not kept, so the next read fetches it again. */
+	bool bad = false;
+	uint64_t bad_off = 0;
+	if (r == 0 && ix == NULL)
+		r = wr_err_set(err, ENOENT, "no chunk index: nothing is fetched unverified");
+	else if (r == 0 && (r = wrl_index_check(ix, off, buf, len, &bad_off, err)) == -EBADMSG)
+		bad = true;
 	if (r == 0 && pwrite(datafd, buf, len, (off_t)off) != (ssize_t)len)
 		r = wr_err_sys(err, "chunk cache %s: write", b->hex);
 	wr_registry_ref_free(&ref);
@@ -241,6 +252,8 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 	} else {
 		b->state[idx] = WRL_ABSENT;
 		b->fetch_errors++;
+		if (bad)
+			b->verify_errors++;
 	}
 	pthread_cond_broadcast(&b->cond);
 	pthread_mutex_unlock(&b->lock);
@@ -252,7 +265,17 @@ static int ensure_chunk(struct lazyfs *fs, struct wrl_blob *b, uint32_t idx, boo
 		return 0;
 	}
 	atomic_fetch_add(&fs->fetch_errors, 1);
-	return wr_err_wrap(err, "chunk %" PRIu32, idx);
+	wr_err_wrap(err, "chunk %" PRIu32, idx);
+	if (bad) {
+		atomic_fetch_add(&fs->verify_errors, 1);
+		lazyfs_event(fs, "chunk_verify_failed", b->digest, "%s, from %s; not cached, %s",
+			     (*err)->msg, b->reference,
+			     prefetch ? "a read fetches it again"
+				      : "reader gets EIO, the next read fetches it again");
+		if (corrupt)
+			*corrupt = true;
+	}
+	return r;
 }
 
 /* ---- prefetch ---------------------------------------------------------- */
@@ -274,7 +297,7 @@ static void *prefetch_run(void *arg)
 		if (i >= p->n || atomic_load(&p->errors) >= 3)
 			break;
 		wr_err err = NULL;
-		if (ensure_chunk(p->fs, b, p->list[i], true, &err) < 0) {
+		if (ensure_chunk(p->fs, b, p->list[i], true, NULL, &err) < 0) {
 			/* Three failures in a row stop the fetchers: the
 			 * registry is down; reads retry on their own. */
 			if (atomic_fetch_add(&p->errors, 1) == 2)
@@ -308,7 +331,7 @@ static void *readahead_run(void *arg)
 	struct readahead ra = *(struct readahead *)arg;
 	free(arg);
 	wr_err err = NULL;
-	if (ensure_chunk(ra.fs, ra.b, ra.idx, true, &err) < 0)
+	if (ensure_chunk(ra.fs, ra.b, ra.idx, true, NULL, &err) < 0)
 		wr_err_free(&err); /* the reader that needs it reports */
 	atomic_fetch_sub(&ra.fs->readaheads, 1);
 	return NULL;
@@ -427,6 +450,14 @@ int lazyfs_register(struct lazyfs *fs, const char *digest, uint64_t size, const 
 	if (r == 0 && b->size != size)
 		r = wr_err_field(err, "size", "blob %s: size %" PRIu64 ", registered as %" PRIu64,
 				 digest, size, b->size);
+	if (r == 0) {
+		/* Loaded without an index (a cache older than indexes), pulled
+		 * again since: its index is there now. */
+		pthread_mutex_lock(&b->lock);
+		if (!b->complete && b->index.sums == NULL && wrl_blob_attach_index(b, err) < 0)
+			r = wr_err_wrap(err, "blob %s: no usable chunk index", digest);
+		pthread_mutex_unlock(&b->lock);
+	}
 	pthread_mutex_unlock(&fs->lock);
 	if (r < 0)
 		return r;
@@ -643,9 +674,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint32_t last = (uint32_t)(((uint64_t)off + size - 1) / b->chunk_size);
 	for (uint32_t i = first; i <= last; i++) {
 		wr_err err = NULL;
-		if (ensure_chunk(fs, b, i, false, &err) < 0) {
-			lazyfs_event(fs, "fetch_failed", b->digest, "%s (reader gets EIO)",
-				     err->msg);
+		bool corrupt = false;
+		if (ensure_chunk(fs, b, i, false, &corrupt, &err) < 0) {
+			if (!corrupt) /* else ensure_chunk reported it */
+				lazyfs_event(fs, "fetch_failed", b->digest, "%s (reader gets EIO)",
+					     err->msg);
 			wr_err_free(&err);
 			fuse_reply_err(req, EIO);
 			return;
@@ -685,6 +718,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		read_ahead(fs, b, i);
 	atomic_fetch_add(&fs->reads, 1);
 	atomic_fetch_add(&fs->read_bytes, size);
+	/* Every chunk read here is PRESENT or DIRTY, hence verified before it
+	 * was written (ensure_chunk), or the blob is complete and was verified
+	 * whole: no check on this path. */
 	_cleanup_free_ char *buf = malloc(size);
 	ssize_t n = fd >= 0 && buf ? pread(fd, buf, size, off) : -1;
 	int e = errno;

@@ -63,8 +63,8 @@ struct lazyfs {
 	struct lazyfs_event ev[LAZYFS_EVENTS];
 	uint64_t ev_seq;
 	uint64_t worker_starts;
-	atomic_uint_fast64_t bytes_fetched, fetches, fetch_errors, dedup_waits, prefetched, reads,
-	    read_bytes;
+	atomic_uint_fast64_t bytes_fetched, fetches, fetch_errors, verify_errors, dedup_waits,
+	    prefetched, reads, read_bytes;
 	atomic_int readaheads; /* background next-chunk fetches running */
 };
 

@@ -3,7 +3,7 @@
  * supervisor, so it stays bound while a worker restarts), one answer line
  * per request:
  *   {"op":"ping"}                                   {"pid":N,"worker":N,"worker_starts":N}
- *   {"op":"register","digest":D,"size":N,"reference":R}   {"path":P}
+ *   {"op":"register","digest":D,"size":N,"reference":R}   {"path":P,"verified":true}
  *   {"op":"stats"[,"digest":D]}                     counters (lazy.h)
  *   {"op":"events","since":N}                       {"events":[...],"last":N}
  *   {"op":"cache_bytes"}                            {"bytes":N}
@@ -67,12 +67,13 @@ static json_t *blob_stats(struct wrl_blob *b)
 {
 	pthread_mutex_lock(&b->lock);
 	json_t *j = json_pack(
-	    "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:i}", "digest", b->digest, "size",
-	    (json_int_t)b->size, "chunks", (json_int_t)b->nchunks, "present",
+	    "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:i, s:b}", "digest",
+	    b->digest, "size", (json_int_t)b->size, "chunks", (json_int_t)b->nchunks, "present",
 	    (json_int_t)b->present, "bytes_fetched", (json_int_t)b->bytes_fetched, "fetches",
-	    (json_int_t)b->fetches, "fetch_errors", (json_int_t)b->fetch_errors, "reads",
-	    (json_int_t)b->reads, "cache_bytes", (json_int_t)wrl_blob_cache_bytes(b), "complete",
-	    b->complete, "opens", b->opens);
+	    (json_int_t)b->fetches, "fetch_errors", (json_int_t)b->fetch_errors, "verify_errors",
+	    (json_int_t)b->verify_errors, "reads", (json_int_t)b->reads, "cache_bytes",
+	    (json_int_t)wrl_blob_cache_bytes(b), "complete", b->complete, "opens", b->opens,
+	    "chunk_index", b->index.sums != NULL);
 	pthread_mutex_unlock(&b->lock);
 	return j;
 }
@@ -116,10 +117,11 @@ static json_t *do_stats(struct lazyfs *fs, const char *digest, wr_err *err)
 		cache += (uint64_t)json_integer_value(json_object_get(s, "cache_bytes"));
 		json_array_append_new(blobs, s);
 	}
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "bytes_fetched",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "bytes_fetched",
 			 (json_int_t)atomic_load(&fs->bytes_fetched), "fetches",
 			 (json_int_t)atomic_load(&fs->fetches), "fetch_errors",
-			 (json_int_t)atomic_load(&fs->fetch_errors), "dedup_waits",
+			 (json_int_t)atomic_load(&fs->fetch_errors), "verify_errors",
+			 (json_int_t)atomic_load(&fs->verify_errors), "dedup_waits",
 			 (json_int_t)atomic_load(&fs->dedup_waits), "prefetched",
 			 (json_int_t)atomic_load(&fs->prefetched), "reads",
 			 (json_int_t)atomic_load(&fs->reads), "read_bytes",
@@ -171,7 +173,10 @@ static json_t *handle(struct lazyfs *fs, json_t *req, wr_err *err)
 		_cleanup_free_ char *path = NULL;
 		if (asprintf(&path, "%s/sha256/%s", fs->mnt, b->hex) < 0)
 			return NULL;
-		return json_pack("{s:s}", "path", path);
+		/* "verified": this lazyfs checks every fetched range against
+		 * the blob's chunk index (the client refuses one that does not
+		 * say so: a lazyfs older than indexes, still running). */
+		return json_pack("{s:s, s:b}", "path", path, "verified", 1);
 	}
 	if (strcmp(op, "stats") == 0)
 		return do_stats(fs, digest, err);

@@ -3,6 +3,7 @@ the reference once (lazily when it carries warren's EROFS layer), concurrent
 creates share one pull, a second create uses the store image without
 registry traffic; registry errors name `image`; lazyfs's fetch failures
 become image events; the "lazy" config object is validated."""
+import hashlib
 import os
 import shutil
 import socket
@@ -233,6 +234,83 @@ def test_lazyfs_fetch_failure_is_an_image_event(api, warrend, registry, proxy, f
         # the registry is back: the same read works
         assert c.run(sid, ["sh", "-c", "wc -c < /ballast/b5"])["stdout"].strip() == \
             str(1 << 20)
+    finally:
+        if sid:
+            c.kill(sid)
+        c.close()
+        node.finish()
+        stop_lazyfs(build, node)
+
+
+def test_corrupted_chunk_is_an_image_event_and_not_kept(api, warrend, registry, proxy,
+                                                       fresh_daemon, build, tmp_path):
+    """Bytes changed between the registry and lazyfs: the sandbox's read
+    fails (EIO), the node records chunk_verify_failed, and once the bytes
+    are right again the same read works (the bad chunk was never cached)."""
+    root = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(warrend.images / "busybox"), str(root)], check=True)
+    (root / "ballast").mkdir()
+    for i in range(8):
+        (root / "ballast" / f"b{i}").write_bytes(os.urandom(1 << 20))
+    img = push(api, root, "cv:1", f"{registry.host}/team/cv:1")
+    node = fresh_daemon(extra={"lazy": {"chunk_size": 65536, "retries": 1}}).start()
+    c = node.client()
+    sid = None
+    try:
+        sid = c.create(image=f"{proxy.host}/team/cv:1")
+        assert c.run(sid, ["cat", "/etc/passwd"])["exit_code"] == 0
+        proxy.corrupt(img["digest"], 0, 1 << 40)  # every Range answer from now on
+        out = c.run(sid, ["sh", "-c", "cat /ballast/b5 > /dev/null"])
+        assert out["exit_code"] != 0, out
+        assert proxy.corrupted > 0
+        deadline = time.time() + 20
+        bad = []
+        while time.time() < deadline and not bad:
+            bad = [e for e in events(c) if e["type"] == "chunk_verify_failed"]
+            time.sleep(0.2)
+        assert bad, events(c)
+        d = bad[0]["detail"]
+        assert d["source"] == "lazyfs" and d["digest"] == img["digest"]
+        assert "chunk index" in d["message"], d
+        proxy.corrupt(None)
+        want = hashlib.sha256((root / "ballast/b5").read_bytes()).hexdigest()
+        got = c.run(sid, ["sha256sum", "/ballast/b5"])["stdout"].split()[0]
+        assert got == want
+    finally:
+        if sid:
+            c.kill(sid)
+        c.close()
+        node.finish()
+        stop_lazyfs(build, node)
+
+
+def test_image_without_chunk_index_is_pulled_in_full(warrend, registry, fresh_daemon, build,
+                                                     tmp_path):
+    """Pushed by a warren without chunk indexes: a create pulls it in full
+    (verified as a whole) rather than serving unverified ranges."""
+    store = tmp_path / "pusher"
+    env = dict(os.environ, WR_PUSH_WITHOUT_CHUNK_INDEX="1")
+    tool = str(Path(build) / "tests/wr-regtool")
+    subprocess.run([tool, "import", str(store), str(warrend.images / "busybox"), "old:1"],
+                   check=True, capture_output=True)
+    remote = f"{registry.host}/team/noindex:1"
+    subprocess.run([tool, "push", str(store), "old:1", remote], check=True,
+                   capture_output=True, env=env)
+    node = fresh_daemon().start()
+    c = node.client()
+    sid = None
+    try:
+        sid = c.create(image=remote)
+        assert c.run(sid, ["echo", "full"])["stdout"] == "full\n"
+        pulled = [e for e in events(c) if e["type"] == "image_pulled"]
+        assert len(pulled) == 1, pulled
+        d = pulled[0]["detail"]
+        assert d["lazy"] is False and d["no_chunk_index"] is True, d
+        assert "no chunk index" in node.log_text()
+        # the pull route says so too
+        r = c.post("/v1/images/pull", {"ref": remote, "as": "old:2", "lazy": True})
+        assert r.status == 200, r
+        assert r.json()["pull"]["no_chunk_index"] is True and r.json()["complete"] is True
     finally:
         if sid:
             c.kill(sid)

@@ -12,15 +12,82 @@ import time
 from pathlib import Path
 
 
+class _Answers:
+    """Follows the HTTP/1.1 answers of one connection (Content-Length
+    bodies; a chunked answer ends the parsing of that connection) and flips
+    the bytes of 206 answers for blob `digest` that fall in [lo, hi) of the
+    blob (Content-Range gives each body's place)."""
+
+    def __init__(self, proxy, asked):
+        self.proxy, self.asked = proxy, asked  # asked: (method, path) in order
+        self.head = b""
+        self.left = 0      # body bytes still to come
+        self.at = None     # blob offset of the next body byte (206), else None
+        self.path = ""
+        self.lost = False
+
+    def feed(self, data):
+        out = bytearray()
+        i = 0
+        while i < len(data) and not self.lost:
+            if self.left == 0:
+                j = data.find(b"\n", i)
+                j = len(data) if j < 0 else j + 1
+                self.head += data[i:j]
+                out += data[i:j]
+                i = j
+                if self.head.endswith(b"\r\n\r\n"):
+                    self._start(self.head)
+                    self.head = b""
+                continue
+            n = min(self.left, len(data) - i)
+            body = bytearray(data[i:i + n])
+            if self.at is not None:
+                self.proxy._corrupt(self.path, self.at, body)
+                self.at += n
+            out += body
+            self.left -= n
+            i += n
+        if self.lost:
+            out += data[i:]
+        return bytes(out)
+
+    def _start(self, head):
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        hdr = {}
+        for ln in lines[1:]:
+            if ":" in ln:
+                k, v = ln.split(":", 1)
+                hdr[k.strip().lower()] = v.strip()
+        method, self.path = self.asked.pop(0) if self.asked else ("GET", "")
+        if status < 200:
+            return
+        if "chunked" in hdr.get("transfer-encoding", ""):
+            self.lost = True
+            return
+        if method == "HEAD" or status in (204, 304):
+            return
+        self.left = int(hdr.get("content-length", "0"))
+        self.at = None
+        m = re.match(r"bytes (\d+)-", hdr.get("content-range", ""))
+        if status == 206 and m:
+            self.at = int(m.group(1))
+
+
 class CountingProxy:
     """127.0.0.1:<port> -> target; counts the bytes flowing back (what a
     client fetched from the registry). latency: seconds added before each
     answer's first bytes. stall(): hold every answer until resume().
-    requests: (method, path) of every request line seen going up."""
+    requests: (method, path) of every request line seen going up.
+    corrupt(digest, lo, hi): flip the bytes [lo, hi) of that blob in every
+    Range answer from now on (corrupted counts them); corrupt(None) stops."""
 
     def __init__(self, target_port, latency=0.0):
         self.target = ("127.0.0.1", target_port)
         self.latency = latency
+        self.bad = None
+        self.corrupted = 0
         self.down_bytes = 0
         self.connections = 0
         self.requests = []
@@ -45,6 +112,22 @@ class CountingProxy:
         with self.lock:
             return [r for r in self.requests if "/manifests/" in r[1]]
 
+    def corrupt(self, digest, lo=0, hi=0):
+        with self.lock:
+            self.bad = (f"/blobs/{digest}", lo, hi) if digest else None
+
+    def _corrupt(self, path, at, body):
+        with self.lock:
+            bad = self.bad
+        if bad is None or not path.endswith(bad[0]):
+            return
+        lo, hi = max(bad[1], at), min(bad[2], at + len(body))
+        for k in range(lo, hi):
+            body[k - at] ^= 0xFF
+        if hi > lo:
+            with self.lock:
+                self.corrupted += hi - lo
+
     def stall(self):
         self.running.clear()
 
@@ -66,11 +149,13 @@ class CountingProxy:
             with self.lock:
                 self.connections += 1
                 self.socks += [c, u]
-            threading.Thread(target=self._pump, args=(c, u, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c, True), daemon=True).start()
+            asked = []
+            threading.Thread(target=self._pump, args=(c, u, False, asked), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, True, asked), daemon=True).start()
 
-    def _pump(self, src, dst, down):
+    def _pump(self, src, dst, down, asked):
         first = True
+        answers = _Answers(self, asked) if down else None
         try:
             while True:
                 data = src.recv(65536)
@@ -85,11 +170,13 @@ class CountingProxy:
                             return
                     with self.lock:
                         self.down_bytes += len(data)
+                    data = answers.feed(data)
                 else:
                     first = True
                     lines = re.findall(rb"(?m)^(GET|HEAD|POST|PUT|PATCH|DELETE) (\S+) HTTP/1", data)
                     with self.lock:
                         self.requests += [(m.decode(), p.decode()) for m, p in lines]
+                        asked += [(m.decode(), p.decode()) for m, p in lines]
                 dst.sendall(data)
         except OSError:
             pass

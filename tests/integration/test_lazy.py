@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lazy_util import CountingProxy, Lazy, make_tree
+from lazy_util import CountingProxy, Lazy, lazytool, make_tree
 from registry_util import Registry, free_port, regtool
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
@@ -400,3 +400,158 @@ def test_worker_killed_while_verifying_the_next_one_commits(lazy, pushed, build,
         assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
     finally:
         lz.close()
+
+
+# ---- per-chunk verification (the chunk index) --------------------------------------
+
+
+def test_corrupted_range_gives_eio_then_recovers(lazy, pushed, proxy, registry, tmp_path):
+    """Bytes changed on the way (a registry, a proxy, the network): the read
+    that needs them fails with EIO and a clear event, the rest of the image
+    keeps working, and once the bytes are right again the same read works:
+    nothing bad was cached."""
+    tree, digest, size = pushed
+    blob = registry.blob_data(digest).read_bytes()
+    a = lazy.acquire("big:1", "sbx-1")
+    m = lazy.mount(a["path"], tmp_path / "m")
+    assert read_file(m / "lib/mod001.py") == read_file(tree / "lib/mod001.py")
+    want = read_file(tree / "data/blob042.bin")
+    at = blob.find(want[:4096])
+    assert at > 0 and blob[at:at + len(want)] == want
+    bad = at + len(want) // 2  # one byte in the middle of that file
+    proxy.corrupt(digest, bad, bad + 1)
+    with pytest.raises(OSError) as e:
+        read_file(m / "data/blob042.bin")
+    assert e.value.errno == 5, e.value  # EIO
+    # The lazyfs file itself: the chunk holding that byte fails, others read.
+    fd = os.open(a["path"], os.O_RDONLY)
+    try:
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, bad - bad % 4096)
+        assert e.value.errno == 5
+        far = (bad + 20 * CHUNK) % size
+        assert os.pread(fd, 4096, far) == blob[far:far + 4096]
+    finally:
+        os.close(fd)
+    assert read_file(m / "data/blob050.bin") == read_file(tree / "data/blob050.bin")
+    assert proxy.corrupted >= 1
+    _, _, out, _ = lazy.tool("events", 0)
+    assert "chunk_verify_failed" in out and digest in out, out
+    assert "do not match the chunk index" in out, out
+    st = lazy.stats()
+    assert st["verify_errors"] >= 2 and st["fetch_errors"] >= st["verify_errors"], st
+    # Right bytes again: the same reads work (the bad chunk was not kept).
+    proxy.corrupt(None)
+    assert read_file(m / "data/blob042.bin") == want
+    fd = os.open(a["path"], os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, bad - bad % 4096) == blob[bad - bad % 4096:][:4096]
+    finally:
+        os.close(fd)
+
+
+def test_lazyfs_serves_no_blob_without_its_index(build, pushed, proxy, tmp_path):
+    """A lazily pulled record whose index is gone is not served (nothing
+    would be verified): the acquire fails with a clear error."""
+    _, digest, _ = pushed
+    store = tmp_path / "node"
+    r = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/big:1", "big:1", "lazy")
+    assert r.rc == 0 and r.kv["lazy"] == "1", r
+    index = store / "chunks" / digest.split(":")[1] / "index"
+    saved = index.read_bytes()
+    index.unlink()
+    lz = Lazy(build, store, tmp_path / "run", OPTS)
+    try:
+        rc, _, _, err = lz.tool("acquire", "big:1", "sbx-1", check=False)
+        assert rc != 0 and "no chunk index" in err, err
+        # The pull puts it back (fetched and checked again); then it serves.
+        r = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/big:1", "big:1",
+                    "lazy")
+        assert r.rc == 0 and index.read_bytes() == saved, r
+        assert lz.acquire("big:1", "sbx-1")["complete"] == "0"
+    finally:
+        lz.close()
+
+
+@pytest.mark.parametrize("cs", ["96k", "32k", "128m"])
+def test_chunk_size_must_be_whole_index_pieces(build, tmp_path, cs):
+    rc, _, _, err = lazytool(build, tmp_path / "s", tmp_path / "r", "pid",
+                             opts=["--chunk-size", cs], check=False)
+    assert rc != 0 and "chunk_size" in err and "64 KiB" in err, err
+
+
+def test_index_with_larger_pieces_aligns_the_fetches(build, registry, tmp_path):
+    """An index of 1 MiB pieces (another tool's choice) served by a lazyfs
+    configured for 64 KiB chunks: that blob is fetched in whole 1 MiB
+    pieces, every one verified."""
+    tree = make_tree(tmp_path / "tree", big_files=6, small_files=20, seed=7)
+    r = regtool(build, "import", tmp_path / "a", tree, "g:1")
+    assert r.rc == 0, r
+    remote = f"{registry.host}/lazy/grain:1"
+    env = dict(os.environ, WR_PUSH_INDEX_GRAIN=str(1 << 20))
+    p = subprocess.run([str(build / "tests/wr-regtool"), "--insecure", "push", str(tmp_path / "a"),
+                        "g:1", remote], capture_output=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    digest = r.kv["digest"]
+    raw = registry.blob_data(
+        [ln.split("=", 1)[1] for ln in p.stdout.decode().splitlines()
+         if ln.startswith("index=")][0]).read_bytes()
+    assert int.from_bytes(raw[12:16], "little") == 1 << 20
+    store = tmp_path / "node"
+    proxy = CountingProxy(registry.port)
+    lz = Lazy(build, store, tmp_path / "run", ["--chunk-size", "64k", "--insecure"])
+    try:
+        g = regtool(build, "--insecure", "pull", store, f"{proxy.host}/lazy/grain:1", "g:1",
+                    "lazy")
+        assert g.rc == 0 and g.kv["lazy"] == "1", g
+        m = lz.mount(lz.acquire("g:1", "sbx-1")["path"], tmp_path / "m")
+        assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
+        meta = (store / "chunks" / digest.split(":")[1] / "meta.json").read_text()
+        assert '"chunk_size":1048576' in meta, meta
+        st = lz.stats(digest)
+        # whole 1 MiB fetches (at most the blob's short last one less),
+        # never the 64 KiB the node is configured for
+        assert st["fetches"] >= 2, st
+        assert st["bytes_fetched"] > (st["fetches"] - 1) * (1 << 20), st
+        assert st["verify_errors"] == 0
+    finally:
+        lz.close()
+        proxy.close()
+
+
+def test_client_refuses_a_lazyfs_that_does_not_verify(build, tmp_path):
+    """A lazyfs started by a warren without chunk indexes that outlived the
+    upgrade answers register without "verified": the client refuses it
+    rather than mount what it would serve unchecked. (A fake lazyfs: a
+    control socket answering as the old one did.)"""
+    import json
+    import socket as so
+    run = tmp_path / "run"
+    (run / "lazyfs").mkdir(parents=True)
+    ls = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    ls.bind(str(run / "lazyfs/ctl.sock"))
+    ls.listen(8)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            with c, c.makefile("rwb") as f:
+                for line in f:
+                    op = json.loads(line)["op"]
+                    ans = {"pid": os.getpid()} if op == "ping" else {"path": "/nowhere"}
+                    f.write(json.dumps(ans).encode() + b"\n")
+                    f.flush()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        rc, _, _, err = lazytool(build, tmp_path / "s", run, "register", "sha256:" + "a" * 64,
+                                 4096, "127.0.0.1:1/x@sha256:" + "b" * 64, check=False)
+        assert rc != 0 and "does not verify chunks" in err, err
+    finally:
+        stop.set()
+        ls.close()

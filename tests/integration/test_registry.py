@@ -59,7 +59,7 @@ def test_push_pull_round_trip_same_digest_and_content(build, images, registry, s
     remote = f"{registry.host}/team/busybox:1"
     p = regtool(build, "push", a, "bb:1", remote)
     assert p.rc == 0, p
-    assert p.kv["blob"] == digest and p.kv["sent"] == "2"
+    assert p.kv["blob"] == digest and p.kv["sent"] == "3"  # config, chunk index, EROFS
     g = regtool(build, "pull", b, remote, "busybox:1")
     assert g.rc == 0, g
     assert g.kv["digest"] == digest and g.kv["erofs"] == "1" and g.kv["complete"] == "1"
@@ -84,7 +84,8 @@ def test_artifact_format_is_plain_oci(build, images, registry, stores):
     assert mt == "application/vnd.oci.image.manifest.v1+json"
     assert man["artifactType"] == "application/vnd.warren.image.v1"
     assert man["config"]["mediaType"] == "application/vnd.oci.image.config.v1+json"
-    assert [layer["mediaType"] for layer in man["layers"]] == ["application/vnd.warren.image.erofs.v1"]
+    assert [layer["mediaType"] for layer in man["layers"]] == [
+        "application/vnd.warren.image.erofs.v1", "application/vnd.warren.image.erofs.chunks.v1"]
     assert man["layers"][0]["digest"] == digest
     # skopeo (a plain OCI tool) reads the config and the manifest
     if shutil.which("skopeo"):
@@ -107,7 +108,7 @@ def test_push_twice_is_idempotent(build, images, registry, stores):
     second = regtool(build, "push", a, "bb:2", remote)
     assert first.rc == 0 and second.rc == 0, (first, second)
     assert second.kv["manifest"] == first.kv["manifest"]
-    assert second.kv["sent"] == "0" and second.kv["skipped"] == "2"
+    assert second.kv["sent"] == "0" and second.kv["skipped"] == "3"
     assert second.stats["bytes_out"] < 4096  # the manifest only
 
 
@@ -142,6 +143,123 @@ def test_lazy_pull_records_remote_then_full_pull_completes(build, images, regist
     full = regtool(build, "pull", b, remote, "lz:1")
     assert full.rc == 0 and full.kv["complete"] == "1", full
     assert blob_path(b, digest).read_bytes() == blob_path(a, digest).read_bytes()
+
+
+# ---- chunk index (per-chunk verification of lazy reads) ----------------------------
+
+MT_CHUNKS = "application/vnd.warren.image.erofs.chunks.v1"
+
+
+def parse_index(raw):
+    """The chunk index format (docs/ARCHITECTURE.md): header, then sums."""
+    assert raw[:8] == b"WRNCHIDX"
+    version, grain = int.from_bytes(raw[8:12], "little"), int.from_bytes(raw[12:16], "little")
+    size = int.from_bytes(raw[16:24], "little")
+    return version, grain, size, raw[24:56], raw[56:]
+
+
+def test_push_makes_a_chunk_index_the_manifest_names(build, images, registry, stores):
+    a, _ = stores
+    digest = imported(build, a, images["dir"], "bb:ix")
+    remote = f"{registry.host}/team/ix:1"
+    p = regtool(build, "push", a, "bb:ix", remote)
+    assert p.rc == 0, p
+    man = json.loads(regtool(build, "manifest-get", remote).out.split("\n", 2)[2])
+    idx = [layer for layer in man["layers"] if layer["mediaType"] == MT_CHUNKS]
+    assert len(idx) == 1 and idx[0]["digest"] == p.kv["index"], man
+    raw = registry.blob_data(p.kv["index"]).read_bytes()
+    assert idx[0]["size"] == len(raw)
+    assert "sha256:" + hashlib.sha256(raw).hexdigest() == p.kv["index"]
+    blob = blob_path(a, digest).read_bytes()
+    version, grain, size, bdig, sums = parse_index(raw)
+    assert (version, grain, size) == (1, 65536, len(blob))
+    assert "sha256:" + bdig.hex() == digest
+    pieces = [blob[i:i + grain] for i in range(0, len(blob), grain)]
+    assert len(sums) == 32 * len(pieces)
+    for i, piece in enumerate(pieces):
+        assert sums[32 * i:32 * i + 32] == hashlib.sha256(piece).digest(), i
+
+
+def test_lazy_pull_keeps_the_index_for_lazyfs(build, images, registry, stores):
+    a, b = stores
+    digest = imported(build, a, images["dir"], "bb:ixl")
+    remote = f"{registry.host}/team/ixl:1"
+    p = regtool(build, "push", a, "bb:ixl", remote)
+    lz = regtool(build, "pull", b, remote, "ixl:1", "lazy")
+    assert lz.rc == 0 and lz.kv["lazy"] == "1" and lz.kv["no_chunk_index"] == "0", lz
+    saved = Path(b) / "chunks" / digest.split(":")[1] / "index"
+    assert saved.read_bytes() == registry.blob_data(p.kv["index"]).read_bytes()
+    # a second lazy pull finds it: manifest only
+    again = regtool(build, "pull", b, remote, "ixl:2", "lazy")
+    assert again.rc == 0 and again.kv["already"] == "1" and again.kv["bytes"] == "0", again
+
+
+def test_corrupt_index_is_refused_at_pull(build, images, tmp_path):
+    reg = Registry(tmp_path / "reg")
+    try:
+        a, b = tmp_path / "A", tmp_path / "B"
+        digest = imported(build, a, images["dir"], "bb:ci")
+        remote = f"{reg.host}/team/ci:1"
+        p = regtool(build, "push", a, "bb:ci", remote)
+        assert p.rc == 0, p
+        data = reg.blob_data(p.kv["index"])
+        good = data.read_bytes()
+        raw = bytearray(good)
+        raw[-1] ^= 0xFF  # one piece's sum
+        data.write_bytes(bytes(raw))
+        r = regtool(build, "pull", b, remote, "ci:1", "lazy")
+        assert r.rc == 1 and r.errno == "EBADMSG" and "chunk index" in r.err, r
+        assert regtool(build, "inspect", b, "ci:1").rc == 1
+        assert not (b / "chunks" / digest.split(":")[1] / "index").exists()
+        data.write_bytes(good)
+        # An index that hashes right but describes another blob: another
+        # image's index put in this manifest (the registry holds both).
+        (tmp_path / "other").mkdir()
+        (tmp_path / "other/hello").write_text("another image\n")
+        other = imported(build, a, tmp_path / "other", "bb:other")
+        po = regtool(build, "push", a, "bb:other", f"{reg.host}/team/ci:other")
+        assert po.rc == 0 and other != digest, po
+        m = regtool(build, "manifest-get", remote)
+        man = json.loads(m.out.split("\n", 2)[2])
+        man["layers"][1]["digest"] = po.kv["index"]
+        man["layers"][1]["size"] = reg.blob_data(po.kv["index"]).stat().st_size
+        f = tmp_path / "man.json"
+        f.write_text(json.dumps(man))
+        put = regtool(build, "manifest-put", f"{reg.host}/team/ci:swapped",
+                      "application/vnd.oci.image.manifest.v1+json", f)
+        assert put.rc == 0, put
+        r = regtool(build, "pull", b, f"{reg.host}/team/ci:swapped", "ci:2", "lazy")
+        assert r.rc == 1 and r.errno == "EBADMSG", r
+        assert "chunk index" in r.err and ("another blob" in r.err or "bytes" in r.err), r.err
+        assert regtool(build, "inspect", b, "ci:2").rc == 1
+        # the genuine manifest still pulls lazily
+        ok = regtool(build, "pull", b, remote, "ci:1", "lazy")
+        assert ok.rc == 0 and ok.kv["lazy"] == "1", ok
+    finally:
+        reg.stop()
+
+
+def test_image_without_index_falls_back_to_full_pull(build, images, registry, stores,
+                                                     monkeypatch):
+    a, b = stores
+    digest = imported(build, a, images["dir"], "bb:old")
+    remote = f"{registry.host}/team/old:1"
+    monkeypatch.setenv("WR_PUSH_WITHOUT_CHUNK_INDEX", "1")
+    p = regtool(build, "push", a, "bb:old", remote)
+    monkeypatch.delenv("WR_PUSH_WITHOUT_CHUNK_INDEX")
+    assert p.rc == 0 and p.kv["index"] == "", p
+    man = json.loads(regtool(build, "manifest-get", remote).out.split("\n", 2)[2])
+    assert [layer["mediaType"] for layer in man["layers"]] == [
+        "application/vnd.warren.image.erofs.v1"]
+    r = regtool(build, "pull", b, remote, "old:1", "lazy")
+    assert r.rc == 0, r
+    # asked lazy; served in full, verified as a whole before any use
+    assert r.kv["lazy"] == "0" and r.kv["no_chunk_index"] == "1" and r.kv["complete"] == "1"
+    assert blob_path(b, digest).read_bytes() == blob_path(a, digest).read_bytes()
+    # pushing it again with this warren adds the index; the blob is skipped
+    again = regtool(build, "push", a, "bb:old", remote)
+    assert again.rc == 0 and again.kv["index"].startswith("sha256:"), again
+    assert again.kv["sent"] == "1", again  # the index only
 
 
 def test_pull_by_digest_and_digest_mismatch(build, images, registry, stores):

@@ -97,12 +97,13 @@ int main(int argc, char **argv)
 			rc = fail(err);
 		else
 			printf("bytes_fetched=%" PRIu64 "\nfetches=%" PRIu64
-			       "\nfetch_errors=%" PRIu64 "\ndedup_waits=%" PRIu64
-			       "\nprefetched=%" PRIu64 "\nreads=%" PRIu64 "\nread_bytes=%" PRIu64
-			       "\ncache_bytes=%" PRIu64 "\nworker_starts=%" PRIu64 "\nblobs=%u\n",
-			       s.bytes_fetched, s.fetches, s.fetch_errors, s.dedup_waits,
-			       s.prefetched, s.reads, s.read_bytes, s.cache_bytes, s.worker_starts,
-			       s.blobs);
+			       "\nfetch_errors=%" PRIu64 "\nverify_errors=%" PRIu64
+			       "\ndedup_waits=%" PRIu64 "\nprefetched=%" PRIu64 "\nreads=%" PRIu64
+			       "\nread_bytes=%" PRIu64 "\ncache_bytes=%" PRIu64
+			       "\nworker_starts=%" PRIu64 "\nblobs=%u\n",
+			       s.bytes_fetched, s.fetches, s.fetch_errors, s.verify_errors,
+			       s.dedup_waits, s.prefetched, s.reads, s.read_bytes, s.cache_bytes,
+			       s.worker_starts, s.blobs);
 	} else if (strcmp(cmd, "events") == 0 && na == 1) {
 		if (wr_lazy_events(l, num(a[0]), on_event, NULL, &err) < 0)
 			rc = fail(err);

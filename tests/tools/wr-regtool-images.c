@@ -68,6 +68,13 @@ int regtool_images(int argc, char **argv)
 	} else if (strcmp(cmd, "push") == 0 && argc >= 4) {
 		struct wr_image_push_opts po = {0};
 		struct wr_image_push_result res;
+		/* WR_PUSH_WITHOUT_CHUNK_INDEX: push as warren did before chunk
+		 * indexes (tests of the full-pull fallback). */
+		po.without_chunk_index = getenv("WR_PUSH_WITHOUT_CHUNK_INDEX") != NULL;
+		/* WR_PUSH_INDEX_GRAIN: pieces of another size than warren's 64 KiB
+		 * (an index made by another tool). */
+		if (getenv("WR_PUSH_INDEX_GRAIN"))
+			po.index_grain = (uint32_t)strtoul(getenv("WR_PUSH_INDEX_GRAIN"), NULL, 10);
 		if (argc >= 5)
 			po.chunk_size = strtoull(argv[4], NULL, 10);
 		if (argc >= 6)
@@ -77,9 +84,9 @@ int regtool_images(int argc, char **argv)
 			rc = regtool_fail(err);
 			goto out;
 		}
-		printf("manifest=%s\nblob=%s\nsent=%u\nskipped=%u\nbytes=%" PRIu64 "\n",
-		       res.manifest_digest, res.blob_digest, res.blobs_sent, res.blobs_skipped,
-		       res.bytes_sent);
+		printf("manifest=%s\nblob=%s\nindex=%s\nsent=%u\nskipped=%u\nbytes=%" PRIu64 "\n",
+		       res.manifest_digest, res.blob_digest, res.index_digest, res.blobs_sent,
+		       res.blobs_skipped, res.bytes_sent);
 	} else if (strcmp(cmd, "pull") == 0) {
 		struct wr_image_pull_opts po = {0};
 		struct wr_image_pull_result res;
@@ -93,10 +100,10 @@ int regtool_images(int argc, char **argv)
 			rc = regtool_fail(err);
 			goto out;
 		}
-		printf("digest=%s\nmanifest=%s\nerofs=%d\nlazy=%d\nalready=%d\nlayers=%u\nbytes="
-		       "%" PRIu64 "\ncomplete=%d\n",
+		printf("digest=%s\nmanifest=%s\nerofs=%d\nlazy=%d\nalready=%d\nno_chunk_index=%d\n"
+		       "layers=%u\nbytes=%" PRIu64 "\ncomplete=%d\n",
 		       img->digest, res.manifest_digest, res.erofs, res.lazy, res.already,
-		       res.layers, res.bytes_fetched, img->complete);
+		       res.no_chunk_index, res.layers, res.bytes_fetched, img->complete);
 	} else {
 		fprintf(stderr, "wr-regtool: %s: bad arguments\n", cmd);
 		rc = 2;

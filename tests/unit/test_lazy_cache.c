@@ -1,6 +1,6 @@
 /* Unit tests of the lazy chunk cache (src/image/lazy_cache.c): layout,
  * write ordering across a crash, LRU trim rules, pattern merging,
- * verification and digest parsing. */
+ * verification, the chunk index and digest parsing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,6 +57,39 @@ static void content(char *buf, size_t n, char digest[72])
 		sprintf(digest + 7 + 2 * i, "%02x", md[i]);
 }
 
+/* An index of buf whose header names digest (built by hand: the format of
+ * lazy_index.h, little-endian). */
+static uint8_t *make_index(const char *buf, size_t n, const char *digest, size_t *len)
+{
+	uint32_t g = WRL_INDEX_GRAIN, np = (uint32_t)((n + g - 1) / g);
+	*len = WRL_INDEX_HDR + 32 * (size_t)np;
+	uint8_t *ix = calloc(1, *len);
+	assert_non_null(ix);
+	memcpy(ix, "WRNCHIDX", 8);
+	ix[8] = 1;
+	memcpy(ix + 12, &g, 4);
+	uint64_t sz = n;
+	memcpy(ix + 16, &sz, 8);
+	for (int i = 0; i < 32; i++) {
+		unsigned v;
+		assert_int_equal(sscanf(digest + 7 + 2 * i, "%2x", &v), 1);
+		ix[24 + i] = (uint8_t)v;
+	}
+	for (uint32_t i = 0; i < np; i++) {
+		size_t off = (size_t)i * g, pl = n - off < g ? n - off : g;
+		EVP_Digest(buf + off, pl, ix + WRL_INDEX_HDR + 32 * i, NULL, EVP_sha256(), NULL);
+	}
+	return ix;
+}
+
+/* What a lazy pull does before a blob is registered: save its index. */
+static void save_index(const char *buf, size_t n, const char *digest)
+{
+	size_t len;
+	_cleanup_free_ uint8_t *ix = make_index(buf, n, digest, &len);
+	assert_int_equal(wrl_index_save(g_dir, digest + 7, ix, len, NULL), 0);
+}
+
 /* What the worker does when a chunk arrives. */
 static void put_chunk(struct wrl_blob *b, const char *buf, uint32_t idx)
 {
@@ -81,7 +115,13 @@ static void test_create_layout_and_flush_ordering(void **state)
 	char digest[72];
 	content(buf, n, digest);
 	struct wrl_blob *b = NULL;
+	wr_err nerr = NULL;
+	assert_int_equal(wrl_blob_create(g_chunks, digest, n, "h:1/r@x", CS, &b, &nerr), -ENOENT);
+	assert_non_null(strstr(nerr->msg, "no chunk index"));
+	wr_err_free(&nerr);
+	save_index(buf, n, digest);
 	assert_int_equal(wrl_blob_create(g_chunks, digest, n, "h:1/r@x", CS, &b, NULL), 0);
+	assert_true(b->verified && b->index.n == 6);
 	assert_int_equal(b->nchunks, 6);
 	assert_int_equal(wrl_chunk_len(b, 5), CS / 2);
 	struct stat st;
@@ -142,6 +182,8 @@ static void test_trim_lru_spares_open_blobs(void **state)
 	strcpy(d2, d1);
 	d2[7] = d2[7] == 'a' ? 'b' : 'a';
 	struct wrl_blob *a = NULL, *b = NULL;
+	save_index(buf, n, d1);
+	save_index(buf, n, d2);
 	assert_int_equal(wrl_blob_create(g_chunks, d1, n, "h/r@x", CS, &a, NULL), 0);
 	assert_int_equal(wrl_blob_create(g_chunks, d2, n, "h/r@x", CS, &b, NULL), 0);
 	for (uint32_t i = 0; i < 4; i++) {
@@ -181,6 +223,7 @@ static void test_pattern_merges_new_start_first(void **state)
 	_cleanup_free_ char *buf = malloc(n);
 	char d[72];
 	content(buf, n, d);
+	save_index(buf, n, d);
 	struct wrl_blob *b = NULL;
 	assert_int_equal(wrl_blob_create(g_chunks, d, n, "h/r@x", CS, &b, NULL), 0);
 	uint32_t first[] = {5, 3, 7};
@@ -207,6 +250,118 @@ static void test_pattern_merges_new_start_first(void **state)
 	assert_int_equal(b->touched[5], 0);
 	assert_int_equal(b->touched[1], 1);
 	assert_int_equal(wrl_blob_remove(g_chunks, b->hex, NULL), 0);
+	wrl_blob_free(b);
+}
+
+/* lazy_index.c: what a push builds equals the format; parse refuses any
+ * header that does not name the blob; check finds the bad piece. */
+static void test_chunk_index(void **state)
+{
+	(void)state;
+	size_t n = 3 * WRL_INDEX_GRAIN + 100;
+	_cleanup_free_ char *buf = malloc(n);
+	char d[72];
+	content(buf, n, d);
+	size_t len;
+	_cleanup_free_ uint8_t *want = make_index(buf, n, d, &len);
+	assert_int_equal(len, 56 + 4 * 32);
+	int fd = memfd_create("blob", 0);
+	assert_int_equal(write(fd, buf, n), (ssize_t)n);
+	_cleanup_free_ uint8_t *ix = NULL;
+	size_t got = 0;
+	assert_int_equal(wrl_index_build(fd, n, WRL_INDEX_GRAIN, d, &ix, &got, NULL), 0);
+	assert_int_equal(got, len);
+	assert_memory_equal(ix, want, len);
+	/* the bytes are not the named blob: no index */
+	char other[72];
+	strcpy(other, d);
+	other[70] = other[70] == '0' ? '1' : '0';
+	uint8_t *none = NULL;
+	wr_err err = NULL;
+	assert_int_equal(wrl_index_build(fd, n, WRL_INDEX_GRAIN, other, &none, &got, &err),
+			 -EBADMSG);
+	wr_err_free(&err);
+	close(fd);
+
+	struct wrl_index x;
+	assert_int_equal(wrl_index_parse(ix, len, d, n, &x, NULL), 0);
+	assert_int_equal(x.grain, WRL_INDEX_GRAIN);
+	assert_int_equal(x.n, 4);
+	uint64_t bad = 0;
+	/* whole pieces, and the short last one */
+	assert_int_equal(wrl_index_check(&x, 0, buf, 2 * WRL_INDEX_GRAIN, &bad, NULL), 0);
+	assert_int_equal(wrl_index_check(&x, 2 * WRL_INDEX_GRAIN, buf + 2 * WRL_INDEX_GRAIN,
+					 n - 2 * WRL_INDEX_GRAIN, &bad, NULL),
+			 0);
+	buf[WRL_INDEX_GRAIN + 5] ^= 1;
+	assert_int_equal(wrl_index_check(&x, 0, buf, 2 * WRL_INDEX_GRAIN, &bad, &err), -EBADMSG);
+	assert_int_equal(bad, WRL_INDEX_GRAIN);
+	assert_non_null(strstr(err->msg, "piece 1"));
+	wr_err_free(&err);
+	/* a range that is not whole pieces is a caller's error */
+	assert_int_equal(wrl_index_check(&x, 100, buf, 200, &bad, &err), -EINVAL);
+	wr_err_free(&err);
+	wrl_index_free(&x);
+
+	/* another blob, another size, a cut or padded index, a bad magic */
+	assert_int_equal(wrl_index_parse(ix, len, other, n, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+	assert_int_equal(wrl_index_parse(ix, len, d, n + 1, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+	assert_int_equal(wrl_index_parse(ix, len - 1, d, n, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+	_cleanup_free_ uint8_t *pad = calloc(1, len + 32);
+	memcpy(pad, ix, len);
+	assert_int_equal(wrl_index_parse(pad, len + 32, d, n, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+	ix[0] = 'X';
+	assert_int_equal(wrl_index_parse(ix, len, d, n, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+	ix[0] = 'W';
+	ix[13] = 0x11; /* grain not a power of two */
+	assert_int_equal(wrl_index_parse(ix, len, d, n, &x, &err), -EBADMSG);
+	wr_err_free(&err);
+}
+
+/* A cache from before chunk indexes ("verified" absent in meta.json) loses
+ * its chunks at load: nobody checked them. */
+static void test_unverified_cache_is_dropped(void **state)
+{
+	(void)state;
+	size_t n = 4 * CS;
+	_cleanup_free_ char *buf = malloc(n);
+	char d[72];
+	content(buf, n, d);
+	save_index(buf, n, d);
+	struct wrl_blob *b = NULL;
+	assert_int_equal(wrl_blob_create(g_chunks, d, n, "h/r@x", CS, &b, NULL), 0);
+	put_chunk(b, buf, 0);
+	put_chunk(b, buf, 2);
+	assert_int_equal(wrl_blob_flush(b, NULL), 0);
+	char hex[65];
+	memcpy(hex, b->hex, 65);
+	struct wrl_blob *again = NULL;
+	assert_int_equal(wrl_blob_load(g_chunks, g_dir, hex, &again, NULL), 0);
+	assert_int_equal(again->present, 2); /* verified: kept */
+	wrl_blob_free(again);
+	/* the meta.json of an older warren */
+	b->verified = false;
+	b->complete = false;
+	assert_int_equal(wrl_blob_flush(b, NULL), 0);
+	char meta[512];
+	snprintf(meta, sizeof(meta),
+		 "{\"digest\":\"%s\",\"size\":%zu,\"reference\":\"h/r@x\",\"chunk_size\":%u,"
+		 "\"complete\":false}",
+		 d, n, CS);
+	int mfd = openat(b->dirfd, "meta.json", O_WRONLY | O_TRUNC);
+	assert_true(mfd >= 0);
+	assert_int_equal(write(mfd, meta, strlen(meta)), (ssize_t)strlen(meta));
+	close(mfd);
+	assert_int_equal(wrl_blob_load(g_chunks, g_dir, hex, &again, NULL), 0);
+	assert_int_equal(again->present, 0);
+	assert_true(again->verified); /* the index is there: from now on */
+	assert_int_equal(bitmap_byte(again, 0), WRL_ABSENT);
+	wrl_blob_free(again);
 	wrl_blob_free(b);
 }
 
@@ -248,6 +403,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_create_layout_and_flush_ordering, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_trim_lru_spares_open_blobs, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pattern_merges_new_start_first, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_chunk_index, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unverified_cache_is_dropped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
