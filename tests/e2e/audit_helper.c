@@ -41,7 +41,9 @@ int main(int argc, char **argv)
 				last = errno;
 			}
 		printf("flood %s refused=%ld errno=%s\n", argv[2], refused,
-		       last == EPERM ? "EPERM" : last == ENOSYS ? "ENOSYS" : "none");
+		       last == EPERM	? "EPERM"
+		       : last == ENOSYS ? "ENOSYS"
+					: "none");
 		return 0;
 	}
 	if (argc >= 2 && strcmp(argv[1], "memfd-reopen") == 0) {
