@@ -317,27 +317,27 @@ void wra_core_feed(struct wra_core *c, const struct wr_audit_event *ev, int64_t 
 	const char *action = ev->action ? ev->action : "";
 	uint64_t h = key_hash(sb, ev->layer, action, ev->subject);
 	struct wra_row *r = find_open(c, h, sb, ev->layer, action, ev->subject, now_ns);
-	bool suppressed = false;
-	if (r == NULL) {
-		if (take_token(c, sb, now_ns)) {
-			r = new_row(c, ev, h, action, ev->subject, false, t);
-		} else {
-			suppressed = true;
-			c->stats.suppressed += n;
-			uint64_t hs = key_hash(sb, ev->layer, "*", NULL);
-			r = find_open(c, hs, sb, ev->layer, "*", NULL, now_ns);
-			if (r == NULL)
-				r = new_row(c, ev, hs, "*", NULL, true, t);
-		}
-		if (r == NULL) {
-			c->stats.dropped += n;
+	if (r == NULL && !take_token(c, sb, now_ns)) {
+		/* Over the sandbox's budget: into its summary row of this layer. */
+		c->stats.suppressed += n;
+		uint64_t hs = key_hash(sb, ev->layer, "*", NULL);
+		r = find_open(c, hs, sb, ev->layer, "*", NULL, now_ns);
+		if (r == NULL && (r = new_row(c, ev, hs, "*", NULL, true, t)) != NULL) {
+			r->s.count = n;
+			mark_dirty(c, r);
+			apply_rules(c, r, NULL);
 			return;
 		}
+	} else if (r == NULL && (r = new_row(c, ev, h, action, ev->subject, false, t)) != NULL) {
 		r->s.count = n;
 		if (t > r->s.last_ns)
 			r->s.last_ns = t;
 		mark_dirty(c, r);
-		apply_rules(c, r, suppressed ? NULL : ev->what);
+		apply_rules(c, r, ev->what);
+		return;
+	}
+	if (r == NULL) {
+		c->stats.dropped += n;
 		return;
 	}
 	uint64_t before = r->s.count;
