@@ -37,7 +37,7 @@ enum wr_audit_layer {
 	WR_AUDIT_DNS,
 	WR_AUDIT_CGROUP_LIMIT,
 	WR_AUDIT_API,
-	WR_AUDIT_FILE, /* the optional file-access trail (not a refusal) */
+	WR_AUDIT_FILE, /* file-access trail entries (not refusals): no source yet */
 	WR_AUDIT_NLAYERS,
 };
 const char *wr_audit_layer_name(enum wr_audit_layer l);
@@ -100,7 +100,6 @@ struct wr_audit_config {
 	char *kernel_audit;	    /* "auto" | "listen" | "off" (see audit_kernel.c) */
 	bool ignore_clone3_enosys;  /* true: glibc's clone3 probe is not a refusal */
 	unsigned cgroup_poll_ms;    /* 1000: OOM and pids.max counters */
-	bool file_trail_allowed;    /* false: the per-sandbox fanotify trail */
 };
 void wr_audit_config_default(struct wr_audit_config *c);
 /* Parse the config's "audit" object (NULL: defaults). Errors name the key

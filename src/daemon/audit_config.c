@@ -90,7 +90,11 @@ int wr_audit_config_parse(json_t *obj, struct wr_audit_config *c, wr_err *err)
 					if ((c->rules_path = strdup(s)) == NULL)
 						r = wr_err_set(err, ENOMEM, "out of memory");
 				} else if (*err && (*err)->field == NULL) {
-					wr_err_field(err, f, "%s: %s", f, (*err)->msg);
+					/* a file that cannot be read: name the key */
+					char msg[512];
+					snprintf(msg, sizeof(msg), "%s", (*err)->msg);
+					wr_err_free(err);
+					wr_err_field(err, f, "%s: %s", f, msg);
 				}
 			}
 		} else if (strcmp(k, "kernel_audit") == 0) {
@@ -105,8 +109,6 @@ int wr_audit_config_parse(json_t *obj, struct wr_audit_config *c, wr_err *err)
 		} else if (strcmp(k, "cgroup_poll_ms") == 0) {
 			if ((r = wrd_j_int(v, f, 0, 600000, &x, err)) == 0)
 				c->cgroup_poll_ms = (unsigned)x;
-		} else if (strcmp(k, "file_trail") == 0) {
-			r = wrd_j_bool(v, f, &c->file_trail_allowed, err);
 		} else {
 			r = wr_err_field(err, f, "%s: unknown key", f);
 		}

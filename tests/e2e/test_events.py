@@ -322,3 +322,22 @@ def test_metrics_count_by_layer(alice, auditd):
     assert 'warren_audit_rows_total{layer="landlock"}' in vals
     assert "warren_audit_dropped_total" in vals
     alice.kill(sid)
+
+
+def test_audit_config_errors_name_the_key(build, tmp_path):
+    bad_rules = tmp_path / "bad-rules.json"
+    bad_rules.write_text('{"rules": [{"name": "x", "severity": "dire"}]}')
+    env = {"WARREN_STATE_DIR": str(tmp_path / "s"), "WARREN_RUN_DIR": str(tmp_path / "r"),
+           "ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+    for audit, key in [({"window": -1}, "audit.window"),
+                       ({"windw": 1}, "audit.windw"),
+                       ({"kernel_audit": "maybe"}, "audit.kernel_audit"),
+                       ({"max_per_sandbox": 0}, "audit.max_per_sandbox"),
+                       ({"rules": "/nonexistent/rules.json"}, "audit.rules"),
+                       ({"rules": str(bad_rules)}, "rules[0].severity"),
+                       ("yes", "audit")]:
+        path = tmp_path / "cfg.json"
+        path.write_text(json.dumps({"audit": audit}))
+        p = subprocess.run([str(build / "warrend"), "--config", str(path)], env=env,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and key in p.stderr, (audit, p.stderr)
