@@ -67,6 +67,38 @@ void wr_audit_note(enum wr_audit_layer layer, const char *sandbox_id, const char
 	json_decref(what);
 }
 
+void wr_audit_net(enum wr_audit_layer layer, const char *sandbox_id, const char *tenant,
+		  const char *action, const char *ip, unsigned port, const char *proto,
+		  const char *name, const char *reason, uint64_t count, int64_t time_ms)
+{
+	if (wr_audit_global == NULL)
+		return;
+	char subject[320];
+	wra_net_subject(ip, port, proto, name, subject, sizeof(subject));
+	json_t *what = json_object();
+	if (ip && *ip)
+		json_object_set_new(what, "ip", json_string(ip));
+	if (port)
+		json_object_set_new(what, "port", json_integer(port));
+	if (proto && *proto)
+		json_object_set_new(what, "proto", json_string(proto));
+	if (name && *name)
+		json_object_set_new(what, "name", json_string(name));
+	if (reason && *reason)
+		json_object_set_new(what, "reason", json_string(reason));
+	struct wr_audit_event ev = {.sandbox_id = sandbox_id,
+				    .tenant = tenant,
+				    .time_ns = time_ms * 1000000LL,
+				    .layer = layer,
+				    .denied = true,
+				    .action = action,
+				    .subject = subject[0] ? subject : NULL,
+				    .what = what,
+				    .count = count};
+	wr_audit_emit(wr_audit_global, &ev);
+	json_decref(what);
+}
+
 void wr_audit_get_stats(struct wr_audit *a, struct wr_audit_stats *out)
 {
 	memset(out, 0, sizeof(*out));

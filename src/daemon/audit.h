@@ -119,6 +119,18 @@ void wr_audit_emit(struct wr_audit *a, const struct wr_audit_event *ev);
 void wr_audit_note(enum wr_audit_layer layer, const char *sandbox_id, const char *tenant,
 		   const char *action, const char *subject, json_t *what, bool denied);
 
+/* For the network layers' refusal callbacks (bpf-net ring buffer, DNS
+ * forwarder): one refused connect / send / query. ip (text form, may be
+ * NULL), port (0: none), proto ("tcp", "udp", "icmp", ...; may be NULL) and
+ * name (a DNS name, may be NULL) become the subject ("10.0.0.1:443/tcp" or
+ * the name) and what.{ip, port, proto, name} (rules match `dest` against
+ * what.ip). action: "connect", "sendto", "resolve"...; count: how many this
+ * stands for (a source's own summary of suppressed refusals); time_ms: 0 =
+ * now. Any thread, never blocks. */
+void wr_audit_net(enum wr_audit_layer layer, const char *sandbox_id, const char *tenant,
+		  const char *action, const char *ip, unsigned port, const char *proto,
+		  const char *name, const char *reason, uint64_t count, int64_t time_ms);
+
 /* A command ended (commands.c): its output caps and, where the memory
  * cgroup's counter does not cover the command's leaf (cgroup v1), its OOM
  * kill, as cgroup-limit events. */

@@ -14,6 +14,7 @@
  * and it is written. When max_open rows are in memory the event is
  * dropped and counted. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,22 @@ int wr_audit_severity_parse(const char *s)
 		if (strcmp(s, sev_names[i]) == 0)
 			return i;
 	return -1;
+}
+
+void wra_net_subject(const char *ip, unsigned port, const char *proto, const char *name, char *out,
+		     size_t n)
+{
+	out[0] = 0;
+	if (ip && *ip) {
+		bool v6 = strchr(ip, ':') != NULL;
+		size_t o = (size_t)snprintf(out, n, v6 && port ? "[%s]" : "%s", ip);
+		if (port && o < n)
+			o += (size_t)snprintf(out + o, n - o, ":%u", port);
+		if (proto && *proto && o < n)
+			snprintf(out + o, n - o, "/%s", proto);
+	} else if (name && *name) {
+		snprintf(out, n, "%s", name);
+	}
 }
 
 void wra_snap_clear(struct wra_snap *s)

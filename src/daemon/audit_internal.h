@@ -91,6 +91,12 @@ size_t wra_core_take(struct wra_core *c, struct wra_snap *out, size_t max, int64
 /* Rows waiting to be written. */
 bool wra_core_dirty(const struct wra_core *c);
 
+/* The subject of a network refusal: "10.0.0.1:443/tcp", "[fd00::1]:53/udp",
+ * "10.0.0.1" (no port), or the DNS name when there is no address; "" when
+ * neither. */
+void wra_net_subject(const char *ip, unsigned port, const char *proto, const char *name, char *out,
+		     size_t n);
+
 /* ---- store (audit_store.c) ---------------------------------------------- */
 
 int wra_store_init(int64_t *next_id, wr_err *err);

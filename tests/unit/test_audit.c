@@ -271,6 +271,22 @@ static void test_core_flags_rows(void **state)
 	wra_rules_free(&r);
 }
 
+static void test_net_subject(void **state)
+{
+	(void)state;
+	char s[128];
+	wra_net_subject("10.0.0.1", 443, "tcp", NULL, s, sizeof(s));
+	assert_string_equal(s, "10.0.0.1:443/tcp");
+	wra_net_subject("fd00:ec2::254", 80, "tcp", "x.example", s, sizeof(s));
+	assert_string_equal(s, "[fd00:ec2::254]:80/tcp");
+	wra_net_subject("169.254.169.254", 0, "icmp", NULL, s, sizeof(s));
+	assert_string_equal(s, "169.254.169.254/icmp");
+	wra_net_subject(NULL, 0, NULL, "secret.attacker.example", s, sizeof(s));
+	assert_string_equal(s, "secret.attacker.example");
+	wra_net_subject(NULL, 53, "udp", NULL, s, sizeof(s));
+	assert_string_equal(s, "");
+}
+
 /* ---- the store ------------------------------------------------------------ */
 
 static char dbdir[64];
@@ -376,6 +392,7 @@ int main(void)
 	    cmocka_unit_test(test_rules_match),
 	    cmocka_unit_test(test_rules_errors_name_the_key),
 	    cmocka_unit_test(test_core_flags_rows),
+	    cmocka_unit_test(test_net_subject),
 	    cmocka_unit_test_setup_teardown(test_store_retention, store_setup, store_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
