@@ -268,6 +268,13 @@ uint64_t wr_audit_wait(uint64_t rev, int timeout_ms)
 
 /* ---- start / stop ----------------------------------------------------------- */
 
+static char g_kernel_unavailable[512];
+
+const char *wr_audit_kernel_unavailable(void)
+{
+	return g_kernel_unavailable[0] ? g_kernel_unavailable : NULL;
+}
+
 static struct wr_audit g_audit = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .wake = PTHREAD_COND_INITIALIZER,
@@ -302,8 +309,19 @@ int wr_audit_start(const struct wrd_config *cfg, wr_err *err)
 	a->writer_running = true;
 	wr_audit_global = a;
 	if (strcmp(mode, "off") != 0 &&
-	    wra_kernel_start(cfg->state_dir, mode, a->cfg.ignore_clone3_enosys, err) < 0)
-		return wr_err_wrap(err, "audit");
+	    wra_kernel_start(cfg->state_dir, mode, a->cfg.ignore_clone3_enosys, err) < 0) {
+		if (strcmp(mode, "auto") != 0)
+			return wr_err_wrap(err, "audit");
+		/* "auto" on a host without audit (CONFIG_AUDIT=n, no
+		 * CAP_AUDIT_READ): the rest of the audit works; the caller
+		 * warns with wr_audit_kernel_unavailable(). */
+		snprintf(g_kernel_unavailable, sizeof(g_kernel_unavailable),
+			 "kernel records unavailable (no seccomp or Landlock events): %s",
+			 (*err)->msg);
+		wr_err_free(err);
+		wra_kernel_stop();
+		wr_seccomp_set_log(false);
+	}
 	if (a->cfg.cgroup_poll_ms && wra_cgroup_start(a->cfg.cgroup_poll_ms, err) < 0)
 		return wr_err_wrap(err, "audit");
 	return 0;

@@ -134,6 +134,9 @@ char *wra_summary(const char *layer, const char *action, const char *subject, bo
 struct wrd_config;
 int wr_audit_start(const struct wrd_config *cfg, wr_err *err);
 void wr_audit_stop(void);
+/* Why the kernel's records are not read (kernel_audit "auto" on a host
+ * without them), or NULL. */
+const char *wr_audit_kernel_unavailable(void);
 /* Followers: wait until a revision past `rev` is committed or timeout_ms
  * passes; returns the committed revision. */
 uint64_t wr_audit_wait(uint64_t rev, int timeout_ms);

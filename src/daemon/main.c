@@ -119,6 +119,8 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
+	if (wr_audit_kernel_unavailable())
+		wr_warn("audit: %s", wr_audit_kernel_unavailable());
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
