@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -209,12 +210,20 @@ static int64_t rec_time(const char *rec)
 
 /* ---- who: host uid -> owner of the range (cached per slot) ------------- */
 
-#define SLOT_TTL_NS (2LL * 1000000000LL)
 static struct {
 	uint32_t slot;
+	ino_t ino; /* of the slot file read: a freed and reused slot has another */
 	char owner[40];
-	int64_t at;
 } g_slots[64];
+
+/* Called when a run of records starts (not per record): one stat, and a
+ * read only when the slot file changed since. */
+/* Slots that are not ours (another daemon's sandboxes flooding), for
+ * 100 ms: a stat per foreign record would slow the reader down. */
+static struct {
+	uint32_t slot;
+	int64_t until;
+} g_foreign[64];
 
 static bool owner_of_uid(long uid, char *out, size_t n, int64_t now)
 {
@@ -222,14 +231,23 @@ static bool owner_of_uid(long uid, char *out, size_t n, int64_t now)
 		return false;
 	uint32_t slot = (uint32_t)((uid - WR_IDMAP_BASE) / WR_IDMAP_SIZE);
 	unsigned i = slot % 64;
-	if (g_slots[i].slot == slot && g_slots[i].owner[0] && now - g_slots[i].at < SLOT_TTL_NS) {
+	if (g_foreign[i].slot == slot && now < g_foreign[i].until)
+		return false;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/idmap/%u", g_state_dir, slot);
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		/* not a range of ours (another daemon's, or freed) */
+		g_foreign[i].slot = slot;
+		g_foreign[i].until = now + 100000000LL;
+		return false;
+	}
+	if (g_slots[i].slot == slot && g_slots[i].ino == st.st_ino && g_slots[i].owner[0]) {
 		snprintf(out, n, "%s", g_slots[i].owner);
 		return true;
 	}
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/idmap/%u", g_state_dir, slot);
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
+	if (fd < 0 || fstat(fd, &st) < 0)
 		return false;
 	char buf[40];
 	ssize_t r = read(fd, buf, sizeof(buf) - 1);
@@ -238,7 +256,7 @@ static bool owner_of_uid(long uid, char *out, size_t n, int64_t now)
 	buf[r] = 0;
 	buf[strcspn(buf, "\n ")] = 0;
 	g_slots[i].slot = slot;
-	g_slots[i].at = now;
+	g_slots[i].ino = st.st_ino;
 	snprintf(g_slots[i].owner, sizeof(g_slots[i].owner), "%s", buf);
 	snprintf(out, n, "%s", buf);
 	return true;
@@ -309,79 +327,79 @@ static const char *action_name(unsigned long code)
 	}
 }
 
-/* A run of identical records (same process, syscall and action) is
- * emitted once with its count: a flood costs the reader a few compares per
- * record instead of a JSON object and a lock each. */
-static struct pend {
+/* Runs of identical records (same process, syscall and action) are
+ * emitted once with their count: a flood costs the reader a few compares
+ * per record instead of a JSON object and a lock each. Several runs are
+ * open at once, so that floods of several sandboxes (or another daemon's
+ * records in between) do not break each other's runs. */
+#define NRUN 16
+struct run {
 	long uid, nr;
-	pid_t pid;
+	pid_t pid, ns_pid; /* ns_pid read when the run starts: it may be gone later */
 	unsigned long code;
-	pid_t ns_pid; /* read when the run starts: the process may be gone later */
 	uint64_t n;
 	int64_t first_ns, last_ns, started;
+	char sb[40];
 	char rec[1024]; /* the first record of the run */
-} g_pend;
+};
+static struct run g_runs[NRUN];
+static int g_last_run = -1; /* the run the previous record joined, or -1 */
 
-static void emit_seccomp(const char *rec, pid_t nspid, uint64_t count, int64_t first_ns,
-			 int64_t last_ns, int64_t now)
+static void emit_run(struct run *r)
 {
-	char sb[40], comm[64] = "", exe[512] = "", nrbuf[24];
-	long uid = num(rec, "uid", 10, -1);
-	if (!owner_of_uid(uid, sb, sizeof(sb), now))
-		return; /* not a sandbox's process */
-	long nr = num(rec, "syscall", 10, -1);
-	unsigned long code = (unsigned long)num(rec, "code", 16, 0);
-	const char *name = syscall_name(nr);
-	int eno = name ? wr_seccomp_refusal_errno((int)nr) : ENOSYS;
-	if (g_ignore_clone3 && name && strcmp(name, "clone3") == 0)
-		return; /* libc's probe: ENOSYS makes it use clone(2) */
+	char comm[64] = "", exe[512] = "", nrbuf[24];
+	const char *name = syscall_name(r->nr);
+	int eno = name ? wr_seccomp_refusal_errno((int)r->nr) : ENOSYS;
 	if (name == NULL) {
-		snprintf(nrbuf, sizeof(nrbuf), "syscall_%ld", nr);
+		snprintf(nrbuf, sizeof(nrbuf), "syscall_%ld", r->nr);
 		name = nrbuf;
 	}
-	field(rec, "comm", comm, sizeof(comm));
-	field(rec, "exe", exe, sizeof(exe));
-	pid_t hp = (pid_t)num(rec, "pid", 10, 0);
-	json_t *what = json_pack("{s:s, s:i, s:s, s:s, s:s}", "syscall", name, "nr", (int)nr,
-				 "arch", num(rec, "arch", 16, 0) == 0xc000003e ? "x86_64" : "other",
-				 "action", action_name(code), "errno",
-				 eno == EPERM	 ? "EPERM"
-				 : eno == ENOSYS ? "ENOSYS"
-						 : "other");
+	field(r->rec, "comm", comm, sizeof(comm));
+	field(r->rec, "exe", exe, sizeof(exe));
+	json_t *what =
+	    json_pack("{s:s, s:i, s:s, s:s, s:s}", "syscall", name, "nr", (int)r->nr, "arch",
+		      num(r->rec, "arch", 16, 0) == 0xc000003e ? "x86_64" : "other", "action",
+		      action_name(r->code), "errno",
+		      eno == EPERM    ? "EPERM"
+		      : eno == ENOSYS ? "ENOSYS"
+				      : "other");
 	char ip[32];
-	if (what && field(rec, "ip", ip, sizeof(ip)))
+	if (what && field(r->rec, "ip", ip, sizeof(ip)))
 		json_object_set_new(what, "ip_addr", json_string(ip));
 	struct wr_audit_event ev = {
-	    .sandbox_id = sb,
-	    .time_ns = last_ns,
-	    .first_ns = first_ns,
+	    .sandbox_id = r->sb,
+	    .time_ns = r->last_ns,
+	    .first_ns = r->first_ns,
 	    .layer = WR_AUDIT_SECCOMP,
 	    .denied = true,
 	    .action = name,
 	    .what = what,
-	    .pid = nspid,
-	    .host_pid = hp,
+	    .pid = r->ns_pid,
+	    .host_pid = r->pid,
 	    .comm = comm,
 	    .exe = exe,
-	    .count = count,
+	    .count = r->n,
 	};
 	wr_audit_emit(wr_audit_global, &ev);
 	json_decref(what);
+	r->n = 0;
 }
 
-static void pend_flush(int64_t now)
+static void runs_flush(int64_t now, int64_t older_than)
 {
-	if (g_pend.n)
-		emit_seccomp(g_pend.rec, g_pend.ns_pid, g_pend.n, g_pend.first_ns, g_pend.last_ns,
-			     now);
-	g_pend.n = 0;
+	for (int i = 0; i < NRUN; i++)
+		if (g_runs[i].n && now - g_runs[i].started >= older_than) {
+			emit_run(&g_runs[i]);
+			if (g_last_run == i)
+				g_last_run = -1;
+		}
 }
 
 /* Serial numbers of audit records are consecutive: a gap is records the
- * kernel could not deliver to us (our receive buffer was full). A gap
- * inside a run of identical records belongs to that run (the flood that
- * filled the buffer), so its count stays exact; any other gap is counted
- * as lost (warren_audit_kernel_overruns_total). */
+ * kernel could not deliver to us (our receive buffer was full), counted in
+ * warren_audit_kernel_overruns_total. They cannot be attributed: the
+ * missing records may be any process's (another daemon's sandboxes, or
+ * another of ours flooding at the same time). */
 static uint64_t g_last_serial;
 
 static uint64_t rec_serial(const char *rec)
@@ -393,33 +411,56 @@ static uint64_t rec_serial(const char *rec)
 static void on_seccomp(const char *rec, uint64_t gap, int64_t now)
 {
 	long uid = num(rec, "uid", 10, -1);
-	if (uid < (long)WR_IDMAP_BASE) {
-		if (gap)
-			wr_audit_kernel_lost(gap);
-		return; /* not a sandbox's process */
-	}
 	long nr = num(rec, "syscall", 10, -1);
 	pid_t pid = (pid_t)num(rec, "pid", 10, 0);
 	unsigned long code = (unsigned long)num(rec, "code", 16, 0);
 	int64_t t = rec_time(rec);
-	if (g_pend.n && g_pend.uid == uid && g_pend.nr == nr && g_pend.pid == pid &&
-	    g_pend.code == code) {
-		g_pend.n += 1 + gap;
-		g_pend.last_ns = t;
+	int idx = -1;
+	for (int i = 0; i < NRUN && idx < 0; i++)
+		if (g_runs[i].n && g_runs[i].uid == uid && g_runs[i].nr == nr &&
+		    g_runs[i].pid == pid && g_runs[i].code == code)
+			idx = i;
+	if (idx >= 0) {
+		struct run *r = &g_runs[idx];
+		if (gap)
+			wr_audit_kernel_lost(gap);
+		r->n++;
+		r->last_ns = t;
+		g_last_run = idx;
 		return;
 	}
 	if (gap)
 		wr_audit_kernel_lost(gap);
-	pend_flush(now);
-	g_pend.uid = uid;
-	g_pend.nr = nr;
-	g_pend.pid = pid;
-	g_pend.ns_pid = ns_pid(pid);
-	g_pend.code = code;
-	g_pend.n = 1;
-	g_pend.first_ns = g_pend.last_ns = t;
-	g_pend.started = now;
-	snprintf(g_pend.rec, sizeof(g_pend.rec), "%s", rec);
+	g_last_run = -1;
+	char sb[40];
+	if (!owner_of_uid(uid, sb, sizeof(sb), now))
+		return; /* not a process of one of our sandboxes */
+	if (g_ignore_clone3 && nr == __NR_clone3)
+		return; /* libc's probe: ENOSYS makes it use clone(2) */
+	/* a free slot, else the oldest run makes room */
+	idx = 0;
+	for (int i = 0; i < NRUN; i++) {
+		if (g_runs[i].n == 0) {
+			idx = i;
+			break;
+		}
+		if (g_runs[i].started < g_runs[idx].started)
+			idx = i;
+	}
+	struct run *r = &g_runs[idx];
+	if (r->n)
+		emit_run(r);
+	r->uid = uid;
+	r->nr = nr;
+	r->pid = pid;
+	r->ns_pid = ns_pid(pid);
+	r->code = code;
+	r->n = 1;
+	r->first_ns = r->last_ns = t;
+	r->started = now;
+	snprintf(r->sb, sizeof(r->sb), "%s", sb);
+	snprintf(r->rec, sizeof(r->rec), "%s", rec);
+	g_last_run = idx;
 }
 
 /* ---- Landlock --------------------------------------------------------------- */
@@ -609,11 +650,10 @@ static void *reader_main(void *arg)
 				on_ll_domain(rec, now);
 			else if (h->nlmsg_type == AUDIT_LANDLOCK_ACCESS)
 				on_ll_access(rec, now);
-			/* A long run is reported as it goes (followers see it). */
-			if (g_pend.n && now - g_pend.started > 200000000LL)
-				pend_flush(now);
+			/* Long runs are reported as they go (followers see them). */
+			runs_flush(now, 200000000LL);
 		}
-		pend_flush(mono_ns()); /* nothing more queued: the run is over */
+		runs_flush(mono_ns(), 0); /* nothing more queued: the runs are over */
 	}
 	for (unsigned i = 0; i < NPEND; i++) {
 		free(g_llpend[i].rec);

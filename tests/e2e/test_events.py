@@ -86,6 +86,16 @@ def wait_events(c, query, pred, timeout=10):
         time.sleep(0.1)
 
 
+def overruns(daemon):
+    c = daemon.client()
+    text = c.get("/metrics").body.decode()
+    c.close()
+    for line in text.splitlines():
+        if line.startswith("warren_audit_kernel_overruns_total "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no overrun counter")
+
+
 def test_seccomp_refusal_is_an_event(alice):
     sid = alice.create()
     out = alice.run(sid, ["wr-probe", "sys", "keyctl"])
@@ -125,8 +135,9 @@ def test_several_refused_syscalls_each_named(alice):
     alice.kill(sid)
 
 
-def test_flood_is_one_row_with_exact_count(alice, bob, helper):
+def test_flood_is_one_row_with_exact_count(alice, bob, helper, auditd):
     sid = alice.create()
+    before = overruns(auditd)
     other = bob.create()
     upload(alice, sid, helper)
     lat = []
@@ -151,11 +162,15 @@ def test_flood_is_one_row_with_exact_count(alice, bob, helper):
     assert out["stdout"] == "flood ptrace refused=100000 errno=EPERM\n", out
     ev = wait_events(alice, f"sandbox={sid}&layer=seccomp",
                      lambda e: sum(x["count"] for x in e) >= 100000)
-    assert sum(x["count"] for x in ev) == 100000, ev
+    total = sum(x["count"] for x in ev)
+    lost = overruns(auditd) - before
+    # exact, unless the kernel dropped records for us (a loaded host; other
+    # daemons' floods): those are counted as overruns, never guessed
+    assert total == 100000 if lost == 0 else 100000 - lost <= total <= 100000, (total, lost)
     assert len(ev) <= 3, ev  # one row per 10 s window
     e = ev[0]
     assert e["action"] == "ptrace" and e["last_ns"] >= e["time_ns"]
-    assert "ptrace refused 100000 times in" in e["summary"] or len(ev) > 1
+    assert f"ptrace refused {e['count']} times in" in e["summary"]
     # the repeated-refusals rule is below ptrace-attempt's severity: high wins
     assert e["rule"] == "ptrace-attempt"
     # the daemon stayed responsive for another tenant meanwhile
@@ -341,3 +356,39 @@ def test_audit_config_errors_name_the_key(build, tmp_path):
         p = subprocess.run([str(build / "warrend"), "--config", str(path)], env=env,
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and key in p.stderr, (audit, p.stderr)
+
+
+def test_concurrent_floods_each_accounted(alice, bob, helper, auditd):
+    """Two sandboxes flooding at once: the kernel's records interleave. Each
+    sandbox's events are its own and never over-counted; records the kernel
+    could not deliver while both flooded are counted as overruns, so every
+    refusal is accounted for."""
+    a = alice.create()
+    b = bob.create()
+    upload(alice, a, helper)
+    upload(bob, b, helper)
+    c2 = alice.__class__(alice.daemon, tcp=True, token=bob.token)
+    before = overruns(auditd)
+    outs = {}
+
+    def run(c, sid, name):
+        outs[sid] = c.run(sid, ["/tmp/ah", "flood", name, "50000"])
+
+    ts = [threading.Thread(target=run, args=(alice, a, "keyctl")),
+          threading.Thread(target=run, args=(c2, b, "mount"))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert outs[a]["stdout"] == "flood keyctl refused=50000 errno=EPERM\n", outs
+    assert outs[b]["stdout"] == "flood mount refused=50000 errno=EPERM\n", outs
+    time.sleep(1)
+    ea = wait_events(alice, f"sandbox={a}", lambda e: sum(x["count"] for x in e) >= 50000, 3)
+    eb = wait_events(bob, f"sandbox={b}", lambda e: sum(x["count"] for x in e) >= 50000, 3)
+    na, nb = sum(x["count"] for x in ea), sum(x["count"] for x in eb)
+    assert {x["action"] for x in ea} == {"keyctl"} and na <= 50000, ea
+    assert {x["action"] for x in eb} == {"mount"} and nb <= 50000, eb
+    assert na + nb + (overruns(auditd) - before) >= 100000, (na, nb)
+    c2.kill(b)
+    c2.close()
+    alice.kill(a)
