@@ -392,3 +392,37 @@ def test_concurrent_floods_each_accounted(alice, bob, helper, auditd):
     c2.kill(b)
     c2.close()
     alice.kill(a)
+
+
+def test_output_cap_is_an_event(alice):
+    sid = alice.create()
+    out = alice.run(sid, ["sh", "-c", "yes | head -c 100000"], output_cap=1000)
+    assert out["stdout_truncated"] is True, out
+    ev = wait_events(alice, f"sandbox={sid}&layer=cgroup-limit", lambda e: e)
+    assert [(e["action"], e["subject"], e["what"]["limit"]) for e in ev] == [
+        ("output_cap", "stdout", "output_cap")], ev
+    assert ev[0]["what"]["command"].startswith("c")
+    alice.kill(sid)
+
+
+def test_other_process_proc_is_a_landlock_event(alice):
+    sid = alice.create()
+    # PID 1 is outside the command's Landlock domain (ptrace restriction)
+    out = alice.run(sid, ["wr-probe", "read", "/proc/1/environ"])
+    assert "errno=" in out["stdout"], out
+    ev = wait_events(alice, f"sandbox={sid}&layer=landlock", lambda e: e)
+    assert ev and ev[0]["action"] == "ptrace", ev
+    assert ev[0]["what"]["target_comm"] == "warren-init"
+    alice.kill(sid)
+
+
+def test_function_call_refusal_is_recorded(auditd):
+    admin = auditd.client()
+    r = admin.post("/v1/functions/call", {"image": "busybox",
+                                          "argv": ["wr-probe", "sys", "keyctl"]})
+    assert r.status == 200 and "errno=EPERM" in r.json()["stdout"], r
+    ev = wait_events(admin, "layer=seccomp&limit=1000",
+                     lambda e: any(x["sandbox"].startswith("fn-") for x in e))
+    fn = [x for x in ev if x["sandbox"].startswith("fn-")]
+    assert fn and fn[-1]["action"] == "keyctl", ev
+    admin.close()
