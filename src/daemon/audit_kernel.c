@@ -348,21 +348,34 @@ static int g_last_run = -1; /* the run the previous record joined, or -1 */
 static void emit_run(struct run *r)
 {
 	char comm[64] = "", exe[512] = "", nrbuf[24];
-	const char *name = syscall_name(r->nr);
-	int eno = name ? wr_seccomp_refusal_errno((int)r->nr) : ENOSYS;
+	/* Non-native callers (i386, x32) are killed by the profile's arch
+	 * check; their numbers are another table's. libseccomp's arch tokens
+	 * are the audit arch values. */
+	unsigned long arch = (unsigned long)num(r->rec, "arch", 16, 0);
+	bool x32 = arch == 0xc000003eUL && (r->nr & 0x40000000L);
+	bool native = arch == 0xc000003eUL && !x32;
+	const char *arch_name = native		       ? "x86_64"
+				: x32		       ? "x32"
+				: arch == 0x40000003UL ? "i386"
+						       : "other";
+	char *other = NULL;
+	const char *name = native ? syscall_name(r->nr) : NULL;
+	if (!native && arch != 0 && !x32)
+		name = other = seccomp_syscall_resolve_num_arch((uint32_t)arch, (int)r->nr);
+	int eno = native && name ? wr_seccomp_refusal_errno((int)r->nr) : native ? ENOSYS : 0;
+	if ((r->code & 0xffff0000UL) != 0x00050000UL)
+		eno = 0; /* killed, not answered */
 	if (name == NULL) {
-		snprintf(nrbuf, sizeof(nrbuf), "syscall_%ld", r->nr);
+		snprintf(nrbuf, sizeof(nrbuf), "syscall_%ld", r->nr & ~0x40000000L);
 		name = nrbuf;
 	}
 	field(r->rec, "comm", comm, sizeof(comm));
 	field(r->rec, "exe", exe, sizeof(exe));
-	json_t *what =
-	    json_pack("{s:s, s:i, s:s, s:s, s:s}", "syscall", name, "nr", (int)r->nr, "arch",
-		      num(r->rec, "arch", 16, 0) == 0xc000003e ? "x86_64" : "other", "action",
-		      action_name(r->code), "errno",
-		      eno == EPERM    ? "EPERM"
-		      : eno == ENOSYS ? "ENOSYS"
-				      : "other");
+	json_t *what = json_pack("{s:s, s:i, s:s, s:s, s:s}", "syscall", name, "nr", (int)r->nr,
+				 "arch", arch_name, "action", action_name(r->code), "errno",
+				 eno == EPERM	 ? "EPERM"
+				 : eno == ENOSYS ? "ENOSYS"
+						 : "none (killed)");
 	char ip[32];
 	if (what && field(r->rec, "ip", ip, sizeof(ip)))
 		json_object_set_new(what, "ip_addr", json_string(ip));
@@ -382,6 +395,7 @@ static void emit_run(struct run *r)
 	};
 	wr_audit_emit(wr_audit_global, &ev);
 	json_decref(what);
+	free(other);
 	r->n = 0;
 }
 

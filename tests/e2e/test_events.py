@@ -426,3 +426,14 @@ def test_function_call_refusal_is_recorded(auditd):
     fn = [x for x in ev if x["sandbox"].startswith("fn-")]
     assert fn and fn[-1]["action"] == "keyctl", ev
     admin.close()
+
+
+def test_non_native_syscall_kill_is_recorded(alice):
+    sid = alice.create()
+    out = alice.run(sid, ["wr-probe", "sys", "x32-getpid"])
+    assert out["reason"] == "signaled", out
+    ev = wait_events(alice, f"sandbox={sid}&layer=seccomp", lambda e: e)
+    assert ev and ev[0]["what"]["arch"] == "x32", ev
+    assert ev[0]["what"]["action"] in ("kill_process", "kill_thread")
+    assert ev[0]["what"]["errno"] == "none (killed)"
+    alice.kill(sid)
