@@ -437,3 +437,24 @@ def test_non_native_syscall_kill_is_recorded(alice):
     assert ev[0]["what"]["action"] in ("kill_process", "kill_thread")
     assert ev[0]["what"]["errno"] == "none (killed)"
     alice.kill(sid)
+
+
+def test_events_survive_a_restart(fresh_daemon):
+    d = fresh_daemon().start()
+    c = d.client("alice")
+    sid = c.create()
+    c.run(sid, ["wr-probe", "sys", "keyctl"])
+    first = wait_events(c, f"sandbox={sid}", lambda e: e)
+    assert [e["action"] for e in first] == ["keyctl"]
+    c.close()
+    assert d.stop() == 0
+    d.start()
+    c = d.client("alice")
+    assert [e["id"] for e in events(c, f"sandbox={sid}")] == [first[0]["id"]]
+    # the adopted sandbox's refusals are still recorded, with new ids
+    c.run(sid, ["wr-probe", "sys", "mount"])
+    ev = wait_events(c, f"sandbox={sid}", lambda e: len(e) >= 2)
+    assert [e["action"] for e in ev] == ["keyctl", "mount"]
+    assert ev[1]["id"] > ev[0]["id"]
+    c.kill(sid)
+    c.close()
