@@ -22,6 +22,9 @@
 
 struct wra_row {
 	struct wra_snap s; /* the row's fields (strings owned) */
+	/* Whose row: the sandbox id, or for events tied to no sandbox (API
+	 * refusals) "\001" + the tenant, so two tenants never share a row. */
+	char *owner;
 	uint64_t hash;
 	bool dirty, closed;
 	struct wra_row *hnext;	       /* hash chain (open rows only) */
@@ -151,6 +154,7 @@ void wra_core_free(struct wra_core *c)
 	for (struct wra_row *r = c->lru_head; r;) {
 		struct wra_row *n = r->lnext;
 		wra_snap_clear(&r->s);
+		free(r->owner);
 		free(r);
 		r = n;
 	}
@@ -200,7 +204,7 @@ static struct wra_row *find_open(struct wra_core *c, uint64_t h, const char *sb,
 	struct wra_row **pp = &c->buckets[h & (c->nbuckets - 1)];
 	while (*pp) {
 		struct wra_row *r = *pp;
-		if (r->hash == h && r->s.layer == l && str_eq(r->s.sandbox, sb) &&
+		if (r->hash == h && r->s.layer == l && str_eq(r->owner, sb) &&
 		    str_eq(r->s.action, action) && str_eq(r->s.subject, subject)) {
 			if (now_ns - r->s.first_ns <= window)
 				return r;
@@ -274,14 +278,19 @@ static void apply_rules(struct wra_core *c, struct wra_row *r, json_t *what)
 	mark_dirty(c, r);
 }
 
-static struct wra_row *new_row(struct wra_core *c, const struct wr_audit_event *ev, uint64_t h,
-			       const char *action, const char *subject, bool suppressed, int64_t t)
+static struct wra_row *new_row(struct wra_core *c, const struct wr_audit_event *ev,
+			       const char *owner, uint64_t h, const char *action,
+			       const char *subject, bool suppressed, int64_t t)
 {
 	if (c->n_rows >= c->cfg.max_open)
 		return NULL;
 	struct wra_row *r = calloc(1, sizeof(*r));
 	if (r == NULL)
 		return NULL;
+	if ((r->owner = strdup(owner)) == NULL) {
+		free(r);
+		return NULL;
+	}
 	struct wra_snap *s = &r->s;
 	s->sandbox = dup_or_null(ev->sandbox_id);
 	s->tenant = dup_or_null(ev->tenant);
@@ -330,7 +339,14 @@ void wra_core_feed(struct wra_core *c, const struct wr_audit_event *ev, int64_t 
 	c->stats.events[ev->layer] += n;
 	if (ev->denied)
 		c->stats.denied[ev->layer] += n;
+	/* The owner of the row and of the token bucket: the sandbox, or for
+	 * events tied to none the tenant ("\001" cannot start a sandbox id). */
+	char owner_buf[80];
 	const char *sb = ev->sandbox_id ? ev->sandbox_id : "";
+	if (*sb == 0) {
+		snprintf(owner_buf, sizeof(owner_buf), "\001%s", ev->tenant ? ev->tenant : "");
+		sb = owner_buf;
+	}
 	const char *action = ev->action ? ev->action : "";
 	uint64_t h = key_hash(sb, ev->layer, action, ev->subject);
 	struct wra_row *r = find_open(c, h, sb, ev->layer, action, ev->subject, now_ns);
@@ -339,13 +355,14 @@ void wra_core_feed(struct wra_core *c, const struct wr_audit_event *ev, int64_t 
 		c->stats.suppressed += n;
 		uint64_t hs = key_hash(sb, ev->layer, "*", NULL);
 		r = find_open(c, hs, sb, ev->layer, "*", NULL, now_ns);
-		if (r == NULL && (r = new_row(c, ev, hs, "*", NULL, true, t)) != NULL) {
+		if (r == NULL && (r = new_row(c, ev, sb, hs, "*", NULL, true, t)) != NULL) {
 			r->s.count = n;
 			mark_dirty(c, r);
 			apply_rules(c, r, NULL);
 			return;
 		}
-	} else if (r == NULL && (r = new_row(c, ev, h, action, ev->subject, false, t)) != NULL) {
+	} else if (r == NULL &&
+		   (r = new_row(c, ev, sb, h, action, ev->subject, false, t)) != NULL) {
 		r->s.count = n;
 		if (t > r->s.last_ns)
 			r->s.last_ns = t;
@@ -407,6 +424,7 @@ size_t wra_core_take(struct wra_core *c, struct wra_snap *out, size_t max, int64
 		else
 			c->lru_tail = NULL;
 		wra_snap_clear(&r->s);
+		free(r->owner);
 		free(r);
 		c->n_rows--;
 	}

@@ -271,6 +271,33 @@ static void test_core_flags_rows(void **state)
 	wra_rules_free(&r);
 }
 
+static void test_api_rows_are_per_tenant(void **state)
+{
+	(void)state;
+	struct wr_audit_config c = cfg();
+	struct wra_core core;
+	assert_int_equal(wra_core_init(&core, &c, NULL, 1), 0);
+	const char *tenants[] = {"alice", "bob", "alice"};
+	for (int i = 0; i < 3; i++) {
+		struct wr_audit_event ev = {.sandbox_id = "",
+					    .tenant = tenants[i],
+					    .layer = WR_AUDIT_API,
+					    .denied = true,
+					    .action = "GET /v1/sandboxes/{id}",
+					    .subject = "another tenant's sandbox"};
+		wra_core_feed(&core, &ev, 5 * S + i);
+	}
+	struct wra_snap buf[8];
+	size_t n = take_all(&core, 6 * S, buf, 8);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		assert_null(buf[i].sandbox);
+		assert_int_equal(buf[i].count, strcmp(buf[i].tenant, "alice") == 0 ? 2 : 1);
+	}
+	clear(buf, n);
+	wra_core_free(&core);
+}
+
 static void test_net_subject(void **state)
 {
 	(void)state;
@@ -393,6 +420,7 @@ int main(void)
 	    cmocka_unit_test(test_rules_errors_name_the_key),
 	    cmocka_unit_test(test_core_flags_rows),
 	    cmocka_unit_test(test_net_subject),
+	    cmocka_unit_test(test_api_rows_are_per_tenant),
 	    cmocka_unit_test_setup_teardown(test_store_retention, store_setup, store_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
