@@ -429,6 +429,7 @@ if [ "${BENCH_API:-1}" != 0 ]; then
 	"$ROOT/bench/run_api.sh" "$BUILD" || failed="$failed api(bench/run_api.sh)"
 	"$ROOT/bench/bench_image.sh" "$BUILD" || failed="$failed images(bench/bench_image.sh)"
 	"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
+	"$ROOT/bench/run_audit.sh" "$BUILD" || failed="$failed audit(bench/run_audit.sh)"
 fi
 # pause/resume latency (its own daemon; BENCH_LIFE=0 skips it)
 if [ "${BENCH_LIFE:-1}" != 0 ]; then

@@ -499,6 +499,65 @@ WARREN_API void warren_event_list_free(warren_event_list *l);
 WARREN_API int warren_sandbox_events(warren_sandbox *sb, int64_t since, int limit,
 				     warren_event_list **out, warren_error **err);
 
+/* ---- audit events (API.md "Audit events") ------------------------------ */
+
+/* One audit row: an attempt some layer refused or limited, or `count`
+ * identical ones merged (first at time_ns, last at last_ns). */
+typedef struct {
+	int64_t id;
+	int64_t rev;   /* the write that last changed it (follow streams) */
+	char *sandbox; /* "" when not tied to a sandbox (API refusals) */
+	char *tenant;
+	char *layer; /* seccomp, landlock, bpf-net, dns, cgroup-limit, api, file */
+	bool denied;
+	char *action;  /* "ptrace", "scope.signal", "oom_kill", "GET /v1/..." */
+	char *subject; /* a path, destination, name or reason; NULL if none */
+	char *time;    /* RFC 3339 of the first */
+	int64_t time_ns, last_ns;
+	int64_t count;
+	char *severity;	  /* info, low, medium, high, critical */
+	char *rule;	  /* the detection rule that flagged it, or NULL */
+	char *summary;	  /* "ptrace refused 120000 times in 10.0 s" */
+	int64_t pid;	  /* in the sandbox; 0 unknown */
+	char *comm, *exe; /* NULL unknown */
+	char *what_json;  /* the "what" object, serialized */
+	char *json;	  /* the event as received */
+} warren_audit_event;
+
+typedef struct {
+	size_t count;
+	warren_audit_event *events; /* oldest first */
+	int64_t next_after;	    /* pass as `after` for the next page */
+} warren_audit_list;
+WARREN_API void warren_audit_list_free(warren_audit_list *l);
+
+/* A query; zero fields are "any". Without `after`: the newest `limit`
+ * matching events; with it: the first `limit` after that id. */
+typedef struct {
+	const char *sandbox;
+	const char *tenant; /* admins only (another tenant's is 403) */
+	const char *layer;  /* one layer or a comma-separated list */
+	const char *since;  /* RFC 3339 UTC, epoch seconds, or "10m" ago */
+	int64_t after;
+	int limit;    /* 1..1000; 0 = the daemon's default (100) */
+	int denied;   /* -1 any (set it: 0 means refusals excluded), 0, 1 */
+	bool flagged; /* only events a detection rule flagged */
+} warren_audit_query;
+#define WARREN_AUDIT_QUERY_INIT                                                                    \
+	{                                                                                          \
+		.denied = -1                                                                       \
+	}
+
+WARREN_API int warren_audit_events(warren_client *cl, const warren_audit_query *q,
+				   warren_audit_list **out, warren_error **err);
+/* The live stream: the query's events first, then each new or grown one as
+ * it is recorded (a row again with a larger count when repeats merge).
+ * fn's event is valid during the call; a nonzero return ends the stream
+ * (and the call returns 0). Blocks until then or the connection ends. */
+typedef int (*warren_audit_fn)(void *ctx, const warren_audit_event *ev);
+WARREN_API int warren_audit_follow(warren_client *cl, const warren_audit_query *q,
+				   warren_audit_fn fn, void *ctx, warren_error **err);
+
 /* ---- images (the node's image store; API.md "Images") ----------------- */
 
 /* A reference is "name[:tag]" (tag "latest" by default), "name@sha256:..."

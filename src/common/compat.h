@@ -34,6 +34,11 @@
 #define LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON (1U << 1)
 #define LANDLOCK_RESTRICT_SELF_LOG_SUBDOMAINS_OFF (1U << 2)
 #endif
+/* Landlock's audit records (ABI 7, linux/audit.h of 6.15+). */
+#ifndef AUDIT_LANDLOCK_ACCESS
+#define AUDIT_LANDLOCK_ACCESS 1423
+#define AUDIT_LANDLOCK_DOMAIN 1424
+#endif
 #ifndef LANDLOCK_RULE_NET_PORT
 #define LANDLOCK_RULE_NET_PORT 2
 #endif

@@ -34,6 +34,12 @@ void wrd_api_sb_get(struct wrd_req *r);
 void wrd_api_sb_kill(struct wrd_req *r);
 void wrd_api_sb_timeout(struct wrd_req *r);
 void wrd_api_sb_events(struct wrd_req *r);
+/* audit events (api_events.c); the sandbox route serves lifecycle events
+ * unless audit parameters are given. */
+void wrd_api_events(struct wrd_req *r);
+void wrd_api_sb_events_any(struct wrd_req *r);
+/* Record an API refusal (401, 403, 404 for another tenant's sandbox). */
+void wrd_audit_api(struct wrd_req *r, unsigned status, const char *reason);
 void wrd_api_health(struct wrd_req *r);
 void wrd_api_metrics(struct wrd_req *r);
 

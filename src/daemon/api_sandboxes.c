@@ -32,8 +32,10 @@ void wrd_api_not_live(struct wrd_req *r)
 		wrd_record_clear(&rec);
 		return;
 	}
-	if (g == 0)
+	if (g == 0) {
 		wrd_record_clear(&rec);
+		wrd_audit_api(r, 404, "another tenant's sandbox");
+	}
 	if (g < 0 && err && err->errnum != ENOENT) {
 		wrd_reply_err(r, err);
 		return;
@@ -555,8 +557,10 @@ void wrd_api_sb_events(struct wrd_req *r)
 	struct wrd_record rec;
 	_cleanup_err_ wr_err err = NULL;
 	if (wrd_db_get(r->id, &rec, &err) < 0 || strcmp(rec.tenant, r->tenant) != 0) {
-		if (err == NULL)
+		if (err == NULL) {
 			wrd_record_clear(&rec);
+			wrd_audit_api(r, 404, "another tenant's sandbox");
+		}
 		if (err && err->errnum != ENOENT)
 			wrd_reply_err(r, err);
 		else

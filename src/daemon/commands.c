@@ -1,3 +1,4 @@
+#include "daemon/audit.h"
 #include "daemon/commands.h"
 #include "daemon/cmd_internal.h"
 
@@ -355,6 +356,8 @@ void wrd_cmd_execute(struct wrd_cmd *c, struct ndjson *nd)
 		json_object_set_new(d, "error", json_string(c->error ? c->error : "exec failed"));
 	}
 	wrd_sbx_event(sb, "command_finished", d);
+	if (r == 0)
+		wrd_audit_command(sb->rec.id, sb->rec.tenant, c->id, &res);
 	wrd_cmd_persist_finish(c);
 	if (c->req) {
 		if (r < 0) {

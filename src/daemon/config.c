@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 #include "daemon/dns.h"
 #include "daemon/functions.h"
+#include "daemon/audit.h"
 #include "daemon/images.h"
 
 #include <errno.h>
@@ -213,6 +214,12 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = wrd_functions_check_config(v, err);
 			if (r == 0 && (cfg->functions = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
+		} else if (strcmp(k, "audit") == 0) {
+			struct wr_audit_config ac;
+			r = wr_audit_config_parse(v, &ac, err);
+			wr_audit_config_clear(&ac);
+			if (r == 0 && (cfg->audit = json_dumps(v, 0)) == NULL)
+				r = wr_err_set(err, ENOMEM, "out of memory");
 		} else if (strcmp(k, "admin_tenants") == 0)
 			r = load_admins(v, cfg, err);
 		else if (strcmp(k, "defaults") == 0)
@@ -345,6 +352,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->lazy);
 	free(cfg->network);
 	free(cfg->functions);
+	free(cfg->audit);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

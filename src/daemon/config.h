@@ -47,6 +47,7 @@ struct wrd_config {
 	char *lazy;	      /* the "lazy" object as JSON text, or NULL */
 	char *network;	      /* the "network" object as JSON text, or NULL (dns.h) */
 	char *functions;      /* the "functions" object as JSON text, or NULL */
+	char *audit;	      /* the "audit" object as JSON text, or NULL (audit.h) */
 	char **admin_tenants; /* may change the image store; NULL-terminated */
 	size_t n_admin_tenants;
 	unsigned workers;	   /* threads of each lane (pool.c): pool, create */

@@ -922,6 +922,26 @@ out:
 	return r;
 }
 
+/* ---- the audit store's batches (audit_store.c) ---------------------------- */
+
+int wrd_db_with_writer(int (*fn)(sqlite3 *db, void *ctx), void *ctx)
+{
+	pthread_mutex_lock(&g_wlock);
+	int r = g_w ? fn(g_w, ctx) : -EIO;
+	pthread_mutex_unlock(&g_wlock);
+	return r;
+}
+
+int wrd_db_with_reader(int (*fn)(sqlite3 *db, void *ctx), void *ctx, wr_err *err)
+{
+	sqlite3 *db = reader_get(err);
+	if (db == NULL)
+		return -EIO;
+	int r = fn(db, ctx);
+	reader_put(db);
+	return r;
+}
+
 void wrd_db_close(void)
 {
 	if (g_flusher_running) {

@@ -127,5 +127,12 @@ int wrd_db_write(const char *sql, const char *what,
 int wrd_db_read(const char *sql, const char *what,
 		void (*bind)(struct sqlite3_stmt *st, const void *ctx), const void *bctx,
 		int (*row)(struct sqlite3_stmt *st, void *ctx), void *rctx, wr_err *err);
+/* The audit store (audit_store.c) keeps its tables in this database and
+ * writes through the one writer connection, so its batches queue behind
+ * (never beside) sandbox records: fn runs with the writer lock held. */
+struct sqlite3;
+int wrd_db_with_writer(int (*fn)(struct sqlite3 *db, void *ctx), void *ctx);
+/* fn with a pooled reader connection; its return value is returned. */
+int wrd_db_with_reader(int (*fn)(struct sqlite3 *db, void *ctx), void *ctx, wr_err *err);
 
 #endif

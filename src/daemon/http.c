@@ -26,6 +26,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/api.h"
 #include "daemon/listen.h"
 #include "daemon/metrics.h"
 #include "daemon/sha256.h"
@@ -124,6 +125,8 @@ static void verror(struct wrd_http_priv *p, const char *code, const char *field,
 	json_t *body = json_object();
 	json_object_set_new(body, "error", e);
 	wrd_metrics_error(code);
+	if (strcmp(code, "unauthenticated") == 0 || strcmp(code, "permission_denied") == 0)
+		wrd_audit_api(&p->req, code_status(code), msg);
 	reply_json_status(p, code_status(code), body);
 }
 

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
+#include "daemon/audit_internal.h"
 #include "daemon/functions.h"
 #include "daemon/config.h"
 #include "daemon/images.h"
@@ -109,12 +110,17 @@ int main(int argc, char **argv)
 		wr_error("out of memory");
 		goto out;
 	}
-	if (wrd_db_open(db, &err) < 0 || wrd_mgr_init(&cfg, &err) < 0 ||
-	    wrd_mgr_recover(&err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||
-	    wrd_functions_init(&cfg, &err) < 0) {
+	/* The audit before the manager: wr_seccomp_set_log must be decided
+	 * before the spawners fork, and adopted sandboxes' refusals are
+	 * recorded from the start. */
+	if (wrd_db_open(db, &err) < 0 || wr_audit_start(&cfg, &err) < 0 ||
+	    wrd_mgr_init(&cfg, &err) < 0 || wrd_mgr_recover(&err) < 0 ||
+	    wrd_mgr_start_monitor(&err) < 0 || wrd_functions_init(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
 	}
+	if (wr_audit_kernel_unavailable())
+		wr_warn("audit: %s", wr_audit_kernel_unavailable());
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
@@ -142,6 +148,7 @@ int main(int argc, char **argv)
 			wr_info("SIGHUP: nothing to reload; restart to apply a new configuration");
 	}
 	wr_info("shutting down: finishing %u requests in flight", wrd_http_inflight());
+	wr_audit_end_followers();
 	wrd_http_shutdown(cfg.shutdown_timeout);
 	wrd_mgr_stop_monitor();
 	wrd_functions_stop();
@@ -149,6 +156,7 @@ int main(int argc, char **argv)
 out:
 	wrd_dns_stop();
 	wrd_images_close();
+	wr_audit_stop();
 	wrd_db_close();
 	free(db);
 	wrd_config_free(&cfg);

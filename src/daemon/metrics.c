@@ -1,7 +1,9 @@
+#include "daemon/audit.h"
 #include "daemon/metrics.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +108,56 @@ static void count_row(const char *tier, const char *state, int64_t n, void *ctx)
 		(long long)n);
 }
 
+/* The refusal audit's counters (audit.h), by layer. */
+static void render_audit(FILE *f)
+{
+	struct wr_audit_stats st;
+	wr_audit_get_stats(wr_audit_global, &st);
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} per_layer[] = {
+	    {"warren_audit_events_total", "Attempts the audit saw (repeats counted).",
+	     offsetof(struct wr_audit_stats, events)},
+	    {"warren_audit_denied_total", "Refusals the audit saw (repeats counted).",
+	     offsetof(struct wr_audit_stats, denied)},
+	    {"warren_audit_rows_total", "Audit rows opened (after merging and rate limits).",
+	     offsetof(struct wr_audit_stats, rows)},
+	    {"warren_audit_flagged_total", "Audit rows flagged by a detection rule.",
+	     offsetof(struct wr_audit_stats, flagged)},
+	};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(per_layer); i++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", per_layer[i].name,
+			per_layer[i].help, per_layer[i].name);
+		const uint64_t *v = (const uint64_t *)((const char *)&st + per_layer[i].off);
+		for (int l = 0; l < WR_AUDIT_NLAYERS; l++)
+			fprintf(f, "%s{layer=\"%s\"} %llu\n", per_layer[i].name,
+				wr_audit_layer_name((enum wr_audit_layer)l),
+				(unsigned long long)v[l]);
+	}
+	fprintf(
+	    f,
+	    "# HELP warren_audit_suppressed_total Events folded into rate-limited summary rows.\n"
+	    "# TYPE warren_audit_suppressed_total counter\n"
+	    "warren_audit_suppressed_total %llu\n"
+	    "# HELP warren_audit_dropped_total Events lost: the audit table was full.\n"
+	    "# TYPE warren_audit_dropped_total counter\n"
+	    "warren_audit_dropped_total %llu\n"
+	    "# HELP warren_audit_kernel_overruns_total Times the kernel dropped audit records "
+	    "for warrend (receive buffer full).\n"
+	    "# TYPE warren_audit_kernel_overruns_total counter\n"
+	    "warren_audit_kernel_overruns_total %llu\n"
+	    "# HELP warren_audit_writes_total Audit row writes committed.\n"
+	    "# TYPE warren_audit_writes_total counter\n"
+	    "warren_audit_writes_total %llu\n"
+	    "# HELP warren_audit_write_errors_total Audit row writes that failed.\n"
+	    "# TYPE warren_audit_write_errors_total counter\n"
+	    "warren_audit_write_errors_total %llu\n",
+	    (unsigned long long)st.suppressed, (unsigned long long)st.dropped,
+	    (unsigned long long)st.kernel_lost, (unsigned long long)st.written,
+	    (unsigned long long)st.write_errors);
+}
+
 char *wrd_metrics_render(size_t *len)
 {
 	char *buf = NULL;
@@ -140,6 +192,7 @@ char *wrd_metrics_render(size_t *len)
 		fprintf(f, "warren_api_requests_total{route=\"%s\"} %llu\n", g_routes[i],
 			atomic_load(&g_requests[i]));
 	wrd_life_metrics(f); /* lifecycle_usage.c: requested vs used, PSI, leases */
+	render_audit(f);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;

@@ -49,7 +49,8 @@
 #define P36 "/v1/leases/{id}/suspend"
 #define P37 "/v1/leases/{id}/resume"
 #define P38 "/v1/leases/{id}/release"
-#define P39 "other"
+#define P39 "/v1/events"
+#define P40 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -91,7 +92,8 @@ const char *const wrd_route_labels[] = {
     P36, /* 36 */
     P37, /* 37 */
     P38, /* 38 */
-    P39, /* 39: no route */
+    P39, /* 39 */
+    P40, /* 40: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -110,7 +112,7 @@ const struct wrd_route wrd_routes[] = {
     R("GET", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_get),
     R("DELETE", 3, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_kill),
     R("POST", 4, WRD_BODY_JSON, WRD_POOL, wrd_api_sb_timeout),
-    R("GET", 5, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_events),
+    R("GET", 5, WRD_BODY_NONE, WRD_POOL, wrd_api_sb_events_any),
     R("POST", 6, WRD_BODY_JSON, WRD_LONG, wrd_api_cmd_run),
     R("GET", 6, WRD_BODY_NONE, WRD_POOL, wrd_api_cmd_list),
     R("GET", 7, WRD_BODY_NONE, WRD_POOL, wrd_api_cmd_get),
@@ -156,5 +158,7 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 36, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_suspend),
     R("POST", 37, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_resume),
     R("POST", 38, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_release),
+    /* audit events (api_events.c) */
+    R("GET", 39, WRD_BODY_NONE, WRD_POOL, wrd_api_events),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

@@ -587,21 +587,21 @@ static const uint64_t init_allow_prctl[] = {PR_SET_CHILD_SUBREAPER, PR_SET_NAME}
 static pthread_mutex_t wr_seccomp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct wr_seccomp_prog wr_progs[WR_SECCOMP_NPROFILES]; /* under the lock */
 
-/* The audit layer (refusal events) installs this hook. Refusals are answered
- * in the kernel today (SECCOMP_RET_ERRNO), so nothing calls it yet; the audit
- * work will route refusals to it, either through SECCOMP_RET_USER_NOTIF on a
- * listener fd or from the kernel's audit records. */
-static struct {
-	wr_seccomp_report_fn fn;
-	void *ctx;
-} wr_report_hook; /* under the lock */
+static bool wr_seccomp_log = true;
 
-void wr_seccomp_set_report_hook(wr_seccomp_report_fn fn, void *ctx)
+void wr_seccomp_set_log(bool on)
 {
-	pthread_mutex_lock(&wr_seccomp_lock);
-	wr_report_hook.fn = fn;
-	wr_report_hook.ctx = ctx;
-	pthread_mutex_unlock(&wr_seccomp_lock);
+	wr_seccomp_log = on;
+}
+
+int wr_seccomp_refusal_errno(int nr)
+{
+	for (size_t i = 0; i < WR_ARRAY_SIZE(default_deny); i++)
+		if (default_deny[i].nr == nr)
+			return EPERM;
+	if (nr == __NR_ioctl || nr == __NR_clone || nr == __NR_socket || nr == __NR_personality)
+		return EPERM;
+	return ENOSYS;
 }
 
 const char *const *wr_seccomp_denied_names(void)
@@ -889,7 +889,10 @@ int wr_seccomp_load_insns(const void *insns, size_t n, struct wr_cerr *e)
 	/* The kernel copies the program; ours stays untouched. No TSYNC: the
 	 * caller is the single thread of a freshly cloned child. */
 	struct sock_fprog f = {.len = (unsigned short)n, .filter = (struct sock_filter *)insns};
-	if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &f) < 0)
+	/* FLAG_LOG: the kernel writes an audit record for every refusal
+	 * (ERRNO and KILL actions) of this filter; the program is the same. */
+	unsigned flags = wr_seccomp_log ? SECCOMP_FILTER_FLAG_LOG : 0;
+	if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, flags, &f) < 0)
 		return wr_cerr_sys(e, "seccomp: install filter");
 	return 0;
 }

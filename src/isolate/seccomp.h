@@ -36,19 +36,6 @@ enum wr_seccomp_profile {
 	WR_SECCOMP_NPROFILES,
 };
 
-/* What a refusal looked like, for the audit hook. */
-struct wr_refusal {
-	int nr;		  /* syscall number */
-	const char *name; /* syscall name, or NULL */
-	uint64_t args[6];
-	int errnum; /* errno returned to the caller */
-};
-/* The refusal hook. Today refusals return an errno in the kernel and no
- * user space code runs; the audit layer will set this to receive them
- * (via SECCOMP_RET_USER_NOTIF or the kernel's audit records). */
-typedef void (*wr_seccomp_report_fn)(void *ctx, const struct wr_refusal *r);
-void wr_seccomp_set_report_hook(wr_seccomp_report_fn fn, void *ctx);
-
 struct wr_seccomp_prog; /* a compiled filter (struct sock_fprog inside) */
 
 /* Compile (first call) or fetch (later calls) the program for a profile. */
@@ -65,6 +52,14 @@ int wr_seccomp_load(const struct wr_seccomp_prog *prog, struct wr_cerr *e);
  * wr_seccomp_load_insns (same rules as wr_seccomp_load). */
 void wr_seccomp_prog_insns(const struct wr_seccomp_prog *prog, const void **insns, size_t *n);
 int wr_seccomp_load_insns(const void *insns, size_t n, struct wr_cerr *e);
+
+/* Refusals are logged by the kernel (SECCOMP_FILTER_FLAG_LOG at load: an
+ * AUDIT_SECCOMP record per refused call, read by warrend's audit). On by
+ * default; set before the first create (children read it after clone). */
+void wr_seccomp_set_log(bool on);
+/* The errno the default profile answers syscall nr with when it refuses
+ * it: EPERM (deny list, argument filters), ENOSYS (clone3, not allowed). */
+int wr_seccomp_refusal_errno(int nr);
 
 /* For tests and docs: the names of the syscalls the profile refuses with
  * EPERM, NULL-terminated. */

@@ -24,6 +24,7 @@ def test_example_config_starts(fresh_daemon, tmp_path):
     auth.write_text('{"auths": {}}')
     auth.chmod(0o600)
     keep["lazy"] = dict(keep["lazy"], auth_file=str(auth))
+    keep["audit"] = dict(keep["audit"], rules=str(ROOT / "deploy/audit-rules.json"))
     d = fresh_daemon(extra=keep).start()
     c = d.client()
     assert c.get("/v1/health").json()["status"] == "ok"

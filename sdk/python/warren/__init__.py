@@ -39,9 +39,11 @@ from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
                             AsyncFiles, AsyncSandbox)
 from . import functions  # noqa: E402
+from . import events  # noqa: E402
+from .events import AsyncEvents, AuditEvent, Events  # noqa: E402
 
 __all__ = [
-    "__version__", "functions",
+    "__version__", "functions", "events", "Events", "AsyncEvents", "AuditEvent",
     "Sandbox", "AsyncSandbox", "Lease", "AsyncLease", "LeaseInfo",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",

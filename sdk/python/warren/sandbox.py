@@ -643,12 +643,23 @@ class Sandbox:
             "POST", f"/sandboxes/{seg(self._id)}/timeout", json={"timeout": timeout}))
         return self._info
 
-    def events(self, since: Optional[int] = None, limit: Optional[int] = None) -> List[Event]:
-        """The sandbox's events after sequence number ``since``.
+    def events(self, since: Any = None, limit: Optional[int] = None, *,
+               denied: Optional[bool] = None, layer: Any = None, last: Optional[int] = None,
+               flagged: bool = False, audit: bool = False) -> List[Any]:
+        """The sandbox's lifecycle events after sequence number ``since``, or
+        its audit events (:class:`warren.events.AuditEvent`: what the node
+        refused or limited) when any of ``denied``, ``layer``, ``last``,
+        ``flagged`` or ``audit=True`` is given; ``since`` is then a time
+        (RFC 3339, a datetime, or "10m" ago).
 
-        With ``limit`` one page of at most ``limit`` events; without it, every
-        event (pages are followed).
+        Lifecycle events: with ``limit`` one page of at most ``limit``
+        events; without it, every event (pages are followed).
         """
+        if audit or denied is not None or layer is not None or last is not None or flagged:
+            from .events import Events
+            return Events._with(self._http).query(
+                sandbox=self._id, since=since, last=last or limit, denied=denied,
+                layer=layer, flagged=flagged)
         url = f"/sandboxes/{seg(self._id)}/events"
         if limit is not None:
             d = self._http.json("GET", url, params={"since": since, "limit": limit}) or {}

@@ -543,8 +543,17 @@ class AsyncSandbox:
             "POST", f"/sandboxes/{seg(self._id)}/timeout", json={"timeout": timeout}))
         return self._info
 
-    async def events(self, since: Optional[int] = None,
-                     limit: Optional[int] = None) -> List[Event]:
+    async def events(self, since: Any = None, limit: Optional[int] = None, *,
+                     denied: Optional[bool] = None, layer: Any = None,
+                     last: Optional[int] = None, flagged: bool = False,
+                     audit: bool = False) -> List[Any]:
+        """As :meth:`Sandbox.events`: lifecycle events, or audit events with
+        any audit argument."""
+        if audit or denied is not None or layer is not None or last is not None or flagged:
+            from .events import AsyncEvents
+            return await AsyncEvents._with(self._http).query(
+                sandbox=self._id, since=since, last=last or limit, denied=denied,
+                layer=layer, flagged=flagged)
         url = f"/sandboxes/{seg(self._id)}/events"
         if limit is not None:
             d = await self._http.json("GET", url, params={"since": since, "limit": limit}) or {}
