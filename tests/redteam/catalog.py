@@ -1,0 +1,47 @@
+"""The catalog (../shared/redteam/CATALOG.md) as the table's rows, the
+columns every probe runs in, and the one list of known gaps.
+
+A known gap is a probe that fails because warren really lets something
+through and the fix is not small and local. It is reported as KNOWN-GAP in
+the table (and as a skip in pytest, so `make test` stays green), with the
+reason and the issue it belongs to. A gap that starts passing fails the
+suite until it is removed from this list: the list stays honest.
+"""
+
+ROWS = [
+    # A. seen in production
+    "a-log-hunt", "a-rpc-forge", "a-bin-overwrite", "a-extent-swap", "a-kpage",
+    "a-output-flood", "a-portscan", "a-proxy-fetch", "a-fd-steal", "a-fd-inherit",
+    # B. classic container escapes
+    "b-proc-self-exe", "b-open-by-handle", "b-release-agent", "b-core-pattern", "b-sysrq",
+    "b-mount-family", "b-userns", "b-keyring", "b-ptrace", "b-uffd", "b-io-uring",
+    "b-bpf-perf", "b-cgroupfs", "b-clock", "b-mknod", "b-modules",
+    # C. resource exhaustion
+    "c-forkbomb", "c-membomb", "c-disk", "c-fds", "c-cpu", "c-linger",
+    # D. network (mode none today; allowlist variants with issue 6)
+    "d-metadata", "d-dns-exfil", "d-egress-bypass", "d-abstract-unix", "d-lateral",
+    # F. platform API abuse
+    "f-idor", "f-token-steal", "f-path-traversal", "f-symlink-read", "f-log-inject",
+    # beyond the catalog rows: the brief's cross-tenant pairs, canaries, host
+    "x-cross-tenant", "x-canaries", "x-host-invariants",
+]
+
+# tier/uid columns, then the API and host columns
+TIER_COLUMNS = ["container/uid0", "container/uid1000", "function/uid0", "function/uid1000"]
+COLUMNS = TIER_COLUMNS + ["api", "host"]
+
+# Why a column does not apply (shown as n/a).
+NOT_APPLICABLE = {
+    "function/uid0": "the function API runs every call as uid 1000 (no user field)",
+}
+
+# (row, column or "*") -> "reason (issue N)". Keep it short and honest.
+KNOWN_GAPS = {
+}
+
+# (row, column) -> PASS | FAIL | KNOWN-GAP | n/a, filled by conftest's hook
+RESULTS = {}
+
+
+def gap(row, col):
+    return KNOWN_GAPS.get((row, col)) or KNOWN_GAPS.get((row, "*"))

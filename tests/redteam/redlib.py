@@ -1,0 +1,195 @@
+"""What every probe test uses: `probe(row)` parametrizes a test over the
+tier/uid columns; the `ctx` fixture gives it a runner for its column.
+
+ctx.run(argv) runs one command through the public API (a container sandbox
+of tenant alice, as ctx.uid; or a function call), checks its output against
+every canary at once, and returns the SDK's CommandResult. ctx.probe(...)
+runs wr-probe and fails unless the probe itself ran (exit 0 and output):
+a missing binary can never look like a refusal.
+
+ctx.expect_event(layer, action) asserts the refusal audit recorded the
+refusal the probe just met (GET /v1/events, the audit branch).
+"""
+import time
+
+import pytest
+
+import warren
+from catalog import COLUMNS, NOT_APPLICABLE, TIER_COLUMNS
+
+EVENT_WAIT_S = 6.0
+
+
+def probe(row, columns=None):
+    """Mark a test as the probe of catalog row `row`, once per column."""
+    cols = columns or TIER_COLUMNS
+    assert all(c in COLUMNS for c in cols)
+    return pytest.mark.parametrize("rt_key", [(row, c) for c in cols],
+                                   ids=[c.replace("/", "-") for c in cols])
+
+
+def parse(line):
+    """'subject ok k=v ...' -> ('subject', 'ok'|'ERRNO', {k: v})."""
+    parts = line.split()
+    if not parts:
+        return None, None, {}
+    subj = parts[0]
+    outcome = None
+    kv = {}
+    for p in parts[1:]:
+        if p == "ok" and outcome is None:
+            outcome = "ok"
+        elif p.startswith("errno=") and outcome is None:
+            outcome = p[6:]
+        elif "=" in p:
+            k, v = p.split("=", 1)
+            kv[k] = v
+    return subj, outcome, kv
+
+
+def unesc(s):
+    out = bytearray()
+    i = 0
+    b = s.encode()
+    while i < len(b):
+        if b[i] == ord("%") and i + 2 < len(b) + 1:
+            out.append(int(b[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(b[i])
+            i += 1
+    return out.decode(errors="replace")
+
+
+class Ctx:
+    def __init__(self, rt, row, col):
+        self.rt = rt
+        self.row = row
+        self.col = col
+        self.tier, uid = col.split("/")
+        self.uid = int(uid[3:])
+        self.other_uid = 1000 if self.uid == 0 else 0
+        self.sb = None
+        self.sb_opts = {}
+        self.t0 = time.time()
+        self.made = []
+
+    @property
+    def container(self):
+        return self.tier == "container"
+
+    # ---- sandboxes and runs
+    def sandbox(self, **opts):
+        """The column's sandbox (container tier), made on first use."""
+        assert self.container
+        if self.sb is None or (opts and opts != self.sb_opts):
+            self.sb = warren.Sandbox.create(image="busybox", timeout=600, **opts,
+                                            **self.rt.alice)
+            self.sb_opts = opts
+            self.made.append(self.sb)
+        return self.sb
+
+    def fresh_sandbox(self, **opts):
+        sb = warren.Sandbox.create(image="busybox", timeout=600, **opts, **self.rt.alice)
+        self.made.append(sb)
+        return sb
+
+    def run(self, argv, timeout=120, limits=None, user=None, output_cap=None, sb=None,
+            **kw):
+        limits = dict(limits or {})
+        if self.container:
+            s = sb or self.sandbox(**limits)
+            r = s.commands.run(argv, user=self.uid if user is None else user, timeout=timeout,
+                               output_cap=output_cap, request_timeout=timeout + 60, **kw)
+        else:
+            fl = {}
+            for k in ("memory_mb", "pids"):
+                if k in limits:
+                    fl[k] = limits[k]
+            if "cpu_time" in limits:
+                fl["cpu_time"] = limits["cpu_time"]
+            r = warren.functions.call("busybox", argv, timeout=timeout, output_cap=output_cap,
+                                      request_timeout=timeout + 60, **fl, **kw,
+                                      **self.rt.alice)
+        self.rt.check_output(f"{self.row}/{self.col} {argv[:3]}", r.stdout, r.stderr)
+        return r
+
+    def probe(self, *args, timeout=120, limits=None, allow_exit=False, **kw):
+        """Run wr-probe; the probe must have run. Returns its parsed lines."""
+        r = self.run(["wr-probe", *[str(a) for a in args]], timeout=timeout, limits=limits,
+                     **kw)
+        ran = r.reason == "exited" and (r.exit_code == 0 or allow_exit) and r.stdout.strip()
+        assert ran, f"wr-probe {args[:2]} did not run: {r.reason} {r.exit_code} " \
+                    f"{r.stdout[-300:]!r} {r.stderr[-300:]!r}"
+        self.last = r
+        return [ln for ln in r.stdout.splitlines() if ln.strip()]
+
+    def sys(self, name, *extra):
+        """One `wr-probe sys NAME`: its errno name (or 'ok')."""
+        lines = self.probe("sys", name, *extra)
+        subj, outcome, _ = parse(lines[-1])
+        assert subj == name, lines
+        return outcome
+
+    def outcomes(self, lines, prefix):
+        """Lines 'PREFIX NAME OUTCOME' -> {NAME: OUTCOME}."""
+        out = {}
+        for ln in lines:
+            p = ln.split()
+            if len(p) >= 3 and p[0] == prefix:
+                out[" ".join(p[1:-1])] = p[-1]
+        return out
+
+    # ---- the refusal audit
+    def expect_event(self, layer, action, subject=None, min_count=1):
+        """The audit recorded a refusal of `action` by `layer` for this
+        column's sandbox (or, for function calls, the tenant) since the
+        test started."""
+        import os
+        if os.environ.get("WARREN_RT_DEV_NO_EVENTS") == "1":
+            return None
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.t0 - 2)) + "Z"
+        params = {"layer": layer, "since": since, "limit": 1000}
+        if self.container and self.sb is not None:
+            params["sandbox"] = self.sb.sandbox_id
+        http = warren.Sandbox.connect(self.sb.sandbox_id, **self.rt.alice)._http \
+            if self.sb is not None else None
+        deadline = time.time() + EVENT_WAIT_S
+        seen = []
+        while True:
+            if http is None:
+                from warren._http import ConnectionConfig, SyncHTTP
+                http = SyncHTTP(ConnectionConfig.resolve(**self.rt.alice))
+            d = http.json("GET", "/events", params=params) or {}
+            seen = d.get("events", [])
+            for e in seen:
+                if e.get("action") != action:
+                    continue
+                if subject is not None and subject not in str(e.get("subject", "")):
+                    continue
+                if int(e.get("count", 1)) >= min_count:
+                    return e
+            if time.time() > deadline:
+                break
+            time.sleep(0.3)
+        raise AssertionError(f"no {layer} event for {action!r} (subject {subject!r}); "
+                             f"saw {[(e.get('action'), e.get('subject')) for e in seen][:20]}")
+
+    def close(self):
+        for s in self.made:
+            try:
+                s.kill()
+            except warren.exceptions.WarrenError:
+                pass
+
+
+@pytest.fixture
+def ctx(rt, rt_key):
+    row, col = rt_key
+    if col in NOT_APPLICABLE:
+        pytest.skip(f"n/a: {NOT_APPLICABLE[col]}")
+    c = Ctx(rt, row, col)
+    try:
+        yield c
+    finally:
+        c.close()
