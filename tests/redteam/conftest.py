@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 

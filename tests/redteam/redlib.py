@@ -10,11 +10,13 @@ a missing binary can never look like a refusal.
 ctx.expect_event(layer, action) asserts the refusal audit recorded the
 refusal the probe just met (GET /v1/events, the audit branch).
 """
+import os
 import time
 
 import pytest
 
 import warren
+from warren._http import ConnectionConfig, SyncHTTP
 from catalog import COLUMNS, NOT_APPLICABLE, TIER_COLUMNS
 
 EVENT_WAIT_S = 6.0
@@ -141,39 +143,12 @@ class Ctx:
         return out
 
     # ---- the refusal audit
-    def expect_event(self, layer, action, subject=None, min_count=1):
+    def expect_event(self, layer, action, subject=None):
         """The audit recorded a refusal of `action` by `layer` for this
-        column's sandbox (or, for function calls, the tenant) since the
-        test started."""
-        import os
-        if os.environ.get("WARREN_RT_DEV_NO_EVENTS") == "1":
-            return None
-        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.t0 - 2)) + "Z"
-        params = {"layer": layer, "since": since, "limit": 1000}
-        if self.container and self.sb is not None:
-            params["sandbox"] = self.sb.sandbox_id
-        http = warren.Sandbox.connect(self.sb.sandbox_id, **self.rt.alice)._http \
-            if self.sb is not None else None
-        deadline = time.time() + EVENT_WAIT_S
-        seen = []
-        while True:
-            if http is None:
-                from warren._http import ConnectionConfig, SyncHTTP
-                http = SyncHTTP(ConnectionConfig.resolve(**self.rt.alice))
-            d = http.json("GET", "/events", params=params) or {}
-            seen = d.get("events", [])
-            for e in seen:
-                if e.get("action") != action:
-                    continue
-                if subject is not None and subject not in str(e.get("subject", "")):
-                    continue
-                if int(e.get("count", 1)) >= min_count:
-                    return e
-            if time.time() > deadline:
-                break
-            time.sleep(0.3)
-        raise AssertionError(f"no {layer} event for {action!r} (subject {subject!r}); "
-                             f"saw {[(e.get('action'), e.get('subject')) for e in seen][:20]}")
+        column's sandbox (function calls: the tenant) since the test began."""
+        sid = self.sb.sandbox_id if self.container and self.sb is not None else None
+        return expect_event(self.rt, self.rt.alice, layer, action, subject=subject,
+                            sandbox=sid, since=self.t0)
 
     def close(self):
         for s in self.made:
@@ -181,6 +156,31 @@ class Ctx:
                 s.kill()
             except warren.exceptions.WarrenError:
                 pass
+
+
+def expect_event(rt, conn, layer, action, subject=None, sandbox=None, since=0.0):
+    """GET /v1/events until an event of `layer` with `action` (and `subject`
+    in its subject) shows up; the audit writes in batches, so wait a little."""
+    if os.environ.get("WARREN_RT_DEV_NO_EVENTS") == "1":
+        return None
+    http = SyncHTTP(ConnectionConfig.resolve(**conn))
+    params = {"layer": layer, "limit": 1000,
+              "since": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since - 2)) + "Z"}
+    if sandbox:
+        params["sandbox"] = sandbox
+    deadline = time.time() + EVENT_WAIT_S
+    seen = []
+    while True:
+        seen = (http.json("GET", "/events", params=params) or {}).get("events", [])
+        for e in seen:
+            if e.get("action") == action and (subject is None or
+                                               subject in str(e.get("subject", ""))):
+                return e
+        if time.time() > deadline:
+            break
+        time.sleep(0.3)
+    raise AssertionError(f"no {layer} event for {action!r} (subject {subject!r}); saw "
+                         f"{[(e.get('action'), e.get('subject')) for e in seen][:20]}")
 
 
 @pytest.fixture
