@@ -33,7 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 /* ---- constants newer than the build headers ----------------------------- */
 #ifndef __NR_clone3
 #define __NR_clone3 435
@@ -92,7 +91,6 @@
 #define P_TIOCLINUX 0x541cUL
 #define P_FIONREAD 0x541bUL
 #define P_TCGETS 0x5401UL
-
 
 /* ---- shared helpers (wr-probe.c) ---------------------------------------- */
 

@@ -105,8 +105,8 @@ static void hunt_denied(int e)
 static int name_interesting(const char *base)
 {
 	static const char *const suffixes[] = {".log", ".jsonl", ".journal", NULL};
-	static const char *const words[] = {"answer", "solution", "expected", "secret", "token",
-					    NULL};
+	static const char *const words[] = {"answer", "solution", "expected",
+					    "secret", "token",	  NULL};
 	size_t n = strlen(base);
 	for (int i = 0; suffixes[i]; i++) {
 		size_t k = strlen(suffixes[i]);
@@ -199,8 +199,7 @@ static int cmd_hunt(int argc, char **argv)
 	printf("hunt %s%s root=%s done=%d ms=%llu dirs=%ld files=%ld opened=%ld bytes=%ld "
 	       "specials=%ld",
 	       r < 0 ? "errno=" : "ok", r < 0 ? errstr(e) : "", esc(argv[0]), !H.timed_out,
-	       (unsigned long long)(now_ms() - t0), H.dirs, H.files, H.opened, H.bytes,
-	       H.specials);
+	       (unsigned long long)(now_ms() - t0), H.dirs, H.files, H.opened, H.bytes, H.specials);
 	printf(" denied=");
 	for (int i = 0; i < 8 && H.denied_err[i]; i++)
 		printf("%s%s:%ld", i ? "," : "", errstr(H.denied_err[i]), H.denied[i]);
@@ -461,13 +460,17 @@ static int cmd_release_agent(void)
 	printf("release-agent mount-cgroup-v1 %s\n", outcome(r, errno));
 	r = syscall(__NR_fsopen, "cgroup", 1);
 	printf("release-agent fsopen-cgroup %s\n", outcome(r, errno));
-	static const char *const agents[] = {
-	    "/sys/fs/cgroup/release_agent",	    "/sys/fs/cgroup/rdma/release_agent",
-	    "/sys/fs/cgroup/memory/release_agent",  "/sys/fs/cgroup/pids/release_agent",
-	    "/sys/fs/cgroup/unified/cgroup.procs", "/sys/fs/cgroup/cgroup.procs",
-	    "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max",
-	    "/sys/fs/cgroup/memory.max",	    "/sys/fs/cgroup/pids.max",
-	    NULL};
+	static const char *const agents[] = {"/sys/fs/cgroup/release_agent",
+					     "/sys/fs/cgroup/rdma/release_agent",
+					     "/sys/fs/cgroup/memory/release_agent",
+					     "/sys/fs/cgroup/pids/release_agent",
+					     "/sys/fs/cgroup/unified/cgroup.procs",
+					     "/sys/fs/cgroup/cgroup.procs",
+					     "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+					     "/sys/fs/cgroup/pids/pids.max",
+					     "/sys/fs/cgroup/memory.max",
+					     "/sys/fs/cgroup/pids.max",
+					     NULL};
 	for (int i = 0; agents[i]; i++) {
 		int fd = open(agents[i], O_WRONLY | O_CLOEXEC);
 		printf("release-agent write %s %s\n", esc(agents[i]), outcome(fd, errno));
@@ -503,8 +506,10 @@ static int cmd_devices(void)
 		const char *name;
 		mode_t type;
 		int maj, min;
-	} nodes[] = {{"blk-sda", S_IFBLK, 8, 0},  {"chr-mem", S_IFCHR, 1, 1},
-		     {"chr-kmsg", S_IFCHR, 1, 11}, {"blk-loop0", S_IFBLK, 7, 0},
+	} nodes[] = {{"blk-sda", S_IFBLK, 8, 0},
+		     {"chr-mem", S_IFCHR, 1, 1},
+		     {"chr-kmsg", S_IFCHR, 1, 11},
+		     {"blk-loop0", S_IFBLK, 7, 0},
 		     {"chr-null", S_IFCHR, 1, 3}};
 	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
 		char p[64];
@@ -515,10 +520,10 @@ static int cmd_devices(void)
 		if (r == 0)
 			unlink(p);
 	}
-	static const char *const raw[] = {"/dev/sda",	"/dev/vda",  "/dev/nvme0n1", "/dev/xvda",
-					  "/dev/loop0", "/dev/mem",  "/dev/kmem",    "/dev/port",
-					  "/dev/kmsg",	"/dev/userfaultfd", "/dev/fuse", "/dev/net/tun",
-					  "/dev/dm-0",	"/dev/mapper/control", NULL};
+	static const char *const raw[] = {
+	    "/dev/sda",	 "/dev/vda",	 "/dev/nvme0n1", "/dev/xvda",		"/dev/loop0",
+	    "/dev/mem",	 "/dev/kmem",	 "/dev/port",	 "/dev/kmsg",		"/dev/userfaultfd",
+	    "/dev/fuse", "/dev/net/tun", "/dev/dm-0",	 "/dev/mapper/control", NULL};
 	for (int i = 0; raw[i]; i++) {
 		int fd = open(raw[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 		printf("devices open %s %s\n", esc(raw[i]), outcome(fd, errno));
@@ -611,11 +616,13 @@ static int cmd_portscan(int argc, char **argv)
 				getsockopt(pf[i].fd, SOL_SOCKET, SO_ERROR, &e, &el);
 				struct sockaddr_storage me;
 				socklen_t ml = sizeof(me);
-				if (e == 0 && getsockname(pf[i].fd, (struct sockaddr *)&me, &ml) == 0 &&
+				if (e == 0 &&
+				    getsockname(pf[i].fd, (struct sockaddr *)&me, &ml) == 0 &&
 				    ((fam == AF_INET &&
 				      ntohs(((struct sockaddr_in *)&me)->sin_port) == ports[i]) ||
 				     (fam == AF_INET6 &&
-				      ntohs(((struct sockaddr_in6 *)&me)->sin6_port) == ports[i]))) {
+				      ntohs(((struct sockaddr_in6 *)&me)->sin6_port) ==
+					  ports[i]))) {
 					/* TCP self-connect: our own ephemeral port */
 					self_n++;
 				} else if (e == 0) {

@@ -10,7 +10,6 @@ a missing binary can never look like a refusal.
 ctx.expect_event(layer, action) asserts the refusal audit recorded the
 refusal the probe just met (GET /v1/events, the audit branch).
 """
-import os
 import time
 
 import pytest
@@ -158,12 +157,34 @@ class Ctx:
                 pass
 
 
+EVENTS_UNCHECKED = set()
+current_key = [None]
+_audit = {}
+
+
+def audit_present(http):
+    if "present" not in _audit:
+        try:
+            http.request("GET", "/events", params={"limit": 1})
+            _audit["present"] = True
+        except warren.exceptions.WarrenError as e:
+            if e.status != 404:
+                raise
+            _audit["present"] = False
+    return _audit["present"]
+
+
 def expect_event(rt, conn, layer, action, subject=None, sandbox=None, since=0.0):
     """GET /v1/events until an event of `layer` with `action` (and `subject`
     in its subject) shows up; the audit writes in batches, so wait a little."""
-    if os.environ.get("WARREN_RT_DEV_NO_EVENTS") == "1":
-        return None
     http = SyncHTTP(ConnectionConfig.resolve(**conn))
+    if not audit_present(http):
+        # No refusal audit in this daemon (the audit branch is not merged):
+        # the outcome was checked, the event could not be. The table marks
+        # the cell "PASS*" and names the gap; once GET /v1/events exists
+        # every call here is a strict assertion.
+        EVENTS_UNCHECKED.add(current_key[0])
+        return None
     params = {"layer": layer, "limit": 1000,
               "since": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since - 2)) + "Z"}
     if sandbox:
@@ -189,6 +210,7 @@ def ctx(rt, rt_key):
     if col in NOT_APPLICABLE:
         pytest.skip(f"n/a: {NOT_APPLICABLE[col]}")
     c = Ctx(rt, row, col)
+    current_key[0] = rt_key
     try:
         yield c
     finally:
