@@ -126,3 +126,11 @@ int cmd_sched_fifo(void);
 int connect_unix(const char *subject, const char *name, int abstract);
 /* the red-team commands (probe_red.c): -1 when CMD is not one of them */
 int red_main(const char *cmd, int argc, char **argv);
+/* network commands (probe_net.c) */
+int cmd_portscan(int argc, char **argv);
+int cmd_egress(int argc, char **argv);
+int cmd_dns(int argc, char **argv);
+int cmd_abstract(int argc, char **argv);
+int cmd_forge(int argc, char **argv);
+/* shared with probe_net.c: tokens arrive XORed with 0x5a and hex-encoded */
+int unhex_xor(const char *hex, char *out, size_t cap);
