@@ -77,7 +77,9 @@ def kernel_log(after_seq=-1):
     """(last sequence number, lines that say the kernel is in trouble) of
     the host kernel log records after `after_seq` (/dev/kmsg: the sequence
     numbers survive the ring buffer wrapping, unlike line counts)."""
-    pat = re.compile(r"(Oops|BUG:|kernel panic|general protection fault|Call Trace)")
+    # (not "Call Trace": every OOM kill of a probe prints one)
+    pat = re.compile(r"(Oops|BUG:|[Kk]ernel panic|general protection fault|WARNING: CPU|"
+                     r"soft lockup|hard LOCKUP|self-detected stall|Bad page)")
     last, bad = after_seq, []
     fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -152,6 +154,10 @@ class Session:
         s["bob-token"] = self.d.tokens["bob"]
         s["socket-path"] = str(self.d.sock)
         s["state-dir"] = str(self.d.state)
+        # host paths: the daemon's root, the image's and the build's
+        s["daemon-root"] = str(self.d.root)
+        s["image-path"] = str(self.image_dir)
+        s["build-dir"] = str(BUILD)
         return s
 
     def check_output(self, what, *texts):

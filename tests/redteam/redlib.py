@@ -215,3 +215,30 @@ def ctx(rt, rt_key):
         yield c
     finally:
         c.close()
+
+
+# The network mode the D probes run in, and what each kind of attempt must
+# get in it. Issue 6 adds "allowlist" (and "open"): add its column of
+# expectations here (EPERM/ECONNREFUSED from the BPF hooks, NXDOMAIN from
+# the DNS forwarder, each with its bpf-net or dns event via
+# ctx.expect_event) and create the sandboxes with its policy.
+NET_MODE = "none"
+NET_EXPECT = {
+    "none": {
+        "connect": "ENETUNREACH",  # no route: only loopback exists
+        "sendto": "ENETUNREACH",
+        "icmp-dgram": "EACCES",  # ping_group_range excludes every group
+        "raw": "EPERM",  # no CAP_NET_RAW
+        "event": None,  # the kernel refuses; no platform layer involved
+    },
+}
+
+
+def net(kind):
+    return NET_EXPECT[NET_MODE][kind]
+
+
+def net_event(ctx, action):
+    layer = net("event")
+    if layer is not None:
+        ctx.expect_event(layer, action)

@@ -4,7 +4,7 @@ import time
 
 import warren
 from conftest import enc, sha256_file, tree_digest
-from redlib import parse, probe, unesc
+from redlib import net, parse, probe, unesc
 
 
 def hunt(ctx, root="/", secs=90, extra_tokens=(), via_shell=False, missing_ok=False, **kw):
@@ -58,7 +58,7 @@ def test_a_rpc_forge(ctx):
     assert lines[0] == "forge tcp errno=ECONNREFUSED", lines
     for addr in rt.v4 + rt.v6:
         lines = ctx.probe("forge", "tcp", addr, rt.d.port)
-        assert lines[0] == "forge tcp errno=ENETUNREACH", (addr, lines)
+        assert lines[0] == f"forge tcp errno={net('connect')}", (addr, lines)
     # no socket of the daemon anywhere in the tree, none in /proc/net/unix
     for root in ("/run", "/var/run", "/tmp"):
         kv, _ = hunt(ctx, root, 20, missing_ok=True)
@@ -175,7 +175,9 @@ def test_a_portscan(ctx):
     targets = rt.v4[:2] + rt.v6[:1] + ["10.0.0.1", "172.17.0.1", "192.168.1.1"]
     for addr in targets:
         kv = _scan(ctx, addr)
-        assert kv["open"] == "0" and kv["unreach"] == "65535", (addr, kv)
+        assert kv["open"] == "0", (addr, kv)
+        if net("connect") == "ENETUNREACH":
+            assert kv["unreach"] == "65535", (addr, kv)
     assert time.time() - t0 < 120, "the scan should fail fast"
 
 
@@ -186,7 +188,7 @@ def test_a_proxy_fetch(ctx):
     for addr, port in [("151.101.1.69", 443), ("140.82.112.3", 22), ("1.1.1.1", 8080)] + \
             [(a, p) for a in rt.v4[:1] for p in (3128, 8080, 5000)]:
         lines = ctx.probe("connect-tcp", addr, port)
-        assert parse(lines[0])[1] == "ENETUNREACH", (addr, port, lines)
+        assert parse(lines[0])[1] == net("connect"), (addr, port, lines)
 
 
 @probe("a-fd-steal")

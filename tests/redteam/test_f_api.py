@@ -57,15 +57,17 @@ def test_f_idor(rt, rt_key):
     expect_event(rt, rt.alice, "api", "GET /v1/sandboxes/{id}", since=t0)
 
 
-@probe("x-cross-tenant", ["container/uid0", "container/uid1000"])
+@probe("x-cross-tenant")
 def test_x_cross_tenant(ctx):
     rt = ctx.rt
-    mine = ctx.sandbox()
-    # bob attacks alice's sandbox, alice attacks bob's: every route 404
-    for attacker, sid in ((rt.bob, mine.sandbox_id), (rt.alice, rt.victim.sandbox_id)):
-        got = attacks(api(attacker), sid)
-        assert got == {k: 404 for k in got}, (sid, got)
-    assert mine.is_running() and rt.victim.is_running()
+    if ctx.container:
+        mine = ctx.sandbox()
+        # bob attacks alice's sandbox, alice attacks bob's: every route 404
+        for attacker, sid in ((rt.bob, mine.sandbox_id), (rt.alice, rt.victim.sandbox_id)):
+            got = attacks(api(attacker), sid)
+            assert got == {k: 404 for k in got}, (sid, got)
+        assert mine.is_running()
+    assert rt.victim.is_running()
     # and from inside: none of the other's processes, paths or secrets
     lines = ctx.probe("procwalk")
     assert int(parse(lines[0])[2]["count"]) <= 3, lines
