@@ -616,8 +616,27 @@ static int cmd_inject(void)
 	return 0;
 }
 
+/* put PATH STRING: write STRING (no newline added) to an existing PATH */
+static int cmd_put(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage("put PATH STRING");
+	int fd = open(argv[0], O_WRONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		result("put", -1, errno, "path=%s", esc(argv[0]));
+		return 0;
+	}
+	ssize_t w = write(fd, argv[1], strlen(argv[1]));
+	int e = errno;
+	close(fd);
+	result("put", w < 0 ? -1 : 0, e, "path=%s", esc(argv[0]));
+	return 0;
+}
+
 int red_main(const char *cmd, int n, char **a)
 {
+	if (!strcmp(cmd, "put"))
+		return cmd_put(n, a);
 	if (!strcmp(cmd, "hunt"))
 		return cmd_hunt(n, a);
 	if (!strcmp(cmd, "fdwalk"))

@@ -83,6 +83,7 @@
  *   spin THREADS SECS   busy threads; CPU time used
  *   memfd MB            memfd_create + fallocate + writes
  *   inject              fake exit lines, escapes, JSON, NUL on stdout/stderr
+ *   put PATH STRING     write STRING into the existing file PATH
  *
  * Sources: wr-probe.c (output, facts, main), probe_sys.c (sys, ioctl),
  * probe_res.c (resources, processes, connects), probe_red.c; no dependency

@@ -202,6 +202,14 @@ def rt(tmp_path_factory):
     grader = Path(f"/tmp/{tag}-grader")
     grader.mkdir(mode=0o700)
     (grader / "expected_answer.txt").write_text(canaries["grader"] + "\n")
+    # The image the daemon will use (the e2e harness takes build/test-images
+    # when another suite made it) must hold this build's wr-probe: refresh
+    # it (mkimage.sh is a no-op when its stamp is newer than the probe).
+    for imgs in (BUILD / "test-images", BUILD / "tests" / "test-images"):
+        if (imgs / "busybox").is_dir():
+            subprocess.run([str(ROOT / "scripts/mkimage.sh"), str(imgs), "--add",
+                            f"{BUILD / 'tests/wr-probe'}:/usr/bin/wr-probe"],
+                           check=True, stdout=subprocess.DEVNULL)
     root = tmp_path_factory.mktemp("redteam")
     d = harness.Daemon(BUILD, root, "rt", extra={"images": {}})
     cfg = json.loads(d.config.read_text())

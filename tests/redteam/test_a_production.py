@@ -219,6 +219,10 @@ def test_a_fd_steal(ctx):
             assert not unesc(p["exe"]).startswith("/"), f"host path of an exe: {ln}"
     if ctx.container:
         assert others >= 2, lines  # PID 1 and the sibling
+        # nor signal them: Landlock scopes signals to the command's domain
+        _, outcome, _ = parse(ctx.probe("kill", 1, "KILL")[0])
+        assert outcome == "EPERM", outcome
+        assert ctx.sb.is_running()
     ctx.expect_event("seccomp", "process_vm_readv")
     if ctx.container:
         ctx.expect_event("seccomp", "ptrace")

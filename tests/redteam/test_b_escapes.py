@@ -81,6 +81,13 @@ def test_b_mount_family(ctx):
 
 @probe("b-userns")
 def test_b_userns(ctx):
+    # no capability in any set, no_new_privs, the seccomp filter in force
+    _, outcome, st = parse(ctx.probe("status")[0])
+    assert outcome == "ok", st
+    for k in ("capinh", "capprm", "capeff", "capbnd", "capamb"):
+        assert st[k] == "0000000000000000", (k, st)
+    assert st["nonewprivs"] == "1" and st["seccomp"] == "2", st
+    assert st["uid"] == ",".join([str(ctx.uid)] * 4), st
     refused(ctx, ["unshare", "setns"])
     refused(ctx, ["clone-newuser", "clone-newns", "clone-newpid", "clone-newnet",
                   "clone-newcgroup"], event=False)

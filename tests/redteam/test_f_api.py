@@ -4,11 +4,19 @@ canaries and the host invariants. These run from the host through the API
 import io
 import tarfile
 import time
+from pathlib import Path
 
 import warren
 from conftest import BUILD, enc, kernel_log, sha256_file, tree_digest
 from redlib import current_key, expect_event, parse, probe, unesc
 from warren._http import ConnectionConfig, SyncHTTP
+
+
+def read_or_empty(p):
+    try:
+        return p.read_text()
+    except OSError:  # the thread ended meanwhile
+        return ""
 
 
 def api(conn):
@@ -130,6 +138,24 @@ def test_f_path_traversal(rt, rt_key):
                        content=buf.getvalue())
             assert s == 400, (members, s)
         assert open("/etc/passwd", "rb").read() == host_passwd
+        # /proc, /sys and /dev are out of the files API's reach: the daemon
+        # thread would otherwise read its own /proc/self (its environ holds
+        # a canary) or write host-wide sysctls. Harmless probes only: reads,
+        # and a write to the thread's own comm.
+        for path in ("/proc/self/environ", "/proc/1/environ", "/proc/self/root/etc/hostname",
+                     "/proc/sys/kernel/core_pattern", "/sys/kernel/mm/transparent_hugepage/"
+                     "enabled", "/dev/null", "/proc/self/fd/0"):
+            try:
+                body = http.request("GET", p, params={"path": path}).content
+                raise AssertionError(f"files API read {path}: {body[:80]!r}")
+            except warren.exceptions.WarrenError as e:
+                assert e.status in (400, 404), (path, e)
+        for path in ("/proc/self/comm", "/proc/thread-self/comm"):
+            s = status(http, "PUT", p, params={"path": path}, content=b"pwned")
+            assert s in (400, 404, 409), (path, s)
+        comms = [read_or_empty(t / "comm") for t in
+                 Path(f"/proc/{rt.d.proc.pid}/task").iterdir()]
+        assert comms and not [c for c in comms if "pwned" in c], comms
 
 
 @probe("f-symlink-read", ["api"])
