@@ -23,7 +23,7 @@ ROWS = [
     # F. platform API abuse
     "f-idor", "f-token-steal", "f-path-traversal", "f-symlink-read", "f-log-inject",
     # beyond the catalog rows: the brief's cross-tenant pairs, canaries, host
-    "x-cross-tenant", "x-audit", "x-canaries", "x-host-invariants",
+    "x-cross-tenant", "x-audit", "x-audit-flood", "x-canaries", "x-host-invariants",
 ]
 
 # tier/uid columns, then the API and host columns
