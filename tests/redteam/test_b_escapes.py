@@ -88,6 +88,22 @@ def test_b_userns(ctx):
         assert st[k] == "0000000000000000", (k, st)
     assert st["nonewprivs"] == "1" and st["seccomp"] == "2", st
     assert st["uid"] == ",".join([str(ctx.uid)] * 4), st
+    if ctx.container:
+        # a setuid-root copy of a binary (made through the files API as the
+        # sandbox's root) stays inert: no_new_privs
+        sb = ctx.sandbox()
+        sb.files.write("/tmp/suid-probe", sb.files.read("/usr/bin/wr-probe", format="bytes"),
+                       mode=0o4755)
+        if not sb.files.get_info("/tmp/suid-probe").mode & 0o4000:
+            # the files API drops set-id bits: the sandbox's root sets it
+            assert ctx.run(["chmod", "4755", "/tmp/suid-probe"], user=0).exit_code == 0
+        info = sb.files.get_info("/tmp/suid-probe")
+        assert info.mode & 0o4000 and info.uid == 0, info
+        r = ctx.run(["/tmp/suid-probe", "status"])
+        assert r.exit_code == 0 and r.stdout, r
+        _, outcome, st = parse(r.stdout.splitlines()[0])
+        assert outcome == "ok" and st["uid"] == ",".join([str(ctx.uid)] * 4), st
+        assert st["capeff"] == "0000000000000000", st
     refused(ctx, ["unshare", "setns"])
     refused(ctx, ["clone-newuser", "clone-newns", "clone-newpid", "clone-newnet",
                   "clone-newcgroup"], event=False)

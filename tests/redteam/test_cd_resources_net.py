@@ -138,6 +138,18 @@ def test_c_linger(ctx):
         assert _pid_alive_check(ctx, pid, "ok") == "ok"
         assert ctx.sb.kill()
         ctx.made.remove(ctx.sb)
+    else:
+        # a call leaves nothing for the next call of its pool: no process
+        # (its pid namespace ended), no file in /tmp, /work or /dev/shm
+        r = ctx.run(["sh", "-c", "for d in /tmp /work /dev/shm; do "
+                     "wr-probe write $d/residue 10; done; wr-probe linger 300"])
+        assert r.stdout.count("write ok") == 3 and "linger ok" in r.stdout, r.stdout
+        r = ctx.run(["sh", "-c", "for d in /tmp /work /dev/shm; do "
+                     "wr-probe read $d/residue; done; wr-probe procwalk"])
+        assert r.stdout.count("read errno=ENOENT") == 3, r.stdout
+        # only this call's own processes (the shell may have exec'd the probe)
+        head = [ln for ln in r.stdout.splitlines() if ln.startswith("procwalk ok")][0]
+        assert int(parse(head)[2]["count"]) <= 2, r.stdout
     # host view: no wr-probe left in any of the daemon's cgroups
     time.sleep(0.2)
     base = ctx.rt.d.cg_base

@@ -123,13 +123,16 @@ def test_f_path_traversal(rt, rt_key):
         assert status(http, "GET", p, params={"path": g}) == 404
         # tar upload: ../, absolute names, a symlink then a file beneath it
         for members in ([("../evil", b"x")], [("/abs", b"x")],
-                        [("l", "symlink:/etc"), ("l/passwd", b"x")]):
+                        [("l", "symlink:/etc"), ("l/passwd", b"x")],
+                        [("h", "hardlink:/etc/passwd")],
+                        [("h2", "hardlink:../../../../etc/shadow")]):
             buf = io.BytesIO()
             with tarfile.open(fileobj=buf, mode="w") as t:
                 for name, data in members:
                     ti = tarfile.TarInfo(name)
                     if isinstance(data, str):
-                        ti.type, ti.linkname = tarfile.SYMTYPE, data.split(":", 1)[1]
+                        kind, ti.linkname = data.split(":", 1)
+                        ti.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
                         t.addfile(ti)
                     else:
                         ti.size = len(data)
@@ -153,6 +156,18 @@ def test_f_path_traversal(rt, rt_key):
         for path in ("/proc/self/comm", "/proc/thread-self/comm"):
             s = status(http, "PUT", p, params={"path": path}, content=b"pwned")
             assert s in (400, 404, 409), (path, s)
+        # the same through a symlink the sandbox planted towards /proc
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for name, target in (("p", "/proc/self"), ("q", "../../proc/thread-self")):
+                ti = tarfile.TarInfo(name)
+                ti.type, ti.linkname = tarfile.SYMTYPE, target
+                t.addfile(ti)
+        http.request("PUT", p + "/tar", params={"path": "/tmp/links"}, content=buf.getvalue())
+        for path in ("/tmp/links/p/comm", "/tmp/links/q/comm", "/tmp/links/p/environ"):
+            assert status(http, "PUT", p, params={"path": path}, content=b"pwned") in \
+                (400, 404, 409), path
+            assert status(http, "GET", p, params={"path": path}) in (400, 404), path
         comms = [read_or_empty(t / "comm") for t in
                  Path(f"/proc/{rt.d.proc.pid}/task").iterdir()]
         assert comms and not [c for c in comms if "pwned" in c], comms
