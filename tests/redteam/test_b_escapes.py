@@ -29,6 +29,7 @@ def test_b_proc_self_exe(ctx):
         assert p["exe_write"] in ("EACCES", "ETXTBSY", "ENOENT"), ln
     for b in ("warrend", "warren-init", "warren-zygote"):
         assert sha256_file(BUILD / b) == rt.digests[b], f"{b} changed"
+    ctx.expect_event("landlock", "fs.execute")
 
 
 @probe("b-open-by-handle")
