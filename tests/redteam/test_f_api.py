@@ -2,6 +2,7 @@
 canaries and the host invariants. These run from the host through the API
 (column "api") or check the host (column "host")."""
 import io
+import json
 import tarfile
 import time
 from pathlib import Path
@@ -243,6 +244,15 @@ def test_x_canaries(rt, rt_key):
                                      params={"path": "/"}).content
         assert len(data) > 1 << 20
         rt.check_output("x-canaries tar of /", data)
+
+
+@probe("x-canaries", ["api"])
+def test_x_canaries_in_events(rt, rt_key):
+    """What the attacking tenant reads back from the audit about its own
+    refusals names nothing of the host: no canary, token or host path."""
+    ev = api(rt.alice).json("GET", "/events", params={"limit": 1000}) or {}
+    assert ev.get("events"), "no events to check (the suite provokes many)"
+    rt.check_output("GET /v1/events as alice", json.dumps(ev))
 
 
 @probe("x-host-invariants", ["host"])
