@@ -249,7 +249,11 @@ def test_x_canaries(rt, rt_key):
 @probe("x-canaries", ["api"])
 def test_x_canaries_in_events(rt, rt_key):
     """What the attacking tenant reads back from the audit about its own
-    refusals names nothing of the host: no canary, token or host path."""
+    refusals names nothing of the host: no canary, token or host path.
+    (It provokes one refusal of its own: an exec through /proc/self/exe.)"""
+    with warren.Sandbox.create(image="busybox", timeout=120, **rt.alice) as sb:
+        assert sb.commands.run(["/proc/self/exe"]).reason == "start_failed"
+        time.sleep(1.5)  # the audit writes in batches
     ev = api(rt.alice).json("GET", "/events", params={"limit": 1000}) or {}
     assert ev.get("events"), "no events to check (the suite provokes many)"
     rt.check_output("GET /v1/events as alice", json.dumps(ev))
