@@ -100,6 +100,18 @@ static void reply_entry(struct wrd_req *r, const struct wr_fs *fs, const char *p
 	wr_fs_stat_free(&st);
 }
 
+/* Whether a symlink does not lead to a regular file inside the root (err
+ * set then): a read of 0 bytes resolves it exactly as the stream will. */
+static bool link_unreadable(const struct wr_fs *fs, const char *path, wr_err *err)
+{
+	char *data = NULL;
+	size_t len = 0;
+	bool truncated = false;
+	int rc = wr_fs_read(fs, path, 0, &data, &len, &truncated, err);
+	free(data);
+	return rc < 0;
+}
+
 void wrd_api_fs_read(struct wrd_req *r)
 {
 	static const char *const allowed[] = {"path", NULL};
@@ -121,6 +133,10 @@ void wrd_api_fs_read(struct wrd_req *r)
 		wrd_reply_error(r, "invalid_argument", "path", "%s is a directory", path);
 	} else if (st.type == WR_FS_OTHER) {
 		wrd_reply_error(r, "invalid_argument", "path", "%s is not a regular file", path);
+	} else if (st.type == WR_FS_SYMLINK && link_unreadable(&fs, path, &err)) {
+		/* a dangling link (or one to a directory, a magic link) gets its
+		 * status, not a 200 with an empty body */
+		wrd_fs_reply_err(r, err, "path");
 	} else {
 		int fd = wrd_reply_stream(r, 200, "application/octet-stream");
 		if (fd >= 0) {

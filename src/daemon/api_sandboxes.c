@@ -368,6 +368,9 @@ void wrd_api_sb_get(struct wrd_req *r)
 		return;
 	}
 	if (strcmp(rec.tenant, r->tenant) != 0) {
+		/* the same 404 as an unknown id, and the refusal recorded as
+		 * every other route of another tenant's sandbox records it */
+		wrd_audit_api(r, 404, "another tenant's sandbox");
 		wrd_reply_error(r, "not_found", NULL, "sandbox %s not found", r->id);
 	} else {
 		json_t *o = wrd_record_json(&rec);
