@@ -260,6 +260,12 @@ int wr_rtnl_addr_add(struct wr_rtnl *nl, int ifindex, struct in_addr addr, int p
 
 int wr_rtnl_route_default(struct wr_rtnl *nl, int ifindex, struct in_addr gw, wr_err *err)
 {
+	return wr_rtnl_route_add(nl, ifindex, (struct in_addr){0}, 0, gw, err);
+}
+
+int wr_rtnl_route_add(struct wr_rtnl *nl, int ifindex, struct in_addr dst, int plen,
+		      struct in_addr gw, wr_err *err)
+{
 	struct msg m;
 	struct rtmsg *rt = msg_init(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, sizeof(*rt));
 	rt->rtm_family = AF_INET;
@@ -268,9 +274,12 @@ int wr_rtnl_route_default(struct wr_rtnl *nl, int ifindex, struct in_addr gw, wr
 	rt->rtm_scope = RT_SCOPE_UNIVERSE;
 	rt->rtm_type = RTN_UNICAST;
 	uint32_t oif = (uint32_t)ifindex;
+	rt->rtm_dst_len = (unsigned char)plen;
+	if (plen > 0)
+		attr_add(&m, RTA_DST, &dst, sizeof(dst));
 	attr_add(&m, RTA_GATEWAY, &gw, sizeof(gw));
 	attr_add(&m, RTA_OIF, &oif, sizeof(oif));
-	return talk(nl, &m, NULL, NULL, "add default route", err);
+	return talk(nl, &m, NULL, NULL, "add route", err);
 }
 
 struct port_ctx {

@@ -40,6 +40,9 @@ int wr_rtnl_link_del(struct wr_rtnl *nl, const char *name, wr_err *err);
 int wr_rtnl_addr_add(struct wr_rtnl *nl, int ifindex, struct in_addr addr, int plen, wr_err *err);
 /* Default IPv4 route via gw on ifindex. */
 int wr_rtnl_route_default(struct wr_rtnl *nl, int ifindex, struct in_addr gw, wr_err *err);
+/* IPv4 route to dst/plen via gw on ifindex. */
+int wr_rtnl_route_add(struct wr_rtnl *nl, int ifindex, struct in_addr dst, int plen,
+		      struct in_addr gw, wr_err *err);
 
 /* Names of the links enslaved to master (ifindex): calls cb for each. */
 int wr_rtnl_each_port(struct wr_rtnl *nl, int master, void (*cb)(const char *name, void *ctx),

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "isolate/netpool.h"
+#include "isolate/netpool_nft.h"
 #include "isolate/rtnl.h"
 
 static char g_bridge[IF_NAMESIZE];
@@ -72,12 +75,12 @@ static struct wr_netpool *start(unsigned size, unsigned rate)
 
 /* In a child inside l's namespace: connect to addr:port (1 s at most),
  * send "ping", expect "pong". Exit status 0 when that worked. */
-static int probe_from(const struct wr_netns_lease *l, const char *addr, int port)
+static int probe_ns(int nsfd, const char *addr, int port)
 {
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		if (setns(l->netns_fd, CLONE_NEWNET) < 0)
+		if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) < 0)
 			_exit(10);
 		int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -97,6 +100,11 @@ static int probe_from(const struct wr_netns_lease *l, const char *addr, int port
 	int st;
 	waitpid(pid, &st, 0);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+}
+
+static int probe_from(const struct wr_netns_lease *l, const char *addr, int port)
+{
+	return probe_ns(l->netns_fd, addr, port);
 }
 
 static int listen_on(const char *addr, int *port)
@@ -260,6 +268,189 @@ static void test_sweep_and_adopt(void **state)
 	assert_int_equal(bridge_ports(), -1);
 }
 
+/* A server in namespace nsfd on addr:port (0: any port) that writes the
+ * peer address of each connection it accepts to a pipe. */
+struct srv {
+	pid_t pid;
+	int port;
+	int rfd;
+};
+
+static void serve_in(int nsfd, const char *addr, int port, struct srv *s)
+{
+	int pp[2];
+	assert_int_equal(pipe(pp), 0);
+	s->pid = fork();
+	assert_true(s->pid >= 0);
+	if (s->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves none */
+		close(pp[0]);
+		if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) < 0)
+			_exit(1);
+		int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+		setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+		inet_pton(AF_INET, addr, &sa.sin_addr);
+		if (bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 8) < 0)
+			_exit(1);
+		socklen_t sl = sizeof(sa);
+		getsockname(l, (struct sockaddr *)&sa, &sl);
+		int p = ntohs(sa.sin_port);
+		if (write(pp[1], &p, sizeof(p)) != sizeof(p))
+			_exit(1);
+		for (;;) {
+			struct sockaddr_in peer;
+			socklen_t pl = sizeof(peer);
+			int c = accept(l, (struct sockaddr *)&peer, &pl);
+			if (c < 0)
+				continue;
+			char ip[16] = {0};
+			inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof(ip));
+			if (write(pp[1], ip, sizeof(ip)) != sizeof(ip))
+				_exit(1);
+			close(c);
+		}
+	}
+	close(pp[1]);
+	s->rfd = pp[0];
+	assert_int_equal(read(s->rfd, &s->port, sizeof(s->port)), sizeof(s->port));
+}
+
+static void srv_peer(struct srv *s, char ip[16])
+{
+	struct pollfd pf = {.fd = s->rfd, .events = POLLIN};
+	assert_int_equal(poll(&pf, 1, 2000), 1);
+	assert_int_equal(read(s->rfd, ip, 16), 16);
+}
+
+static void srv_stop(struct srv *s)
+{
+	kill(s->pid, SIGKILL);
+	waitpid(s->pid, NULL, 0);
+	close(s->rfd);
+}
+
+static struct in_addr ip4(const char *s)
+{
+	struct in_addr a;
+	inet_pton(AF_INET, s, &a);
+	return a;
+}
+
+/* The "internet": a namespace of its own at 198.18.0.2 (and the metadata
+ * address 169.254.169.254), behind an uplink veth of ours at 198.18.0.1. */
+static int make_internet(const char *uplink, wr_err *err)
+{
+	int host = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	assert_true(host >= 0);
+	assert_int_equal(unshare(CLONE_NEWNET), 0);
+	int inet = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	struct wr_rtnl nl;
+	assert_int_equal(wr_rtnl_open(&nl, err), 0);
+	assert_int_equal(wr_rtnl_link_set(&nl, 1, true, 0, err), 0);
+	assert_int_equal(wr_rtnl_veth_add(&nl, "inet0", uplink, host, err), 0);
+	int idx = wr_rtnl_ifindex(&nl, "inet0", err);
+	assert_int_equal(wr_rtnl_addr_add(&nl, idx, ip4("198.18.0.2"), 24, err), 0);
+	assert_int_equal(wr_rtnl_addr_add(&nl, 1, ip4("169.254.169.254"), 32, err), 0);
+	assert_int_equal(wr_rtnl_link_set(&nl, idx, true, 0, err), 0);
+	wr_rtnl_close(&nl);
+	assert_int_equal(setns(host, CLONE_NEWNET), 0);
+	close(host);
+	assert_int_equal(wr_rtnl_open(&nl, err), 0);
+	idx = wr_rtnl_ifindex(&nl, uplink, err);
+	assert_int_equal(wr_rtnl_addr_add(&nl, idx, ip4("198.18.0.1"), 24, err), 0);
+	assert_int_equal(wr_rtnl_link_set(&nl, idx, true, 0, err), 0);
+	assert_int_equal(wr_rtnl_route_default(&nl, idx, ip4("198.18.0.2"), err), 0);
+	wr_rtnl_close(&nl);
+	return inet;
+}
+
+static void test_nat_protection_expose(void **state)
+{
+	(void)state;
+	_cleanup_err_ wr_err err = NULL;
+	char uplink[IF_NAMESIZE], table[32];
+	snprintf(uplink, sizeof(uplink), "wrtu%d", (int)getpid() % 100000);
+	snprintf(table, sizeof(table), "warren-test-%d", (int)getpid());
+	int inet = make_internet(uplink, &err);
+	struct wr_netpool *p = start(2, 0);
+	struct wr_netfw_config fc = {.table = table,
+				     .bridge = g_bridge,
+				     .net = wr_netpool_network(p),
+				     .plen = wr_netpool_prefix(p),
+				     .gw = wr_netpool_gateway(p),
+				     .uplink = uplink};
+	if (wr_netfw_setup(&fc, &err) < 0)
+		fail_msg("%s", err->msg);
+	/* again: an atomic replace, no error */
+	assert_int_equal(wr_netfw_setup(&fc, &err), 0);
+	assert_int_equal(wr_netfw_forwarding_enable(g_bridge, uplink, &err), 0);
+	struct wr_netns_lease *a, *b;
+	assert_int_equal(wr_netpool_take(p, &a, &err), 0);
+	assert_int_equal(wr_netpool_take(p, &b, &err), 0);
+
+	/* out to the internet, masqueraded to the uplink's address */
+	struct srv web;
+	serve_in(inet, "0.0.0.0", 0, &web);
+	assert_int_equal(probe_from(a, "198.18.0.2", web.port), 0);
+	char peer[16];
+	srv_peer(&web, peer);
+	assert_string_equal(peer, "198.18.0.1");
+	/* never the metadata address, another sandbox (routed through the
+	 * host), nor the host itself: its uplink address or the bridge's */
+	assert_int_not_equal(probe_from(a, "169.254.169.254", web.port), 0);
+	char bip[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &b->addr, bip, sizeof(bip));
+	struct srv sb;
+	serve_in(b->netns_fd, bip, 0, &sb);
+	assert_int_not_equal(probe_from(a, bip, sb.port), 0);
+	struct srv hostsrv, dns;
+	serve_in(-1, "0.0.0.0", 0, &hostsrv);
+	assert_int_not_equal(probe_from(a, "198.18.0.1", hostsrv.port), 0);
+	assert_int_not_equal(probe_from(a, "10.99.0.1", hostsrv.port), 0);
+	assert_int_equal(probe_ns(-1, "10.99.0.1", hostsrv.port), 0); /* it listens */
+	srv_peer(&hostsrv, peer);
+	/* but DNS on the bridge address is let through (the forwarder's) */
+	serve_in(-1, "10.99.0.1", 53, &dns);
+	assert_int_equal(probe_from(a, "10.99.0.1", 53), 0);
+	srv_peer(&dns, peer);
+	srv_stop(&dns);
+	srv_stop(&hostsrv);
+
+	/* published: b's server on 198.18.0.1:18080, from the internet and
+	 * from the host's own processes; gone once removed */
+	assert_int_equal(
+	    wr_netfw_expose_add(table, ip4("198.18.0.1"), 18080, b->addr, (uint16_t)sb.port, &err),
+	    0);
+	assert_int_equal(probe_ns(inet, "198.18.0.1", 18080), 0);
+	srv_peer(&sb, peer);
+	assert_string_equal(peer, "198.18.0.2");
+	assert_int_equal(probe_ns(-1, "198.18.0.1", 18080), 0);
+	srv_peer(&sb, peer);
+	/* a sandbox cannot use a published port to reach another one */
+	assert_int_not_equal(probe_from(a, "198.18.0.1", 18080), 0);
+	assert_int_equal(wr_netfw_expose_del(table, ip4("198.18.0.1"), 18080, &err), 0);
+	assert_int_not_equal(probe_ns(inet, "198.18.0.1", 18080), 0);
+	srv_stop(&sb);
+	srv_stop(&web);
+
+	assert_int_equal(wr_netfw_remove(table, &err), 0);
+	assert_int_equal(wr_netfw_remove(table, &err), 0); /* absent: fine */
+	/* without the table, the host is reachable again: the rules did it */
+	serve_in(-1, "0.0.0.0", 0, &hostsrv);
+	assert_int_equal(probe_from(a, "10.99.0.1", hostsrv.port), 0);
+	srv_stop(&hostsrv);
+	wr_netfw_forwarding_restore();
+	wr_netpool_release(p, a);
+	wr_netpool_release(p, b);
+	wr_netpool_stop(&p, true);
+	close(inet);
+	struct wr_rtnl nl;
+	assert_int_equal(wr_rtnl_open(&nl, &err), 0);
+	wr_rtnl_link_del(&nl, uplink, NULL);
+	wr_rtnl_close(&nl);
+}
+
 static void test_bad_config(void **state)
 {
 	(void)state;
@@ -289,12 +480,20 @@ int main(void)
 		perror("unshare");
 		return 1;
 	}
+	struct wr_rtnl nl;
+	_cleanup_err_ wr_err err = NULL;
+	if (wr_rtnl_open(&nl, &err) < 0 || wr_rtnl_link_set(&nl, 1, true, 0, &err) < 0) {
+		fprintf(stderr, "lo: %s\n", err->msg);
+		return 1;
+	}
+	wr_rtnl_close(&nl);
 	snprintf(g_bridge, sizeof(g_bridge), "wrtb%d", (int)getpid() % 100000);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_bad_config),
 	    cmocka_unit_test(test_fill_take_release),
 	    cmocka_unit_test(test_rate_limited_teardown),
 	    cmocka_unit_test(test_sweep_and_adopt),
+	    cmocka_unit_test(test_nat_protection_expose),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
