@@ -22,7 +22,7 @@ INET_NS = f"wri{PID}"
 UPLINK = f"wru{PID}"
 BRIDGE = f"wrb{PID}"
 TABLE = f"warren-e2e-{PID}"
-RANGE = "10.201.0.0/24"
+RANGE = "10.201.0.0/22"
 GW = "10.201.0.1"
 
 
