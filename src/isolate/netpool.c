@@ -399,9 +399,20 @@ static int bridge_up(struct wr_netpool *p, struct wr_rtnl *nl, wr_err *err)
 		return wr_err_field(err, "bridge", "bridge: %s exists and is not a bridge (%s)",
 				    p->bridge, kind[0] ? kind : "a device");
 	}
+	/* A fixed MAC: a bridge without one takes its lowest port's, which
+	 * changes as ports come and go, and sandboxes that outlive a restart
+	 * would keep sending to a gateway MAC nobody has until their ARP entry
+	 * expires. Locally administered, derived from the name and range. */
+	uint32_t h = 2166136261u;
+	for (const char *c = p->bridge; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	h = (h ^ p->net.s_addr) * 16777619u;
+	uint8_t mac[6] = {
+	    0x02, 0x57, (uint8_t)(h >> 24), (uint8_t)(h >> 16), (uint8_t)(h >> 8), (uint8_t)h};
 	char path[96];
 	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", p->bridge);
 	if ((p->bridge_idx = wr_rtnl_ifindex(nl, p->bridge, err)) < 0 ||
+	    wr_rtnl_link_set_mac(nl, p->bridge_idx, mac, err) < 0 ||
 	    sysctl_set(path, "1", true, err) < 0 ||
 	    wr_rtnl_addr_add(nl, p->bridge_idx, p->gw, p->plen, err) < 0 ||
 	    wr_rtnl_link_set(nl, p->bridge_idx, true, 0, err) < 0)

@@ -219,6 +219,16 @@ int wr_rtnl_link_set(struct wr_rtnl *nl, int ifindex, bool up, int master, wr_er
 	return talk(nl, &m, NULL, NULL, "set link", err);
 }
 
+int wr_rtnl_link_set_mac(struct wr_rtnl *nl, int ifindex, const uint8_t mac[6], wr_err *err)
+{
+	struct msg m;
+	struct ifinfomsg *ifi = msg_init(&m, RTM_NEWLINK, 0, sizeof(*ifi));
+	ifi->ifi_family = AF_UNSPEC;
+	ifi->ifi_index = ifindex;
+	attr_add(&m, IFLA_ADDRESS, mac, 6);
+	return talk(nl, &m, NULL, NULL, "set link address", err);
+}
+
 int wr_rtnl_brport_isolate(struct wr_rtnl *nl, int ifindex, wr_err *err)
 {
 	struct msg m;

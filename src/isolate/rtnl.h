@@ -32,6 +32,8 @@ int wr_rtnl_veth_add(struct wr_rtnl *nl, const char *name, const char *peer, int
 		     wr_err *err);
 /* Set up/down and, when master > 0, enslave to master. */
 int wr_rtnl_link_set(struct wr_rtnl *nl, int ifindex, bool up, int master, wr_err *err);
+/* Set the link's MAC address. */
+int wr_rtnl_link_set_mac(struct wr_rtnl *nl, int ifindex, const uint8_t mac[6], wr_err *err);
 /* Bridge port flag "isolated": isolated ports never talk to each other. */
 int wr_rtnl_brport_isolate(struct wr_rtnl *nl, int ifindex, wr_err *err);
 /* Delete a link (a veth takes its peer with it); -ENODEV when absent. */

@@ -282,6 +282,43 @@ def test_publish_ports(napi, netd):
     assert "18001" not in in_ns(HOST_NS, "nft", "list", "table", "inet", TABLE).stdout
 
 
+def test_restart_adopts_networked_sandboxes(netd):
+    c = netd.client()
+    a = c.create(network={"mode": "open"})
+    net = c.get(f"/v1/sandboxes/{a}").json()["network"]
+    addr, veth = net["address"], net["host_veth"]
+    assert veth in host_ports()
+    c.close()
+    try:
+        # a crash: the pool's namespaces die with the daemon's fds; the
+        # sandbox's own keeps running
+        netd.kill9()
+        netd.start()
+        c = netd.client()
+        assert c.get(f"/v1/sandboxes/{a}").json()["network"]["address"] == addr
+        assert c.run(a, ["wget", "-q", "-O", "-", "http://198.18.0.2:8080/"])[
+            "stdout"] == "198.18.0.1"
+        b = c.create(network={"mode": "open"})
+        assert c.get(f"/v1/sandboxes/{b}").json()["network"]["address"] != addr
+        c.kill(b)
+        # a clean stop with a networked sandbox alive keeps bridge and table
+        assert netd.stop() == 0
+        assert BRIDGE in in_ns(HOST_NS, "ip", "-o", "link", "show").stdout
+        assert TABLE in in_ns(HOST_NS, "nft", "list", "tables").stdout
+        netd.start()
+        c = netd.client()
+        assert c.run(a, ["wget", "-q", "-O", "-", "http://198.18.0.2:8080/"])[
+            "stdout"] == "198.18.0.1"
+    finally:
+        c.kill(a)
+        c.close()
+    # the adopted sandbox's veth goes with it
+    deadline = time.time() + 10
+    while time.time() < deadline and veth in host_ports():
+        time.sleep(0.1)
+    assert veth not in host_ports()
+
+
 def test_burst_leaves_nothing_behind(napi, netd):
     # settled: every veth on the bridge is a ready pool entry, which the
     # daemon holds by fd (plus one fd: its own namespace), and the pool is
