@@ -7,6 +7,7 @@ a veth into another one ("internet", 198.18.0.2, and the metadata address
 live in those namespaces: nothing on the machine's own network changes,
 and nothing is sent to a real network. Everything is removed at the end,
 also when a test fails."""
+import json
 import os
 import socket
 import subprocess
@@ -215,6 +216,24 @@ def test_validation(napi, build, tmp_path):
         assert r.status == 409, r  # offline: nothing to publish
     finally:
         napi.kill(sid)
+
+
+def test_bad_network_configs_name_the_key(build, tmp_path):
+    for net, key in [({"enable": "yes"}, "network.enable"),
+                     ({"range": "10.0.0.1/16"}, "network.range"),
+                     ({"range": "10.0.0.0/30"}, "network.range"),
+                     ({"bridge": "a-name-far-too-long-for-linux"}, "network.bridge"),
+                     ({"pool_size": -1}, "network.pool_size"),
+                     ({"pool_size": 4, "pool_low_water": 9}, "network.pool_low_water"),
+                     ({"bridges": "x"}, "network")]:
+        path = tmp_path / "cfg.json"
+        path.write_text(json.dumps({"network": net}))
+        env = {"WARREN_STATE_DIR": str(tmp_path / "s"), "WARREN_RUN_DIR": str(tmp_path / "r"),
+               "ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+        r = subprocess.run([str(build / "warrend"), "--config", str(path)], env=env,
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and key in r.stderr, (net, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_networking_disabled_refuses_networked_creates(fresh_daemon):
