@@ -40,6 +40,7 @@ struct wr_netpool {
 	bool filling;	    /* the refill thread makes entries until size */
 	unsigned waiters;   /* takers waiting for an entry */
 	char *last_error;   /* the refill thread's last failure, for takers */
+	bool range_full;    /* ... and it was that no address is free */
 	uint8_t *used;	    /* address bitmap over the range, by host part */
 	uint32_t n_hosts;
 	uint32_t next_host, veth_seq;
@@ -273,6 +274,7 @@ static void *refill_main(void *arg)
 			/* kept for takers to report; retried with backoff */
 			free(p->last_error);
 			p->last_error = strdup(err && err->msg ? err->msg : "network pool failed");
+			p->range_full = r == -EAGAIN;
 			backoff_ms =
 			    backoff_ms ? (backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2) : 10;
 			pthread_cond_broadcast(&p->ready_cv);
@@ -281,6 +283,7 @@ static void *refill_main(void *arg)
 		backoff_ms = 0;
 		free(p->last_error);
 		p->last_error = NULL;
+		p->range_full = false;
 		l->next = p->ready;
 		p->ready = l;
 		p->n_ready++;
@@ -304,6 +307,7 @@ static void destroy_entry(struct wr_netpool *p, struct wr_rtnl *nl, struct wr_ne
 	lease_close(l);
 	pthread_mutex_lock(&p->lock);
 	addr_free(p, l->addr);
+	p->range_full = false; /* takers wait for the refill again */
 	p->destroyed++;
 	pthread_mutex_unlock(&p->lock);
 	free(l);
@@ -578,7 +582,8 @@ int wr_netpool_take(struct wr_netpool *p, struct wr_netns_lease **out, wr_err *e
 		p->waited++;
 		p->waiters++;
 		pthread_cond_signal(&p->refill_cv);
-		while (p->ready == NULL && !p->stop) {
+		/* a full range frees up only as sandboxes go: no point waiting */
+		while (p->ready == NULL && !p->stop && !p->range_full) {
 			if (pthread_cond_timedwait(&p->ready_cv, &p->lock, &deadline) == ETIMEDOUT)
 				break;
 		}

@@ -451,6 +451,32 @@ static void test_nat_protection_expose(void **state)
 	wr_rtnl_close(&nl);
 }
 
+static void test_range_full(void **state)
+{
+	(void)state;
+	struct wr_netpool_config c = {.bridge = g_bridge, .range = "10.98.0.0/28", .size = 0};
+	struct wr_netpool *p = NULL;
+	_cleanup_err_ wr_err err = NULL;
+	assert_int_equal(wr_netpool_start(&c, NULL, 0, &p, &err), 0);
+	/* /28: 16 addresses but the network, the bridge and the broadcast */
+	struct wr_netns_lease *l[13];
+	for (int i = 0; i < 13; i++)
+		assert_int_equal(wr_netpool_take(p, &l[i], &err), 0);
+	struct wr_netns_lease *x = NULL;
+	uint64_t t0 = wr_now_ns();
+	assert_true(wr_netpool_take(p, &x, &err) < 0);
+	assert_true(wr_now_ns() - t0 < 5000000000ull); /* fails fast, not after 10 s */
+	assert_non_null(strstr(err->msg, "full"));
+	wr_err_free(&err);
+	/* one returned: its address comes back once its veth is gone */
+	wr_netpool_release(p, l[0]);
+	wr_netpool_drain(p);
+	assert_int_equal(wr_netpool_take(p, &l[0], &err), 0);
+	for (int i = 0; i < 13; i++)
+		wr_netpool_release(p, l[i]);
+	wr_netpool_stop(&p, true);
+}
+
 static void test_bad_config(void **state)
 {
 	(void)state;
@@ -494,6 +520,7 @@ int main(void)
 	    cmocka_unit_test(test_rate_limited_teardown),
 	    cmocka_unit_test(test_sweep_and_adopt),
 	    cmocka_unit_test(test_nat_protection_expose),
+	    cmocka_unit_test(test_range_full),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
