@@ -72,7 +72,8 @@ lines = [
     f"create + exec /bin/true + destroy, container tier in-process, busybox EROFS image; "
     f"{sys.argv[3]} cycles per mode in {sys.argv[4]} interleaved rounds; pool of "
     f"{r['pool_size']} namespaces (takes that found none ready: {r['pool_waits']}). "
-    f"{os.cpu_count()} CPUs, shared with other work.",
+    f"{os.cpu_count()} CPUs, shared with other work (load average "
+    f"{os.getloadavg()[0]:.1f} at the end of the run).",
     "",
     "| mode | p50 ms | p90 ms | mean ms |",
     "|---|---|---|---|",
