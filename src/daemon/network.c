@@ -13,6 +13,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "daemon/api.h"
+#include "daemon/dns.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
 #include "daemon/network_internal.h"
@@ -22,9 +23,10 @@ struct wrd_netstate wrd_netst;
 
 /* ---- configuration ---------------------------------------------------------- */
 
+/* "dns" and "services_file" are the DNS forwarder's (dns.c checks them). */
 static const char *const cfg_keys[] = {
-    "enable",	      "bridge",		  "range",	 "table", "uplink", "pool_size",
-    "pool_low_water", "teardown_per_sec", "veth_prefix", NULL};
+    "enable",	      "bridge",		  "range",	 "table", "uplink",	   "pool_size",
+    "pool_low_water", "teardown_per_sec", "veth_prefix", "dns",	  "services_file", NULL};
 
 static int parse_config(json_t *v, struct wrd_netcfg *c, wr_err *err)
 {
@@ -106,6 +108,15 @@ bool wrd_net_enabled(void)
 
 /* ---- start and stop ------------------------------------------------------------ */
 
+/* The forwarder answers a source address only once it knows its sandbox. */
+static void dns_register(struct wrd_sbx *sb)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr = sb->net->addr};
+	_cleanup_err_ wr_err err = NULL;
+	if (wrd_dns_register(sb->rec.tenant, sb->rec.id, (struct sockaddr *)&a, &err) < 0)
+		wr_warn("sandbox %s: dns: %s", sb->rec.id, err->msg);
+}
+
 static int adopted_list(struct wr_netns_lease **out, struct wrd_sbx ***snap, size_t *nsnap)
 {
 	size_t n;
@@ -172,12 +183,18 @@ int wrd_net_start(const struct wrd_config *cfg, wr_err *err)
 			}
 		}
 	}
-	for (size_t i = 0; i < nsnap; i++)
+	for (size_t i = 0; i < nsnap; i++) {
+		if (r == 0 && snap[i]->net)
+			dns_register(snap[i]);
 		wrd_mgr_put(snap[i]);
+	}
 	free(snap);
 	free(adopted);
 	if (r < 0)
 		return -1;
+	/* The DNS forwarder (started after us) listens on the bridge address. */
+	struct sockaddr_in gws = {.sin_family = AF_INET, .sin_addr = wr_netpool_gateway(s->pool)};
+	wrd_dns_set_gateway((struct sockaddr *)&gws);
 
 	/* The uplink: named, or the default route's interface now. */
 	char up[IF_NAMESIZE] = "";
@@ -339,6 +356,7 @@ void wrd_net_created(struct wrd_sbx *sb)
 	if (n->lease->sysfs_fd >= 0)
 		close(n->lease->sysfs_fd);
 	n->lease->netns_fd = n->lease->sysfs_fd = -1;
+	dns_register(sb);
 }
 
 void wrd_net_release(struct wrd_sbx *sb)
@@ -354,6 +372,7 @@ void wrd_net_release(struct wrd_sbx *sb)
 	struct wr_netns_lease *l = n->lease;
 	n->lease = NULL;
 	pthread_mutex_unlock(&n->lock);
+	wrd_dns_unregister(sb->rec.id); /* idempotent (dns.h) */
 	if (l && wrd_netst.pool)
 		wr_netpool_release(wrd_netst.pool, l);
 }

@@ -83,7 +83,9 @@ class NetDaemon(Daemon):
     def __init__(self, build, root, name, **kw):
         extra = {"network": {"enable": True, "bridge": BRIDGE, "range": RANGE,
                              "table": TABLE, "uplink": UPLINK, "pool_size": 8,
-                             "teardown_per_sec": 1000}}
+                             "teardown_per_sec": 1000,
+                             # the forwarder on the bridge address (dns.c)
+                             "dns": {"upstreams": ["198.18.0.2"]}}}
         super().__init__(build, root, name, extra=extra, **kw)
 
     def delete_all(self):
@@ -166,6 +168,12 @@ def test_networked_sandbox_reaches_the_internet(napi):
         hosts = napi.run(sid, ["cat", "/etc/hosts"])["stdout"]
         assert "localhost" in hosts and addr in hosts
         assert napi.run(sid, ["cat", "/sys/class/net/eth0/operstate"])["stdout"] == "up\n"
+        # DNS to the bridge address reaches warrend's forwarder, which knows
+        # this sandbox (no name is allowed without a policy: NXDOMAIN, not a
+        # timeout)
+        out = napi.run(sid, ["nslookup", "example.com"], timeout=20)
+        assert f"Address:\t{GW}:53" in out["stdout"], out
+        assert "NXDOMAIN" in out["stdout"], out
         # root inside may bind a low port in the pool namespace
         out = napi.run(sid, ["sh", "-c", "nc -l -p 80 & sleep 0.3; netstat -ltn; kill $!"],
                        user=0)["stdout"]
