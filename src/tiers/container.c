@@ -341,26 +341,6 @@ static CHILD_FN __attribute__((noreturn)) void child_fail(int sync, struct wr_ce
 	_exit(1);
 }
 
-/* Child half, after pivot_root: /etc/<name> in the writable layer, owned
- * by the sandbox's root (we are it). Whatever the image had there (a file,
- * a symlink) is replaced; the sandbox may change it later. */
-static CHILD_FN int write_etc(const char *path, const char *data, struct wr_cerr *e)
-{
-	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
-		return wr_cerr_sys(e, "mkdir /etc");
-	if (unlink(path) < 0 && errno != ENOENT)
-		return wr_cerr_sys(e, "replace %s", path);
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return wr_cerr_sys(e, "create %s", path);
-	size_t n = strlen(data);
-	ssize_t w = write(fd, data, n);
-	close(fd);
-	if (w != (ssize_t)n)
-		return wr_cerr_sys(e, "write %s", path);
-	return 0;
-}
-
 /* Runs on its own stack in the caller's memory (wr_ns_spawn): no allocation,
  * and nothing written outside its own stack but the wr_cerr it sends. */
 static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args *a)
@@ -430,8 +410,8 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
 	}
-	if ((a->resolv_conf && write_etc("/etc/resolv.conf", a->resolv_conf, &e) < 0) ||
-	    (a->hosts && write_etc("/etc/hosts", a->hosts, &e) < 0))
+	if ((a->resolv_conf && wr_netns_write_etc("/etc/resolv.conf", a->resolv_conf, &e) < 0) ||
+	    (a->hosts && wr_netns_write_etc("/etc/hosts", a->hosts, &e) < 0))
 		child_fail(a->sync, &e);
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
@@ -700,23 +680,13 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	 * namespace, so this thread enters it for the clone (C is born in it)
 	 * and returns at once. Network namespaces are per thread: the others
 	 * of this process are unaffected. */
-	if (spec.net) {
-		own_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-		if (own_net < 0) {
-			r = wr_err_sys(err, "open our network namespace");
-			goto fail;
-		}
-		if (setns(spec.net->netns_fd, CLONE_NEWNET) < 0) {
-			r = wr_err_sys(err, "enter the sandbox's network namespace");
-			goto fail;
-		}
-	}
+	if (spec.net && (r = wr_netns_enter(spec.net->netns_fd, &own_net, err)) < 0)
+		goto fail;
 	pid = wr_ns_spawn(WR_NS_SANDBOX & ~(uint64_t)CLONE_NEWNET, child_main, &ca,
 			  stack + WR_SPAWN_STACK, &sb->init_pidfd, err);
 	/* Invariant: back in our own namespace before anything else runs on
-	 * this thread; it could not go on anywhere else. */
-	if (spec.net && setns(own_net, CLONE_NEWNET) < 0)
-		abort();
+	 * this thread (wr_netns_leave aborts otherwise). */
+	wr_netns_leave(&own_net);
 	if (pid < 0) {
 		r = wr_err_wrap(err, "create sandbox process");
 		goto fail;
