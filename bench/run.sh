@@ -13,8 +13,8 @@
 #   BENCH_PAR     concurrency of the parallel runs (default 2)
 #   BENCH_ROUNDS  interleaved rounds the N iterations are split into (10)
 #   BENCH_LIFE    0: skip the pause/resume benchmark (bench/bench_lifecycle.py)
-#   BENCH_API     0: the container part only (skip the API, image and function
-#                 benchmarks that follow)
+#   BENCH_API     0: the container part only (skip the API, image, function
+#                 and network pool benchmarks that follow)
 #
 # Writes bench/results/container.md, bench/results/container-<UTC date>.json
 # and the section of README.md between the bench:container markers.
@@ -430,6 +430,7 @@ if [ "${BENCH_API:-1}" != 0 ]; then
 	"$ROOT/bench/bench_image.sh" "$BUILD" || failed="$failed images(bench/bench_image.sh)"
 	"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
 	"$ROOT/bench/run_audit.sh" "$BUILD" || failed="$failed audit(bench/run_audit.sh)"
+	"$ROOT/bench/run_net.sh" "$BUILD" || failed="$failed net(bench/run_net.sh)"
 fi
 # pause/resume latency (its own daemon; BENCH_LIFE=0 skips it)
 if [ "${BENCH_LIFE:-1}" != 0 ]; then

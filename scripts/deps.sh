@@ -6,7 +6,7 @@ set -eu
 PKGS="
 meson ninja-build pkg-config gcc clang llvm clang-format
 libseccomp-dev libcap-dev libbpf-dev bpftool
-libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev libsqlite3-dev sqlite3 libarchive-dev
+libmicrohttpd-dev libnftables-dev libcurl4-openssl-dev libssl-dev libjansson-dev libsqlite3-dev sqlite3 libarchive-dev
 libfuse3-dev fuse3 erofs-utils zstd criu
 qemu-system-x86 docker-registry skopeo
 libcmocka-dev python3-pytest python3-httpx python3-dnslib

@@ -14,6 +14,7 @@
 #include "daemon/jsonutil.h"
 #include "daemon/lease.h"
 #include "daemon/metrics.h"
+#include "daemon/network.h"
 
 #ifndef WARREN_VERSION
 #define WARREN_VERSION "0.0.0"
@@ -123,9 +124,9 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier",    "image",	 "cpu",	    "memory_mb",    "disk_mb",	  "pids",   "env",  "workdir",
-    "user",    "labels", "timeout", "idle_timeout", "on_timeout", "layers", "pull", "registry_auth",
-    "on_idle", "lease",	 NULL};
+    "tier",    "image",		"cpu",	   "memory_mb", "disk_mb",	"pids",	      "env",
+    "workdir", "user",		"labels",  "timeout",	"idle_timeout", "on_timeout", "layers",
+    "pull",    "registry_auth", "on_idle", "lease",	"network",	NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -253,6 +254,8 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	json_object_set_new(spec, "on_timeout", json_string(s));
 	/* lifecycle (lifecycle.c, lease.c): what idleness does, the lease */
 	if (wrd_api_life_spec(r, b, spec) < 0)
+		goto fail;
+	if (wrd_net_request(r, b, spec) < 0) /* spec "network" (network.c) */
 		goto fail;
 	/* pull policy and credentials of registry references (images_pull.c);
 	 * the credentials never reach the spec, the database or the log */

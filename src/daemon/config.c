@@ -2,6 +2,7 @@
 #include "daemon/dns.h"
 #include "daemon/functions.h"
 #include "daemon/audit.h"
+#include "daemon/network.h"
 #include "daemon/images.h"
 
 #include <errno.h>
@@ -207,7 +208,10 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			if (r == 0 && (cfg->lazy = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
 		} else if (strcmp(k, "network") == 0) {
+			/* dns.c checks its keys, network.c the others */
 			r = wrd_dns_check_config(v, err);
+			if (r == 0)
+				r = wrd_net_check_config(v, err);
 			if (r == 0 && (cfg->network = json_dumps(v, 0)) == NULL)
 				r = wr_err_set(err, ENOMEM, "out of memory");
 		} else if (strcmp(k, "functions") == 0) {

@@ -45,7 +45,7 @@ struct wrd_config {
 	struct wrd_limits defaults;
 	char *image_store;    /* the "image_store" object as JSON text, or NULL */
 	char *lazy;	      /* the "lazy" object as JSON text, or NULL */
-	char *network;	      /* the "network" object as JSON text, or NULL (dns.h) */
+	char *network;	      /* the "network" object as JSON text, or NULL (dns.h, network.h) */
 	char *functions;      /* the "functions" object as JSON text, or NULL */
 	char *audit;	      /* the "audit" object as JSON text, or NULL (audit.h) */
 	char **admin_tenants; /* may change the image store; NULL-terminated */

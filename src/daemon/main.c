@@ -21,6 +21,7 @@
 #include "daemon/audit_internal.h"
 #include "daemon/functions.h"
 #include "daemon/config.h"
+#include "daemon/network.h"
 #include "daemon/images.h"
 #include "daemon/db.h"
 #include "daemon/dns.h"
@@ -115,7 +116,8 @@ int main(int argc, char **argv)
 	 * recorded from the start. */
 	if (wrd_db_open(db, &err) < 0 || wr_audit_start(&cfg, &err) < 0 ||
 	    wrd_mgr_init(&cfg, &err) < 0 || wrd_mgr_recover(&err) < 0 ||
-	    wrd_mgr_start_monitor(&err) < 0 || wrd_functions_init(&cfg, &err) < 0) {
+	    wrd_net_start(&cfg, &err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||
+	    wrd_functions_init(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
 	}
@@ -152,6 +154,7 @@ int main(int argc, char **argv)
 	wrd_http_shutdown(cfg.shutdown_timeout);
 	wrd_mgr_stop_monitor();
 	wrd_functions_stop();
+	wrd_net_stop();
 	status = 0;
 out:
 	wrd_dns_stop();

@@ -16,6 +16,7 @@
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
 #include "daemon/metrics.h"
+#include "daemon/network.h"
 #include "tiers/container.h"
 
 const struct wrd_config *wrd_mgr_cfg;
@@ -177,6 +178,7 @@ void wrd_mgr_put(struct wrd_sbx *sb)
 	}
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);
+	wrd_net_free(sb);
 	wrd_record_clear(&sb->rec);
 	pthread_mutex_destroy(&sb->lock);
 	pthread_cond_destroy(&sb->cv);
@@ -287,6 +289,8 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = wrd_spec_from_record(&sb->rec, &spec, &env, err);
 	if (r == 0)
+		r = wrd_net_prepare(sb, &spec, err); /* networked: a pool netns */
+	if (r == 0)
 		r = sb->ops->create(&spec, &sb->tsb, err);
 	/* Write ordering: the record is written once, after the kernel work
 	 * and before the answer, in state running with PID 1 (one commit).
@@ -303,9 +307,11 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 		_cleanup_err_ wr_err e2 = NULL;
 		if (sb->tsb)
 			sb->ops->destroy(&sb->tsb, &e2);
+		wrd_net_release(sb);
 		wrd_mgr_put(sb);
 		return wr_err_wrap(err, "create sandbox");
 	}
+	wrd_net_created(sb);
 	/* Our own pidfd, not the tier's: the monitor's epoll set holds it until
 	 * the monitor thread drops the watch, which may come after destroy
 	 * closed the tier's (sharing it would need a dup, the same syscall).
@@ -387,6 +393,7 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 		pthread_cond_wait(&sb->cv, &sb->lock);
 	pthread_mutex_unlock(&sb->lock);
 	int r = sb->ops->destroy(&sb->tsb, err);
+	wrd_net_release(sb); /* its namespace to teardown, off this path */
 	table_remove(sb);
 	if (dead)
 		atomic_fetch_sub(&g_releasing, 1);

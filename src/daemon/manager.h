@@ -39,6 +39,7 @@
 #include "tiers/tier.h"
 
 struct wrd_cmd;
+struct wrd_net;
 
 struct wrd_sbx {
 	struct wrd_record rec; /* immutable after create except state/expires */
@@ -62,6 +63,7 @@ struct wrd_sbx {
 	int64_t last_active_ms;
 	uint64_t disk_bytes;
 	uint64_t ev_seq;
+	struct wrd_net *net; /* networked: lease, ports (network.c); NULL offline */
 	/* commands (commands.c), under lock */
 	struct wrd_cmd *cmds;
 	unsigned n_cmds, next_cmd;

@@ -6,6 +6,7 @@
 #include "daemon/api_registry.h"
 #include "daemon/commands.h"
 #include "daemon/functions.h"
+#include "daemon/network.h"
 #include "daemon/pty.h"
 
 #include "common/cleanup.h"
@@ -50,7 +51,9 @@
 #define P37 "/v1/leases/{id}/resume"
 #define P38 "/v1/leases/{id}/release"
 #define P39 "/v1/events"
-#define P40 "other"
+#define P40 "/v1/sandboxes/{id}/ports"
+#define P41 "/v1/sandboxes/{id}/ports/{cid}"
+#define P42 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -93,7 +96,9 @@ const char *const wrd_route_labels[] = {
     P37, /* 37 */
     P38, /* 38 */
     P39, /* 39 */
-    P40, /* 40: no route */
+    P40, /* 40 */
+    P41, /* 41 */
+    P42, /* 42: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -160,5 +165,9 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 38, WRD_BODY_JSON, WRD_LONG, wrd_api_lease_release),
     /* audit events (api_events.c) */
     R("GET", 39, WRD_BODY_NONE, WRD_POOL, wrd_api_events),
+    /* published ports (network_ports.c) */
+    R("POST", 40, WRD_BODY_JSON, WRD_POOL, wrd_api_ports_add),
+    R("GET", 40, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_list),
+    R("DELETE", 41, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_del),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

@@ -1,6 +1,9 @@
 #include "isolate/netns.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <net/if.h>
 #include <string.h>
@@ -31,4 +34,45 @@ int wr_netns_new(struct wr_cerr *e)
 	if (unshare(CLONE_NEWNET) < 0)
 		return wr_cerr_sys(e, "network namespace");
 	return wr_netns_loopback_up(e);
+}
+
+int wr_netns_write_etc(const char *path, const char *data, struct wr_cerr *e)
+{
+	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)
+		return wr_cerr_sys(e, "mkdir /etc");
+	if (unlink(path) < 0 && errno != ENOENT)
+		return wr_cerr_sys(e, "replace %s", path);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return wr_cerr_sys(e, "create %s", path);
+	size_t n = strlen(data);
+	ssize_t w = write(fd, data, n);
+	close(fd);
+	if (w != (ssize_t)n)
+		return wr_cerr_sys(e, "write %s", path);
+	return 0;
+}
+
+int wr_netns_enter(int fd, int *saved, wr_err *err)
+{
+	*saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (*saved < 0)
+		return wr_err_sys(err, "open our network namespace");
+	if (setns(fd, CLONE_NEWNET) < 0) {
+		int r = wr_err_sys(err, "enter the sandbox's network namespace");
+		close(*saved);
+		*saved = -1;
+		return r;
+	}
+	return 0;
+}
+
+void wr_netns_leave(int *saved)
+{
+	if (*saved < 0)
+		return;
+	if (setns(*saved, CLONE_NEWNET) < 0)
+		abort();
+	close(*saved);
+	*saved = -1;
 }

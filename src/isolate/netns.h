@@ -13,4 +13,16 @@ int wr_netns_loopback_up(struct wr_cerr *e);
  * to make, overlaps with the parent's work for the same create. */
 int wr_netns_new(struct wr_cerr *e);
 
+/* Networked sandboxes (tiers/container.c, isolate/netpool.h). */
+/* Child half, after pivot_root: path (under /etc) in the writable layer,
+ * owned by the caller (the sandbox's root). Whatever the image had there
+ * (a file, a symlink) is replaced; the sandbox may change it later. */
+int wr_netns_write_etc(const char *path, const char *data, struct wr_cerr *e);
+/* Move this thread into the network namespace fd (network namespaces are
+ * per thread); *saved gets our own, for wr_netns_leave. */
+int wr_netns_enter(int fd, int *saved, wr_err *err);
+/* Back into *saved (closed). Aborts when that fails: the thread cannot go
+ * on in another namespace, nor report from there. */
+void wr_netns_leave(int *saved);
+
 #endif

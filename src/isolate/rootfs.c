@@ -285,9 +285,12 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	if (proc < 0 || wr_mount_attach(proc, rootfd, "proc", e) < 0)
 		return -1;
 	/* sysfs of the sandbox's network namespace, read-only. */
-	_cleanup_close_ int sys = wr_mount_new(
-	    "sysfs", "sysfs", NULL,
-	    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
+	_cleanup_close_ int sys = s->use_sysfs_fd
+				      ? s->sysfs_fd
+				      : wr_mount_new("sysfs", "sysfs", NULL,
+						     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+							 MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+						     e);
 	if (sys < 0 || wr_mount_attach(sys, rootfd, "sys", e) < 0)
 		return -1;
 	if (setup_dev(rootfd, s->shm_bytes, e) < 0)

@@ -17,6 +17,7 @@
 #define WARREN_ISOLATE_ROOTFS_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -34,6 +35,12 @@ struct wr_rootfs_spec {
 	uint64_t disk_bytes;  /* tmpfs upper size= */
 	uint64_t disk_inodes; /* tmpfs upper nr_inodes= */
 	uint64_t shm_bytes;   /* /dev/shm size= */
+	/* A joined network namespace (networked sandboxes): attach this
+	 * detached sysfs mount of it as /sys (consumed), since the child could
+	 * not mount sysfs for a namespace its user namespace does not own.
+	 * Otherwise a new sysfs of the child's own namespace. */
+	bool use_sysfs_fd;
+	int sysfs_fd;
 };
 
 #define WR_ROOTFS_MAX_LOWER 16

@@ -323,6 +323,8 @@ struct child_args {
 	int init_fd;	 /* O_PATH of warren-init */
 	size_t n_lowers; /* lower layers that come with "go" */
 	bool die_with_parent;
+	bool join_net;			 /* cloned into a pool namespace: make none */
+	const char *resolv_conf, *hosts; /* networked: written into /etc */
 	const char *hostname;
 	const char *mountpoint;
 	struct wr_rootfs_spec rootfs;
@@ -365,7 +367,7 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	 * writes our id maps: our network namespace (owned by our user
 	 * namespace) with lo up, and our hostname. These need no id maps, only
 	 * the capabilities we have in our user namespace. */
-	if (wr_netns_new(&e) < 0)
+	if (!a->join_net && wr_netns_new(&e) < 0)
 		child_fail(a->sync, &e);
 	if (sethostname(a->hostname, strlen(a->hostname)) < 0) {
 		wr_cerr_sys(&e, "hostname");
@@ -408,6 +410,9 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_set(&w, e.errnum, "rootfs: %s", e.msg);
 		child_fail(a->sync, &w);
 	}
+	if ((a->resolv_conf && wr_netns_write_etc("/etc/resolv.conf", a->resolv_conf, &e) < 0) ||
+	    (a->hosts && wr_netns_write_etc("/etc/hosts", a->hosts, &e) < 0))
+		child_fail(a->sync, &e);
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
@@ -575,7 +580,7 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	bool have_idmap = false;
 	pid_t pid = -1;
 	int r;
-	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1;
+	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, own_net = -1;
 	/* Lower layers, base first: counted base mounts (held until our
 	 * idmapped clones of them exist), then those clones. */
 	const char *const *layers = spec.n_layers ? spec.layers : &spec.image;
@@ -640,12 +645,17 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	    .n_lowers = n_layers,
 	    .init_fd = init_fd,
 	    .die_with_parent = in->die_with_parent,
+	    .join_net = spec.net != NULL,
+	    .resolv_conf = spec.net ? spec.net->resolv_conf : NULL,
+	    .hosts = spec.net ? spec.net->hosts : NULL,
 	    .hostname = spec.hostname ? spec.hostname : sb->id,
 	    .mountpoint = g->mountpoint,
 	    .rootfs = {.mountpoint_fd = -1,
 		       .disk_bytes = spec.disk_bytes,
 		       .disk_inodes = spec.disk_inodes,
-		       .shm_bytes = spec.shm_bytes},
+		       .shm_bytes = spec.shm_bytes,
+		       .use_sysfs_fd = spec.net != NULL,
+		       .sysfs_fd = spec.net ? spec.net->sysfs_fd : -1},
 	    .seccomp = init_prog,
 	};
 	stack = wr_spawn_stack_get();
@@ -665,8 +675,18 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	 * fails anyway; after "go" we only wait on the sync socket. We share
 	 * the thread's errno with C, so only a double failure could mix up the
 	 * errno of a message. */
+	/* A networked sandbox joins a pool namespace, which the host's user
+	 * namespace owns: C could not setns into it from its own user
+	 * namespace, so this thread enters it for the clone (C is born in it)
+	 * and returns at once. Network namespaces are per thread: the others
+	 * of this process are unaffected. */
+	if (spec.net && (r = wr_netns_enter(spec.net->netns_fd, &own_net, err)) < 0)
+		goto fail;
 	pid = wr_ns_spawn(WR_NS_SANDBOX & ~(uint64_t)CLONE_NEWNET, child_main, &ca,
 			  stack + WR_SPAWN_STACK, &sb->init_pidfd, err);
+	/* Invariant: back in our own namespace before anything else runs on
+	 * this thread (wr_netns_leave aborts otherwise). */
+	wr_netns_leave(&own_net);
 	if (pid < 0) {
 		r = wr_err_wrap(err, "create sandbox process");
 		goto fail;

@@ -47,6 +47,9 @@ struct spawn_req {
 	double cpus;
 	uint32_t user, group, capset, n_env, n_layer_strs;
 	uint8_t has_hostname, has_workdir;
+	/* networked: the namespace and its sysfs come as SCM_RIGHTS, and
+	 * resolv.conf and hosts follow the layers as two more strings */
+	uint8_t has_net;
 };
 
 struct spawn_reply {
@@ -72,7 +75,7 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 /* ---- the spawner process ----------------------------------------------- */
 
 static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr_env_kv **env,
-		  const char **layers)
+		  const char **layers, struct wr_sandbox_net *net)
 {
 	if (len < sizeof(struct spawn_req))
 		return -EBADMSG;
@@ -112,6 +115,18 @@ static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr
 		layers[i] = p;
 		p = z + 1;
 	}
+	const char *netstr[2] = {NULL, NULL};
+	for (int i = 0; q.has_net && i < 2; i++) {
+		char *z = memchr(p, 0, (size_t)(end - p));
+		if (z == NULL)
+			return -EBADMSG;
+		netstr[i] = p[0] ? p : NULL;
+		p = z + 1;
+	}
+	if (q.has_net && (net->netns_fd < 0 || net->sysfs_fd < 0))
+		return -EBADMSG;
+	net->resolv_conf = netstr[0];
+	net->hosts = netstr[1];
 	*spec = (struct wr_sandbox_spec){
 	    .image = s[0][0] ? s[0] : NULL,
 	    .layers = nl ? layers : NULL,
@@ -132,20 +147,52 @@ static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr
 	    .capset = (enum wr_capset)q.capset,
 	    .env = *env,
 	    .n_env = q.n_env,
+	    .net = q.has_net ? net : NULL,
 	};
 	return 0;
 }
 
+union net_cmsg {
+	char buf[CMSG_SPACE(2 * sizeof(int))];
+	struct cmsghdr align;
+};
+
+/* A request, and the two fds of a networked one (else -1). */
+static ssize_t recv_req(int sock, char *buf, int fds[2])
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = MSG_MAX};
+	union net_cmsg u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof(u.buf);
+	fds[0] = fds[1] = -1;
+	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+	struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		if (k == 2)
+			memcpy(fds, CMSG_DATA(c), 2 * sizeof(int));
+		else
+			for (size_t i = 0; i < k; i++)
+				close(((int *)(void *)CMSG_DATA(c))[i]);
+	}
+	return n;
+}
+
 static void serve(int sock, int sfd, char *buf)
 {
-	ssize_t n = recv(sock, buf, MSG_MAX, 0);
+	int fds[2];
+	ssize_t n = recv_req(sock, buf, fds);
 	if (n <= 0)
 		_exit(0); /* the daemon closed its end */
+	/* the namespace and sysfs fds are ours until the create is done */
+	_cleanup_close_ int netns_fd = fds[0], sysfs_fd = fds[1];
+	struct wr_sandbox_net net = {.netns_fd = netns_fd, .sysfs_fd = sysfs_fd};
 	struct spawn_reply rep = {0};
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	const char *layers[WR_MAX_LAYERS];
-	int r = unpack(buf, (size_t)n, &spec, &env, layers);
+	int r = unpack(buf, (size_t)n, &spec, &env, layers, &net);
 	if (r < 0) {
 		rep.errnum = -r;
 		snprintf(rep.msg, sizeof(rep.msg), "spawner: malformed request");
@@ -275,6 +322,7 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 		spec->n_layers <= WR_MAX_LAYERS && spec->layers ? (uint32_t)spec->n_layers : 0,
 	    .has_hostname = spec->hostname != NULL,
 	    .has_workdir = spec->workdir != NULL,
+	    .has_net = spec->net != NULL,
 	};
 	size_t off = sizeof(q);
 	if (off > cap)
@@ -283,9 +331,11 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 	const char *strs[4] = {spec->image ? spec->image : "", spec->hostname ? spec->hostname : "",
 			       spec->workdir ? spec->workdir : "", spec->id ? spec->id : ""};
 	size_t nl = q.n_layer_strs;
-	int n_env = 2 * (int)spec->n_env;
-	for (int i = 0; i < 4 + n_env + (int)nl; i++) {
-		const char *str = i < 4		   ? strs[i]
+	int n_env = 2 * (int)spec->n_env, n_net = spec->net ? 2 : 0;
+	for (int i = 0; i < 4 + n_env + (int)nl + n_net; i++) {
+		int k = i - 4 - n_env - (int)nl; /* the net strings */
+		const char *str = i < 4	   ? strs[i]
+				  : k >= 0 ? (k == 0 ? spec->net->resolv_conf : spec->net->hosts)
 				  : i >= 4 + n_env ? spec->layers[i - 4 - n_env]
 				  : i % 2 == 0	   ? spec->env[(i - 4) / 2].key
 						   : spec->env[(i - 4) / 2].value;
@@ -298,6 +348,29 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 		off += l;
 	}
 	return off;
+}
+
+static ssize_t send_req(int sock, const char *buf, size_t len, const struct wr_sandbox_net *net)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+	union net_cmsg u;
+	if (net) {
+		memset(&u, 0, sizeof(u));
+		msg.msg_control = u.buf;
+		msg.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+		int fds[2] = {net->netns_fd, net->sysfs_fd};
+		memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n;
 }
 
 int wr_container_create_spawned(const struct wr_sandbox_spec *spec, struct wr_sandbox **out,
@@ -329,7 +402,7 @@ int wr_container_create_spawned(const struct wr_sandbox_spec *spec, struct wr_sa
 	int r = 0;
 	ssize_t n = -1;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		if (send(s->sock, buf, len, MSG_NOSIGNAL) == (ssize_t)len) {
+		if (send_req(s->sock, buf, len, spec->net) == (ssize_t)len) {
 			do
 				n = recv(s->sock, &rep, sizeof(rep), 0);
 			while (n < 0 && errno == EINTR);

@@ -21,6 +21,15 @@ struct wr_env_kv {
 	const char *value;
 };
 
+/* A network namespace for a sandbox to join instead of a private one with
+ * only loopback (see isolate/netpool.h). Borrowed for the create only. */
+struct wr_sandbox_net {
+	int netns_fd;		 /* PID 1 is cloned into this namespace */
+	int sysfs_fd;		 /* a detached read-only sysfs mount of it */
+	const char *resolv_conf; /* content of /etc/resolv.conf, or NULL */
+	const char *hosts;	 /* content of /etc/hosts, or NULL */
+};
+
 /* What a caller asks for when creating a sandbox. Zero/NULL means default. */
 struct wr_sandbox_spec {
 	const char *image; /* rootfs directory or EROFS image file: one layer */
@@ -47,6 +56,8 @@ struct wr_sandbox_spec {
 	size_t n_env;
 	const char *id;	      /* fixed id (daemon); NULL = random */
 	bool die_with_parent; /* one-shot front ends: the sandbox dies with us */
+	/* NULL: a private network namespace with loopback only (offline). */
+	const struct wr_sandbox_net *net;
 };
 
 /* Control of a running command from other threads (optional, see
