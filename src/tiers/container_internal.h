@@ -65,4 +65,19 @@ struct wr_sandbox {
 char *wr_spawn_stack_get(void);
 void wr_spawn_stack_put(char *stack);
 
+/* container_images.c: the image's base mount, counted (give it back
+ * with wr_cimage_put once the create holds its own clone); NULL and *err
+ * on failure. */
+struct image_entry {
+	char *path;
+	dev_t dev;
+	ino_t ino;
+	struct timespec mtime;
+	int fd;
+	unsigned users;
+	struct image_entry *next;
+};
+struct image_entry *wr_cimage_get(const char *image, wr_err *err);
+void wr_cimage_put(struct image_entry *e);
+
 #endif
