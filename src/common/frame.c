@@ -3,6 +3,8 @@
 #include "common/frame.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +106,16 @@ int wr_frame_write(int fd, uint8_t type, uint32_t id, const void *payload, uint3
 	struct iovec iov[2] = {{.iov_base = h, .iov_len = sizeof(h)},
 			       {.iov_base = (void *)payload, .iov_len = len}};
 	int n = len ? 2 : 1, i = 0;
+	bool sock = true;
 	while (i < n) {
-		ssize_t w = writev(fd, iov + i, n - i);
+		/* a socket's peer gone is EPIPE here, never SIGPIPE; the
+		 * guest's virtio port is no socket */
+		struct msghdr mh = {.msg_iov = iov + i, .msg_iovlen = (size_t)(n - i)};
+		ssize_t w = sock ? sendmsg(fd, &mh, MSG_NOSIGNAL) : writev(fd, iov + i, n - i);
+		if (w < 0 && errno == ENOTSOCK && sock) {
+			sock = false;
+			continue;
+		}
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

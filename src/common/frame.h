@@ -35,7 +35,10 @@ enum wr_frame_type {
 	WR_FRAME_ERROR,	    /* guest → host: {"message":..} a request failed */
 	WR_FRAME_PING,	    /* either way: answered by PONG with the same id */
 	WR_FRAME_PONG,
-	WR_FRAME_TYPE_MAX = WR_FRAME_PONG,
+	WR_FRAME_IDENTITY, /* host → guest after a restore from a template:
+			    * {"hostname":..,"sandbox_id":..,"seed":hex,
+			    * "realtime_ns":N}; answered by a new HELLO */
+	WR_FRAME_TYPE_MAX = WR_FRAME_IDENTITY,
 };
 
 struct wr_frame {

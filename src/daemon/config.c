@@ -136,14 +136,20 @@ static int load_admins(json_t *arr, struct wrd_config *cfg, wr_err *err)
 
 static int load_microvm(json_t *obj, struct wrd_config *cfg, wr_err *err)
 {
-	const char *kernel = NULL, *initrd = NULL, *qemu = NULL, *accel = NULL;
+	const char *kernel = NULL, *initrd = NULL, *qemu = NULL, *accel = NULL, *tmpl = NULL;
 	json_error_t je;
-	if (json_unpack_ex(obj, &je, JSON_STRICT, "{s:s, s:s, s?s, s?s}", "kernel", &kernel,
-			   "initrd", &initrd, "qemu", &qemu, "accel", &accel) < 0)
+	if (json_unpack_ex(obj, &je, JSON_STRICT, "{s:s, s:s, s?s, s?s, s?s}", "kernel", &kernel,
+			   "initrd", &initrd, "qemu", &qemu, "accel", &accel, "templates",
+			   &tmpl) < 0)
 		return wr_err_field(err, "microvm",
 				    "microvm: must be {\"kernel\", \"initrd\"[, \"qemu\", "
-				    "\"accel\"]} with string values: %s",
+				    "\"accel\", \"templates\"]} with string values: %s",
 				    je.text);
+	if (tmpl && tmpl[0] && tmpl[0] != '/')
+		return wr_err_field(err, "microvm.templates",
+				    "microvm.templates: an absolute directory (tmpfs), or \"\" for "
+				    "none");
+	cfg->mvm_templates = tmpl ? strdup(tmpl) : NULL;
 	if (kernel[0] != '/' || initrd[0] != '/')
 		return wr_err_field(err, "microvm",
 				    "microvm: kernel and initrd must be absolute paths");
@@ -388,6 +394,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->mvm_initrd);
 	free(cfg->mvm_qemu);
 	free(cfg->mvm_accel);
+	free(cfg->mvm_templates);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

@@ -54,6 +54,7 @@ struct wrd_config {
 	/* microVM tier (absent: the tier is off): guest kernel, initramfs,
 	 * optional qemu binary and accel ("auto", "kvm", "tcg") */
 	char *mvm_kernel, *mvm_initrd, *mvm_qemu, *mvm_accel;
+	char *mvm_templates;	   /* NULL: <run>/microvm-templates; "": off */
 	unsigned spawners;	   /* create processes (spawner.c); 0 = auto */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */

@@ -113,6 +113,16 @@ int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 	if (wr_mkdir_p(wr_mvm.state_dir, 0700, err) < 0 ||
 	    wr_mkdir_p(wr_mvm.run_dir, 0700, err) < 0)
 		return wr_err_wrap(err, "microvm");
+	if (cfg->template_dir == NULL) {
+		if (asprintf(&wr_mvm.template_dir, "%s/microvm-templates", run) < 0)
+			return wr_err_set(err, ENOMEM, "microvm: out of memory");
+	} else if (*cfg->template_dir) {
+		wr_mvm.template_dir = strdup(cfg->template_dir);
+	}
+	if (wr_mvm.template_dir && wr_mkdir_p(wr_mvm.template_dir, 0700, err) < 0)
+		return wr_err_wrap(err, "microvm templates");
+	if (wr_mvm.template_dir)
+		wr_vm_tmpl_sweep();
 	wr_mvm.ready = true;
 	return 0;
 }
@@ -126,15 +136,16 @@ const char *wr_microvm_accel(void)
 
 /* QEMU picks a set's fd by access mode and probes read-only first, so the
  * writable disk's set holds a read-only and a read-write fd. */
-enum { FD_AGENT = 3, FD_QMP, FD_CONSOLE, FD_IMAGE, FD_RW, FD_LOG, FD_RW_RO, FD_FIRST_FREE };
+enum { FD_AGENT = 3, FD_QMP, FD_CONSOLE, FD_IMAGE, FD_RW, FD_LOG, FD_RW_RO, FD_MEM, FD_FIRST_FREE };
+#define N_FDS (FD_FIRST_FREE - FD_AGENT)
 
 /* Child half: async-signal-safe only (the caller may be multi-threaded). */
 static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *fds, size_t n)
 {
 	/* fds to a range above every target first, so no dup2 clobbers a
 	 * source still needed */
-	int high[8];
-	if (n > 8)
+	int high[N_FDS];
+	if (n > N_FDS)
 		_exit(126);
 	for (size_t i = 0; i < n; i++) {
 		high[i] = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD, 100);
@@ -167,14 +178,30 @@ static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *f
 			goto nomem;                                                                \
 	} while (0)
 
-static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const int *fds, wr_err *err)
+static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
+		      const int *fds, wr_err *err)
 {
 	char *argv[64] = {0};
 	size_t n = 0;
 	int r;
 	ARG("%s", wr_mvm.qemu);
 	ARG("-M");
-	ARG("microvm,acpi=on,rtc=on");
+	ARG("microvm,acpi=on,rtc=on%s", boot->mem ? ",memory-backend=mem" : "");
+	if (boot->mem) {
+		/* guest RAM in a file: shared with the template's file while a
+		 * template is made (so the snapshot needs no RAM copy:
+		 * x-ignore-shared), a private copy-on-write mapping of it in a
+		 * restore. QEMU 7.2 opens mem-path itself: the path of the fd
+		 * we opened, so it names no file of ours. */
+		ARG("-object");
+		ARG("memory-backend-file,id=mem,size=%lluM,mem-path=/proc/self/fd/%d,share=%s",
+		    (unsigned long long)(spec->memory_bytes >> 20), FD_MEM,
+		    boot->share ? "on" : "off");
+	}
+	if (boot->incoming) {
+		ARG("-incoming");
+		ARG("defer");
+	}
 	ARG("-accel");
 	ARG("%s", wr_mvm.kvm ? "kvm" : "tcg");
 	if (wr_mvm.kvm) {
@@ -185,6 +212,8 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const int
 	ARG("%llu", (unsigned long long)(spec->memory_bytes >> 20));
 	ARG("-smp");
 	ARG("%u", spec->cpus);
+	ARG("-name"); /* for ps: the kernel command line of a restore is its template's */
+	ARG("%s", vm->id);
 	ARG("-nodefaults");
 	ARG("-no-user-config");
 	ARG("-nographic");
@@ -199,7 +228,7 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const int
 		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu", wr_mvm.tsc_khz);
 	ARG("console=ttyS0 quiet panic=-1%s warren.hostname=%s warren.root=%s "
 	    "warren.rw=serial:warren-rw",
-	    tsc, vm->id, spec->image ? "serial:warren-image" : "none");
+	    tsc, boot->hostname, spec->image ? "serial:warren-image" : "none");
 	ARG("-chardev");
 	ARG("socket,id=con,fd=%d", FD_CONSOLE);
 	ARG("-serial");
@@ -218,16 +247,19 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const int
 		ARG("-add-fd");
 		ARG("fd=%d,set=1", FD_IMAGE);
 		ARG("-drive");
-		ARG("file=/dev/fdset/1,if=none,id=img,format=raw,read-only=on");
+		ARG("file=/dev/fdset/1,file.locking=off,if=none,id=img,format=raw,read-only=on");
 		ARG("-device");
 		ARG("virtio-blk-device,drive=img,serial=warren-image");
 	}
+	/* no image locking: every file is the VM's own or read-only, and
+	 * the OFD locks of a set's two fds conflict when a restore
+	 * activates its disks */
 	ARG("-add-fd");
 	ARG("fd=%d,set=2", FD_RW);
 	ARG("-add-fd");
 	ARG("fd=%d,set=2", FD_RW_RO);
 	ARG("-drive");
-	ARG("file=/dev/fdset/2,if=none,id=rw,format=raw,discard=unmap");
+	ARG("file=/dev/fdset/2,file.locking=off,if=none,id=rw,format=raw,discard=unmap");
 	ARG("-device");
 	ARG("virtio-blk-device,drive=rw,serial=warren-rw");
 	/* QEMU's own seccomp filter: no new processes, no setuid, no
@@ -237,7 +269,7 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const int
 	argv[n] = NULL;
 	pid_t pid = fork();
 	if (pid == 0)
-		qemu_child(argv, fds, 7);
+		qemu_child(argv, fds, N_FDS);
 	if (pid < 0) {
 		r = wr_err_sys(err, "fork qemu");
 		goto out;
@@ -335,29 +367,30 @@ static void append_qemu_log(struct wr_vm *vm, wr_err *err)
 	}
 }
 
-int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
+static int check_spec(const struct wr_vm_spec *in, struct wr_vm_spec *spec, wr_err *err)
 {
-	if (!wr_mvm.ready)
-		return wr_err_set(err, EINVAL, "microvm: tier not initialised");
-	struct wr_vm_spec spec = *in;
-	if (spec.memory_bytes == 0)
-		spec.memory_bytes = 256ull << 20;
-	if (spec.disk_bytes == 0)
-		spec.disk_bytes = 1ull << 30;
-	if (spec.cpus == 0)
-		spec.cpus = 1;
-	if (spec.boot_timeout_ms == 0)
-		spec.boot_timeout_ms = 60000;
-	if (spec.memory_bytes < (64ull << 20) || spec.memory_bytes > (64ull << 30))
+	*spec = *in;
+	if (spec->memory_bytes == 0)
+		spec->memory_bytes = 256ull << 20;
+	if (spec->disk_bytes == 0)
+		spec->disk_bytes = 1ull << 30;
+	if (spec->cpus == 0)
+		spec->cpus = 1;
+	if (spec->boot_timeout_ms == 0)
+		spec->boot_timeout_ms = 60000;
+	if (spec->memory_bytes < (64ull << 20) || spec->memory_bytes > (64ull << 30))
 		return wr_err_field(err, "memory", "a microVM takes 64 MiB to 64 GiB of memory");
-	if (spec.disk_bytes < (16ull << 20) || spec.disk_bytes > (1ull << 40))
+	if (spec->disk_bytes < (16ull << 20) || spec->disk_bytes > (1ull << 40))
 		return wr_err_field(err, "disk", "a microVM's disk is 16 MiB to 1 TiB");
-	if (spec.cpus > 64)
+	if (spec->cpus > 64)
 		return wr_err_field(err, "cpu", "a microVM has 1 to 64 vCPUs");
-	_cleanup_close_ int image = -1, rw = -1, rw_ro = -1, log = -1;
-	if (spec.image && (image = open(spec.image, O_RDONLY | O_CLOEXEC)) < 0)
-		return wr_err_sys(err, "image %s", spec.image);
+	if (spec->image && access(spec->image, R_OK) < 0)
+		return wr_err_sys(err, "image %s", spec->image);
+	return 0;
+}
 
+int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
+{
 	struct wr_vm *vm = calloc(1, sizeof(*vm));
 	if (vm == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
@@ -372,8 +405,8 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 	pthread_cond_init(&vm->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	int r;
-	if (spec.id)
-		snprintf(vm->id, sizeof(vm->id), "%s", spec.id);
+	if (id)
+		snprintf(vm->id, sizeof(vm->id), "%s", id);
 	else if (wr_random_id(vm->id) < 0) {
 		r = wr_err_set(err, EIO, "no randomness for an id");
 		goto fail;
@@ -391,31 +424,36 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 		vm->rw_path = NULL;
 		goto fail;
 	}
-	if ((r = wr_vm_disk_make(vm->rw_path, spec.disk_bytes, err)) < 0)
-		goto fail;
+	*out = vm;
+	return 0;
+fail:
+	vm_free(vm);
+	return r;
+}
+
+int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
+		 int mem_fd, wr_err *err)
+{
+	_cleanup_close_ int image = -1, rw = -1, rw_ro = -1, log = -1;
+	if (spec->image && (image = open(spec->image, O_RDONLY | O_CLOEXEC)) < 0)
+		return wr_err_sys(err, "image %s", spec->image);
 	rw = open(vm->rw_path, O_RDWR | O_CLOEXEC);
-	if (rw < 0) {
-		r = wr_err_sys(err, "open %s", vm->rw_path);
-		goto fail;
-	}
+	if (rw < 0)
+		return wr_err_sys(err, "open %s", vm->rw_path);
 	int ag[2], qm[2], co[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0) {
-		r = wr_err_sys(err, "socketpair");
-		goto fail;
-	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0)
+		return wr_err_sys(err, "socketpair");
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0) {
 		close(ag[0]);
 		close(ag[1]);
-		r = wr_err_sys(err, "socketpair");
-		goto fail;
+		return wr_err_sys(err, "socketpair");
 	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, co) < 0) {
 		close(ag[0]);
 		close(ag[1]);
 		close(qm[0]);
 		close(qm[1]);
-		r = wr_err_sys(err, "socketpair");
-		goto fail;
+		return wr_err_sys(err, "socketpair");
 	}
 	vm->agent = ag[0];
 	vm->console = co[0];
@@ -425,28 +463,25 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 		log = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	free(logp);
 	rw_ro = open(vm->rw_path, O_RDONLY | O_CLOEXEC);
-	int fds[7] = {ag[1], qm[1], co[1], image, rw, log, rw_ro};
-	r = spawn_qemu(vm, &spec, fds, err);
+	int fds[N_FDS] = {ag[1], qm[1], co[1], image, rw, log, rw_ro, mem_fd};
+	int r = spawn_qemu(vm, spec, boot, fds, err);
 	close(ag[1]);
 	close(qm[1]);
 	close(co[1]);
 	if (r < 0) {
 		close(qm[0]);
-		goto fail;
+		return r;
 	}
 	vm->pidfd = wr_pidfd_open(vm->pid, 0);
-	uint64_t start = now_ns();
 	if ((r = wr_vm_reader_start(vm, err)) < 0) {
 		close(qm[0]);
-		goto fail;
+		return r;
 	}
-	if ((r = wr_qmp_open(qm[0], 30000, &vm->qmp, err)) < 0)
-		goto fail;
-	if ((r = wr_vm_wait_hello(vm, start + spec.boot_timeout_ms * 1000000ull, err)) < 0)
-		goto fail;
-	*out = vm;
-	return 0;
-fail:
+	return wr_qmp_open(qm[0], 30000, &vm->qmp, err);
+}
+
+void wr_vm_fail(struct wr_vm *vm, wr_err *err)
+{
 	if (vm->pid > 0) {
 		char *tail = wr_vm_console_tail(vm);
 		qemu_stop(vm, false, 0);
@@ -473,7 +508,49 @@ fail:
 		free(tail);
 	}
 	vm_free(vm);
-	return wr_err_wrap(err, "create microvm");
+}
+
+int wr_vm_boot_cold(const struct wr_vm_spec *spec, const struct vm_boot *boot, int mem_fd,
+		    struct wr_vm **out, wr_err *err)
+{
+	struct wr_vm *vm = NULL;
+	int r = wr_vm_alloc(spec->id, &vm, err);
+	if (r < 0)
+		return r;
+	uint64_t start = now_ns();
+	if ((r = wr_vm_disk_make(vm->rw_path, spec->disk_bytes, err)) < 0 ||
+	    (r = wr_vm_launch(vm, spec, boot ? boot : &(struct vm_boot){.hostname = vm->id}, mem_fd,
+			      err)) < 0 ||
+	    (r = wr_vm_wait_hello(vm, start + spec->boot_timeout_ms * 1000000ull, err)) < 0) {
+		wr_vm_fail(vm, err);
+		return r;
+	}
+	vm->ready_ns = now_ns() - start;
+	*out = vm;
+	return 0;
+}
+
+int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
+{
+	if (!wr_mvm.ready)
+		return wr_err_set(err, EINVAL, "microvm: tier not initialised");
+	struct wr_vm_spec spec;
+	if (check_spec(in, &spec, err) < 0)
+		return wr_err_wrap(err, "create microvm");
+	char note[256] = "";
+	if (!spec.cold && wr_mvm.template_dir) {
+		/* from the image's template (made by this call when there is
+		 * none); any failure there falls back to a cold boot */
+		wr_err terr = NULL;
+		if (wr_vm_tmpl_restore(&spec, out, &terr) == 0)
+			return 0;
+		snprintf(note, sizeof(note), "%s", terr && terr->msg ? terr->msg : "failed");
+		wr_err_free(&terr);
+	}
+	if (wr_vm_boot_cold(&spec, NULL, -1, out, err) < 0)
+		return wr_err_wrap(err, "create microvm");
+	snprintf((*out)->tmpl_note, sizeof((*out)->tmpl_note), "%s", note);
+	return 0;
 }
 
 int wr_vm_destroy(struct wr_vm **pvm, wr_err *err)
@@ -510,6 +587,21 @@ int wr_vm_resume(struct wr_vm *vm, wr_err *err)
 uint64_t wr_vm_boot_ms(const struct wr_vm *vm)
 {
 	return vm->boot_ms;
+}
+
+uint64_t wr_vm_ready_ms(const struct wr_vm *vm)
+{
+	return vm->ready_ns / 1000000;
+}
+
+bool wr_vm_restored(const struct wr_vm *vm)
+{
+	return vm->restored;
+}
+
+const char *wr_vm_template_note(const struct wr_vm *vm)
+{
+	return vm->tmpl_note;
 }
 
 const char *wr_vm_id(const struct wr_vm *vm)

@@ -31,6 +31,9 @@ struct wr_microvm_config {
 	const char *state_dir; /* disk templates under <state>/microvm */
 	const char *run_dir;   /* per-VM files under <run>/microvm/<id> */
 	const char *accel;     /* "auto" (default), "kvm" or "tcg" */
+	/* VM templates (guest RAM files: tmpfs belongs here); NULL:
+	 * <run>/microvm-templates; "" turns templates off */
+	const char *template_dir;
 };
 int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err);
 /* "kvm" or "tcg": what creates use (auto resolves at init). */
@@ -43,6 +46,7 @@ struct wr_vm_spec {
 	unsigned cpus;		  /* default 1 */
 	const char *id;		  /* default: random */
 	uint64_t boot_timeout_ms; /* default 60 s (TCG on a loaded host) */
+	bool cold;		  /* boot, never restore from a template */
 };
 
 struct wr_vm;
@@ -58,6 +62,13 @@ int wr_vm_pause(struct wr_vm *vm, wr_err *err);
 int wr_vm_resume(struct wr_vm *vm, wr_err *err);
 /* The agent answered its boot in this many ms of guest uptime. */
 uint64_t wr_vm_boot_ms(const struct wr_vm *vm);
+/* Host wall time from create to a ready agent. */
+uint64_t wr_vm_ready_ms(const struct wr_vm *vm);
+/* Restored from the image's template (else booted cold). */
+bool wr_vm_restored(const struct wr_vm *vm);
+/* Why a cold boot happened though templates are on ("" if they are off
+ * or were used). */
+const char *wr_vm_template_note(const struct wr_vm *vm);
 const char *wr_vm_id(const struct wr_vm *vm);
 pid_t wr_vm_qemu_pid(const struct wr_vm *vm);
 /* The last bytes the guest wrote to its serial console (for a panic

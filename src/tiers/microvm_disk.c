@@ -97,6 +97,20 @@ static int copy_sparse(int in, int out, uint64_t size, wr_err *err)
 		off_t a = data, b = data;
 		while (a < hole) {
 			ssize_t n = copy_file_range(in, &a, out, &b, (size_t)(hole - a), 0);
+			if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == EINVAL)) {
+				/* across filesystems (a template on tmpfs) on
+				 * kernels that refuse: plain reads and writes */
+				char buf[65536];
+				size_t want = (size_t)(hole - a) < sizeof(buf) ? (size_t)(hole - a)
+									       : sizeof(buf);
+				n = pread(in, buf, want, a);
+				if (n > 0 && pwrite(out, buf, (size_t)n, b) != n)
+					n = -1;
+				if (n > 0) {
+					a += n;
+					b += n;
+				}
+			}
 			if (n < 0)
 				return wr_err_sys(err, "copy template");
 			if (n == 0)
@@ -111,6 +125,11 @@ int wr_vm_disk_make(const char *path, uint64_t bytes, wr_err *err)
 	_cleanup_free_ char *tpl = NULL;
 	if (template_for(bytes, &tpl, err) < 0)
 		return wr_err_wrap(err, "writable disk template");
+	return wr_vm_disk_copy(tpl, path, bytes, err);
+}
+
+int wr_vm_disk_copy(const char *tpl, const char *path, uint64_t bytes, wr_err *err)
+{
 	_cleanup_close_ int in = open(tpl, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		return wr_err_sys(err, "open %s", tpl);

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/util.h"
+#include "tiers/microvm.h"
 #include "tiers/tier.h"
 
 struct wr_microvm_globals {
@@ -19,6 +20,7 @@ struct wr_microvm_globals {
 	bool kvm;
 	unsigned long tsc_khz;
 	char *qemu, *kernel, *initrd, *state_dir, *run_dir;
+	char *template_dir; /* NULL: templates off */
 };
 extern struct wr_microvm_globals wr_mvm;
 
@@ -62,7 +64,38 @@ struct wr_vm {
 	char *dir;
 	char *rw_path;
 	uint64_t boot_ms;
+	uint64_t ready_ns;   /* create to a ready agent, host wall time */
+	bool restored;	     /* from a template */
+	char tmpl_note[256]; /* why a template was not used, if it was not */
 };
+
+/* How QEMU starts: a cold boot, a boot that makes a template (RAM in a
+ * shared file) or a restore (RAM a private mapping of a template's file,
+ * device state through migrate-incoming). */
+struct vm_boot {
+	const char *hostname; /* on the kernel command line */
+	bool mem;	      /* RAM in the file at FD_MEM (mem_fd) */
+	bool share;
+	bool incoming;
+};
+
+/* microvm.c */
+int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err);
+/* Starts QEMU for vm (its rw disk at vm->rw_path exists) and opens QMP. */
+int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
+		 int mem_fd, wr_err *err);
+/* Stops a VM that failed to start (adds its console and QEMU's last words
+ * to err) and frees it. */
+void wr_vm_fail(struct wr_vm *vm, wr_err *err);
+/* A whole cold boot to the agent's HELLO; boot NULL: a plain one. */
+int wr_vm_boot_cold(const struct wr_vm_spec *spec, const struct vm_boot *boot, int mem_fd,
+		    struct wr_vm **out, wr_err *err);
+
+/* microvm_tmpl.c: a VM from the template of spec (made first when there is
+ * no valid one). */
+int wr_vm_tmpl_restore(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err *err);
+/* Removes templates half made by a daemon that died. */
+void wr_vm_tmpl_sweep(void);
 
 /* microvm_chan.c */
 int wr_vm_reader_start(struct wr_vm *vm, wr_err *err);
@@ -73,5 +106,7 @@ int wr_vm_wait_hello(struct wr_vm *vm, uint64_t deadline_ns, wr_err *err);
 /* microvm_disk.c: a sparse copy of the formatted ext4 template of this
  * size at path (the template is made once, atomically). */
 int wr_vm_disk_make(const char *path, uint64_t bytes, wr_err *err);
+/* A sparse copy of the disk file from into a new file to. */
+int wr_vm_disk_copy(const char *from, const char *to, uint64_t bytes, wr_err *err);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,8 +95,61 @@ int wr_qmp_open(int fd, int timeout_ms, struct wr_qmp **out, wr_err *err)
 	return 0;
 }
 
+/* The line, with fd (if >= 0) attached as SCM_RIGHTS to its first byte. */
+static int send_line(struct wr_qmp *q, const char *s, size_t len, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = {.iov_base = (void *)s, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	/* MSG_NOSIGNAL: QEMU gone is EPIPE, not SIGPIPE; the rest of a
+	 * partly sent line goes without the fd */
+	while (iov.iov_len) {
+		ssize_t n = sendmsg(q->fd, &mh, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		iov.iov_base = (char *)iov.iov_base + n;
+		iov.iov_len -= (size_t)n;
+		mh.msg_control = NULL;
+		mh.msg_controllen = 0;
+	}
+	return 0;
+}
+
+static int qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
+		   json_t **ret, wr_err *err);
+
 int wr_qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int timeout_ms, json_t **ret,
 	       wr_err *err)
+{
+	return qmp_cmd(q, cmd, args, -1, timeout_ms, ret, err);
+}
+
+int wr_qmp_getfd(struct wr_qmp *q, const char *name, int fd, wr_err *err)
+{
+	json_t *args = json_pack("{s:s}", "fdname", name);
+	int r = args ? qmp_cmd(q, "getfd", args, fd, 10000, NULL, err)
+		     : wr_err_set(err, ENOMEM, "qmp getfd: out of memory");
+	json_decref(args);
+	return r;
+}
+
+static int qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
+		   json_t **ret, wr_err *err)
 {
 	unsigned long id = ++q->id;
 	json_t *req = json_pack("{s:s, s:I}", "execute", cmd, "id", (json_int_t)id);
@@ -107,7 +161,7 @@ int wr_qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int timeout_ms, 
 		return wr_err_set(err, ENOMEM, "qmp %s: out of memory", cmd);
 	size_t len = strlen(s);
 	s[len] = '\n';
-	ssize_t w = wr_write_all(q->fd, s, len + 1);
+	int w = send_line(q, s, len + 1, fd);
 	free(s);
 	if (w < 0)
 		return wr_err_sys(err, "qmp %s: write", cmd);

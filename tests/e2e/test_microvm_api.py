@@ -15,6 +15,14 @@ def guest(build):
     return {"kernel": str(k), "initrd": str(i)}
 
 
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:  # gone meanwhile
+        return b""
+
+
 def test_microvm_create_run_kill(fresh_daemon, build):
     d = fresh_daemon(extra={"microvm": guest(build)}).start()
     c = d.client()
@@ -41,8 +49,7 @@ def test_microvm_create_run_kill(fresh_daemon, build):
         # a timeout is enforced
         t = c.run(sid, ["sleep", "100"], timeout=1)
         assert t["reason"] == "timeout", t
-        qemu = [p for p in os.listdir("/proc") if p.isdigit()
-                and open(f"/proc/{p}/cmdline", "rb").read().find(sid.encode()) >= 0]
+        qemu = [p for p in os.listdir("/proc") if p.isdigit() and sid.encode() in cmdline(p)]
         assert qemu, "no QEMU process names the sandbox"
         c.kill(sid)
         # destroy follows the answer: QEMU reaped, the VM's files removed
@@ -53,6 +60,20 @@ def test_microvm_create_run_kill(fresh_daemon, build):
             time.sleep(0.1)
         assert not any(os.path.exists(f"/proc/{p}") for p in qemu), "QEMU outlived the kill"
         assert not (d.run / "microvm" / sid).exists()
+        # the first create made the image's template; this one is restored
+        # from it and still has its own identity
+        tdir = d.run / "microvm-templates"
+        made = [p for p in tdir.iterdir() if not p.name.endswith(".lock")]
+        assert len(made) == 1 and (made[0] / "meta.json").exists(), made
+        t0 = time.monotonic()
+        r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
+                                     "memory_mb": 256, "disk_mb": 64, "timeout": 300})
+        assert r.status == 201, r
+        sid2 = r.json()["id"]
+        out = c.run(sid2, ["sh", "-c", "hostname; cat /data 2>/dev/null || echo fresh"])
+        print(f"restore + first exec through the API: {time.monotonic() - t0:.2f} s")
+        assert out["stdout"] == f"{sid2}\nfresh\n", out
+        c.kill(sid2)
     finally:
         c.close()
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -22,6 +23,7 @@
 
 static char g_tmp[256];
 static char g_image[512];
+static char g_tdir[256];
 static struct wr_vm *g_vm;
 
 static int group_setup(void **state)
@@ -40,14 +42,17 @@ static int group_setup(void **state)
 	char sdir[300], run[300];
 	snprintf(sdir, sizeof(sdir), "%s/state", g_tmp);
 	snprintf(run, sizeof(run), "%s/run", g_tmp);
+	/* templates hold guest RAM: tmpfs */
+	snprintf(g_tdir, sizeof(g_tdir), "/dev/shm/warren-mvm-test-%d", (int)getpid());
 	struct wr_microvm_config cfg = {
-	    .kernel = k, .initrd = i, .state_dir = sdir, .run_dir = run};
+	    .kernel = k, .initrd = i, .state_dir = sdir, .run_dir = run, .template_dir = g_tdir};
 	wr_err err = NULL;
 	if (wr_microvm_init(&cfg, &err) < 0) {
 		fprintf(stderr, "init: %s\n", err->msg);
 		return -1;
 	}
-	struct wr_vm_spec spec = {.image = g_image, .disk_bytes = 64ull << 20, .id = "vmtest"};
+	struct wr_vm_spec spec = {
+	    .image = g_image, .disk_bytes = 64ull << 20, .id = "vmtest", .cold = true};
 	if (wr_vm_create(&spec, &g_vm, &err) < 0) {
 		fprintf(stderr, "create: %s\n", err->msg);
 		return -1;
@@ -61,8 +66,8 @@ static int group_teardown(void **state)
 {
 	(void)state;
 	wr_vm_destroy(&g_vm, NULL);
-	char cmd[400];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmp);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", g_tmp, g_tdir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -79,8 +84,16 @@ static struct wr_exec_result run_in(struct wr_vm *vm, const char *sh, uint64_t t
 	struct wr_exec_result res;
 	wr_err err = NULL;
 	int r = wr_vm_exec(vm, &ex, &res, &err);
-	if (r < 0)
-		fprintf(stderr, "exec: %s\n", err->msg);
+	if (r < 0) {
+		char *tail = wr_vm_console_tail(vm);
+		fprintf(stderr, "exec: %s\nconsole: %s\n", err->msg, tail);
+		free(tail);
+		char cmd[700];
+		snprintf(cmd, sizeof(cmd), "cat %s/run/microvm/%s/qemu.log >&2", g_tmp,
+			 wr_vm_id(vm));
+		if (system(cmd) != 0)
+			fprintf(stderr, "no qemu.log\n");
+	}
 	assert_int_equal(r, 0);
 	return res;
 }
@@ -210,13 +223,123 @@ static void test_pause_resume(void **state)
 	wr_exec_result_free(&res);
 }
 
+static struct wr_vm *restore_one(const char *id)
+{
+	struct wr_vm_spec spec = {.image = g_image, .disk_bytes = 48ull << 20, .id = id};
+	struct wr_vm *vm = NULL;
+	wr_err err = NULL;
+	if (wr_vm_create(&spec, &vm, &err) < 0) {
+		fprintf(stderr, "restore %s: %s\n", id, err->msg);
+		wr_err_free(&err);
+	}
+	return vm;
+}
+
+static char *out_of(struct wr_vm *vm, const char *sh)
+{
+	const char *argv[] = {"sh", "-c", sh, NULL};
+	struct wr_exec_spec ex = {
+	    .argv = argv, .user = -1, .group = -1, .timeout_ms = 60000, .stdin_fd = -1};
+	struct wr_exec_result res;
+	wr_err err = NULL;
+	if (wr_vm_exec(vm, &ex, &res, &err) < 0) {
+		char *m = NULL;
+		if (asprintf(&m, "exec failed: %s", err->msg) < 0)
+			m = NULL;
+		wr_err_free(&err);
+		return m;
+	}
+	char *s = strdup(res.out);
+	wr_exec_result_free(&res);
+	return s;
+}
+
+/* One restore on its own thread, as warrend's create lanes do (QEMU dies
+ * with the thread that started it: PDEATHSIG), checked and destroyed
+ * there; the main thread asserts on what it saw. */
+struct restored {
+	const char *id;
+	bool ok, restored;
+	uint64_t ms;
+	char *names, *clock, *rnd, *disk;
+};
+
+static void *restore_and_check(void *arg)
+{
+	struct restored *r = arg;
+	struct wr_vm *vm = restore_one(r->id);
+	if (vm == NULL)
+		return NULL;
+	r->ok = true;
+	r->restored = wr_vm_restored(vm);
+	r->ms = wr_vm_ready_ms(vm);
+	r->names = out_of(vm, "hostname; cat /mine 2>/dev/null || echo none");
+	r->clock = out_of(vm, "date +%s");
+	r->rnd = out_of(vm, "head -c 16 /dev/urandom | od -An -tx1");
+	r->disk = out_of(vm, "echo x > /f && cat /f && sync && echo ok");
+	wr_vm_destroy(&vm, NULL);
+	return NULL;
+}
+
+/* The first create of an image makes its template; later ones restore
+ * from it (two at once here), each with its own identity, entropy, clock
+ * and a disk consistent with the template's RAM. */
+static void test_template_restore(void **state)
+{
+	(void)state;
+	struct wr_vm *first = restore_one("vmtpl0");
+	assert_non_null(first);
+	fprintf(stderr, "template made, then restored in %llu ms (note: %s)\n",
+		(unsigned long long)wr_vm_ready_ms(first), wr_vm_template_note(first));
+	assert_true(wr_vm_restored(first));
+	char *s = out_of(first, "hostname; echo one > /mine; cat /mine");
+	assert_string_equal(s, "vmtpl0\none\n");
+	free(s);
+	pthread_t t[2];
+	struct restored r[2] = {{.id = "vmtpl1"}, {.id = "vmtpl2"}};
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, restore_and_check, &r[i]), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_true(r[i].ok);
+		assert_true(r[i].restored);
+		fprintf(stderr, "restored %s in %llu ms\n", r[i].id, (unsigned long long)r[i].ms);
+		char want[64];
+		/* its own name; the first restore's file is not on its disk */
+		snprintf(want, sizeof(want), "%s\nnone\n", r[i].id);
+		assert_string_equal(r[i].names, want);
+		/* the guest's clock is the host's, not the snapshot's */
+		long guest = atol(r[i].clock), host = (long)time(NULL);
+		assert_true(guest > host - 30 && guest < host + 30);
+		assert_string_equal(r[i].disk, "x\nok\n");
+	}
+	/* reseeded: two copies of one RNG state do not say the same */
+	assert_string_not_equal(r[0].rnd, r[1].rnd);
+	for (int i = 0; i < 2; i++) {
+		free(r[i].names);
+		free(r[i].clock);
+		free(r[i].rnd);
+		free(r[i].disk);
+	}
+	/* one template directory, published whole */
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd),
+		 "test $(ls '%s' | grep -v lock | wc -l) = 1 && test -s '%s'/*/meta.json", g_tdir,
+		 g_tdir);
+	assert_int_equal(system(cmd), 0);
+	wr_err err = NULL;
+	assert_int_equal(wr_vm_destroy(&first, &err), 0);
+}
+
 /* A guest kernel panic: QEMU exits (-no-reboot), the command fails with a
  * clear error instead of hanging, the VM refuses further commands, and
  * destroy still cleans up. */
 static void test_guest_panic_is_reported(void **state)
 {
 	(void)state;
-	struct wr_vm_spec spec = {.image = g_image, .disk_bytes = 32ull << 20, .id = "vmpanic"};
+	struct wr_vm_spec spec = {
+	    .image = g_image, .disk_bytes = 32ull << 20, .id = "vmpanic", .cold = true};
 	struct wr_vm *vm = NULL;
 	wr_err err = NULL;
 	assert_int_equal(wr_vm_create(&spec, &vm, &err), 0);
@@ -273,6 +396,7 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_commands),
 	    cmocka_unit_test(test_pause_resume),
 	    cmocka_unit_test(test_bad_specs),
+	    cmocka_unit_test(test_template_restore),
 	    cmocka_unit_test(test_guest_panic_is_reported),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -332,6 +334,68 @@ static void do_stdin(uint32_t id, const uint8_t *p, uint32_t len)
 	flush_stdin(c);
 }
 
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A VM restored from a template wakes up as a copy of the template's
+ * guest: same hostname, same RNG state, its clocks where the snapshot
+ * stopped them. The host tells it who it is now; the answer is a new
+ * HELLO, so the host knows the identity is in place before any command. */
+static void do_identity(const uint8_t *p, uint32_t len)
+{
+	json_error_t je;
+	json_t *j = json_loadb((const char *)p, len, 0, &je);
+	const char *host = json_string_value(json_object_get(j, "hostname"));
+	const char *seed = json_string_value(json_object_get(j, "seed"));
+	json_t *rt = json_object_get(j, "realtime_ns");
+	char err[256] = "";
+	if (!json_is_object(j) || host == NULL || seed == NULL || !json_is_integer(rt) ||
+	    strlen(seed) > 128 || strlen(seed) % 2) {
+		snprintf(err, sizeof(err), "identity: hostname, seed (hex) and realtime_ns needed");
+		goto answer;
+	}
+	if (sethostname(host, strlen(host)) < 0)
+		snprintf(err, sizeof(err), "identity: hostname: %s", strerror(errno));
+	/* new entropy, credited: the template's pool is shared by every copy */
+	struct {
+		struct rand_pool_info info;
+		uint8_t buf[64];
+	} ent = {.info = {.entropy_count = 0, .buf_size = 0}};
+	size_t n = strlen(seed) / 2;
+	for (size_t i = 0; i < n; i++) {
+		int hi = hexval(seed[2 * i]), lo = hexval(seed[2 * i + 1]);
+		if (hi < 0 || lo < 0) {
+			snprintf(err, sizeof(err), "identity: seed is not hex");
+			goto answer;
+		}
+		ent.buf[i] = (uint8_t)(hi << 4 | lo);
+	}
+	ent.info.buf_size = (int)n;
+	ent.info.entropy_count = (int)n * 8;
+	int rfd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+	if (rfd < 0 || ioctl(rfd, RNDADDENTROPY, &ent) < 0)
+		snprintf(err, sizeof(err), "identity: reseed: %s", strerror(errno));
+	if (rfd >= 0)
+		close(rfd);
+	json_int_t ns = json_integer_value(rt);
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000),
+			      .tv_nsec = (long)(ns % 1000000000)};
+	if (clock_settime(CLOCK_REALTIME, &ts) < 0 && !err[0])
+		snprintf(err, sizeof(err), "identity: clock: %s", strerror(errno));
+answer:;
+	struct timespec up;
+	clock_gettime(CLOCK_BOOTTIME, &up);
+	json_t *hello = json_pack("{s:i, s:I, s:b, s:b}", "version", 1, "uptime_ms",
+				  (json_int_t)(up.tv_sec * 1000 + up.tv_nsec / 1000000), "ok",
+				  err[0] == 0, "restored", 1);
+	if (hello && err[0])
+		json_object_set_new(hello, "error", json_string(err));
+	send_json(WR_FRAME_HELLO, 0, hello);
+	json_decref(j);
+}
+
 static void on_frame(const struct wr_frame *f)
 {
 	switch (f->type) {
@@ -346,6 +410,7 @@ static void on_frame(const struct wr_frame *f)
 		break;
 	}
 	case WR_FRAME_PING: wr_frame_write(g_chan, WR_FRAME_PONG, f->id, f->payload, f->len); break;
+	case WR_FRAME_IDENTITY: do_identity(f->payload, f->len); break;
 	default: send_error(f->id, "unexpected frame type");
 	}
 }
