@@ -431,6 +431,35 @@ fail:
 	return r;
 }
 
+int wr_vm_attach_fds(int agent, int console, struct wr_vm **out, wr_err *err)
+{
+	struct wr_vm *vm = calloc(1, sizeof(*vm));
+	if (vm == NULL) {
+		close(agent);
+		close(console);
+		return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	vm->pidfd = -1;
+	vm->stop[0] = vm->stop[1] = -1;
+	vm->agent = agent;
+	vm->console = console;
+	snprintf(vm->id, sizeof(vm->id), "attached");
+	pthread_mutex_init(&vm->lock, NULL);
+	pthread_mutex_init(&vm->write_lock, NULL);
+	pthread_mutex_init(&vm->qmp_lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&vm->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (wr_vm_reader_start(vm, err) < 0) {
+		vm_free(vm);
+		return -1;
+	}
+	*out = vm;
+	return 0;
+}
+
 int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
 		 int mem_fd, wr_err *err)
 {

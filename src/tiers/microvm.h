@@ -57,6 +57,9 @@ int wr_vm_create(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err *err)
  * -ENOTSUP). Several threads may exec at once. */
 int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec_result *res,
 	       wr_err *err);
+/* PING over the agent channel, answered by the agent's PONG within
+ * timeout_ms (-ETIMEDOUT otherwise: a hung guest, or a paused one). */
+int wr_vm_ping(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err);
 /* QMP stop / cont: the guest's vCPUs stop, memory stays. */
 int wr_vm_pause(struct wr_vm *vm, wr_err *err);
 int wr_vm_resume(struct wr_vm *vm, wr_err *err);

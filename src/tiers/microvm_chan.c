@@ -91,8 +91,11 @@ static void on_frame(struct wr_vm *vm, const struct wr_frame *f)
 		}
 		return;
 	}
-	if (f->type == WR_FRAME_PONG)
+	if (f->type == WR_FRAME_PONG) {
+		vm->pong = f->id;
+		pthread_cond_broadcast(&vm->cond);
 		return;
+	}
 	struct vm_cmd *c = find(vm, f->id);
 	if (c == NULL || c->done)
 		return; /* a command the host gave up on, or a guest's invention */
@@ -236,6 +239,39 @@ int wr_vm_wait_hello(struct wr_vm *vm, uint64_t deadline_ns, wr_err *err)
 }
 
 /* ---- exec ------------------------------------------------------------------ */
+
+static int send_frame(struct wr_vm *vm, uint8_t type, uint32_t id, const void *p, uint32_t len);
+
+int wr_vm_ping(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err)
+{
+	pthread_mutex_lock(&vm->lock);
+	uint32_t id = ++vm->next_ping ? vm->next_ping : ++vm->next_ping;
+	bool broken = vm->broken;
+	pthread_mutex_unlock(&vm->lock);
+	if (broken)
+		return wr_err_set(err, EIO, "microvm: %s", vm->broken_msg);
+	int r = send_frame(vm, WR_FRAME_PING, id, NULL, 0);
+	if (r < 0) {
+		errno = -r;
+		return wr_err_sys(err, "microvm: ping");
+	}
+	struct timespec ts;
+	deadline_ts(now_ns() + timeout_ms * 1000000ull, &ts);
+	pthread_mutex_lock(&vm->lock);
+	while (vm->pong != id && !vm->broken &&
+	       pthread_cond_timedwait(&vm->cond, &vm->lock, &ts) != ETIMEDOUT)
+		;
+	if (vm->pong == id)
+		r = 0;
+	else if (vm->broken)
+		r = wr_err_set(err, EIO, "microvm: %s", vm->broken_msg);
+	else
+		r = wr_err_set(err, ETIMEDOUT,
+			       "microvm: the guest did not answer a ping in %llu ms",
+			       (unsigned long long)timeout_ms);
+	pthread_mutex_unlock(&vm->lock);
+	return r;
+}
 
 static int send_frame(struct wr_vm *vm, uint8_t type, uint32_t id, const void *p, uint32_t len)
 {

@@ -54,7 +54,8 @@ struct wr_vm {
 	struct vm_cmd *cmds;
 	uint32_t next_id;
 	json_t *hello;
-	bool broken; /* channel lost or abused: no more commands */
+	uint32_t next_ping, pong; /* the last PONG's id */
+	bool broken;		  /* channel lost or abused: no more commands */
 	char broken_msg[256];
 	char ring[VM_CONSOLE_RING];
 	size_t ring_len, ring_pos;
@@ -90,6 +91,11 @@ void wr_vm_fail(struct wr_vm *vm, wr_err *err);
 /* A whole cold boot to the agent's HELLO; boot NULL: a plain one. */
 int wr_vm_boot_cold(const struct wr_vm_spec *spec, const struct vm_boot *boot, int mem_fd,
 		    struct wr_vm **out, wr_err *err);
+
+/* A VM with no QEMU around an agent channel (and a console) the caller
+ * made: the host half of the protocol against a fake guest, for tests of
+ * what a hostile guest can do. Takes ownership of both fds. */
+int wr_vm_attach_fds(int agent, int console, struct wr_vm **out, wr_err *err);
 
 /* microvm_tmpl.c: a VM from the template of spec (made first when there is
  * no valid one). */

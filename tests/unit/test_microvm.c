@@ -216,8 +216,13 @@ static void test_pause_resume(void **state)
 	wr_err err = NULL;
 	struct wr_exec_result res = run("echo 1 > /counter");
 	wr_exec_result_free(&res);
+	assert_int_equal(wr_vm_ping(g_vm, 10000, &err), 0);
 	assert_int_equal(wr_vm_pause(g_vm, &err), 0);
+	/* a guest whose vCPUs do not run does not answer: detected */
+	assert_int_equal(wr_vm_ping(g_vm, 500, &err), -ETIMEDOUT);
+	wr_err_free(&err);
 	assert_int_equal(wr_vm_resume(g_vm, &err), 0);
+	assert_int_equal(wr_vm_ping(g_vm, 10000, &err), 0);
 	res = run("cat /counter");
 	assert_string_equal(res.out, "1\n");
 	wr_exec_result_free(&res);
@@ -329,6 +334,20 @@ static void test_template_restore(void **state)
 		 g_tdir);
 	assert_int_equal(system(cmd), 0);
 	wr_err err = NULL;
+	assert_int_equal(wr_vm_destroy(&first, &err), 0);
+	/* a template made for something else (here: a meta.json whose key
+	 * does not match) is rebuilt, not used */
+	snprintf(cmd, sizeof(cmd),
+		 "for m in '%s'/*/meta.json; do echo '{\"key\":\"stale\"}' > $m; done", g_tdir);
+	assert_int_equal(system(cmd), 0);
+	first = restore_one("vmtpl3");
+	assert_non_null(first);
+	assert_true(wr_vm_restored(first));
+	snprintf(cmd, sizeof(cmd), "grep -q qemu_version '%s'/*/meta.json", g_tdir);
+	assert_int_equal(system(cmd), 0);
+	s = out_of(first, "hostname");
+	assert_string_equal(s, "vmtpl3\n");
+	free(s);
 	assert_int_equal(wr_vm_destroy(&first, &err), 0);
 }
 

@@ -375,7 +375,9 @@ static void do_identity(const uint8_t *p, uint32_t len)
 	ent.info.buf_size = (int)n;
 	ent.info.entropy_count = (int)n * 8;
 	int rfd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-	if (rfd < 0 || ioctl(rfd, RNDADDENTROPY, &ent) < 0)
+	/* credited entropy alone waits for the next scheduled reseed of the
+	 * crng (copies would say the same until then): reseed it now */
+	if (rfd < 0 || ioctl(rfd, RNDADDENTROPY, &ent) < 0 || ioctl(rfd, RNDRESEEDCRNG) < 0)
 		snprintf(err, sizeof(err), "identity: reseed: %s", strerror(errno));
 	if (rfd >= 0)
 		close(rfd);
