@@ -7,10 +7,12 @@
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -165,6 +167,18 @@ static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *f
 	close(FD_LOG);
 	/* a VM never outlives the process that holds its channels */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* its own network (no interface but a down loopback: no network at
+	 * all until the network pool gives it one), mounts, IPC and UTS; no
+	 * privilege gained by exec; -runas drops to its own uid once QEMU
+	 * opened its memory backend, kernel and initramfs */
+	if (unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		static const char m[] = "warren: cannot confine QEMU (namespaces, no_new_privs)\n";
+		if (write(2, m, sizeof(m) - 1) < 0)
+			_exit(126);
+		_exit(126);
+	}
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
@@ -264,8 +278,14 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	ARG("virtio-blk-device,drive=rw,serial=warren-rw");
 	/* QEMU's own seccomp filter: no new processes, no setuid, no
 	 * obsolete syscalls, no scheduler or resource changes */
+	/* QEMU 7.2 installs its seccomp filter before -runas changes its uid,
+	 * so elevateprivileges=deny would kill that change: set*id stays
+	 * allowed, and cannot elevate anything once the uid changed (no
+	 * capabilities left, no_new_privs) */
+	ARG("-runas");
+	ARG("%u:%u", vm->uid, vm->uid);
 	ARG("-sandbox");
-	ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	ARG("on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny");
 	argv[n] = NULL;
 	pid_t pid = fork();
 	if (pid == 0)
@@ -283,6 +303,44 @@ out:
 	for (size_t i = 0; i < n; i++)
 		free(argv[i]);
 	return r;
+}
+
+/* ---- QEMU's uids ------------------------------------------------------------ */
+
+/* Each QEMU runs as a uid (and gid) of its own, WR_MVM_UID_BASE + slot:
+ * above the container tier's ranges (src/isolate/idmap.h: 0x10000000 up
+ * to 0x50000000), so no QEMU shares an id with another or with a
+ * container's mapped users. Slots are this process's. */
+#define WR_MVM_UID_BASE 0x50000000u
+#define WR_MVM_UID_SLOTS 65536u
+static pthread_mutex_t g_uid_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t g_uid_used[WR_MVM_UID_SLOTS / 8];
+static unsigned g_uid_next;
+
+static uid_t uid_get(void)
+{
+	uid_t u = 0;
+	pthread_mutex_lock(&g_uid_lock);
+	for (unsigned i = 0; i < WR_MVM_UID_SLOTS && u == 0; i++) {
+		unsigned s = (g_uid_next + i) % WR_MVM_UID_SLOTS;
+		if (!(g_uid_used[s / 8] & (1u << (s % 8)))) {
+			g_uid_used[s / 8] |= (uint8_t)(1u << (s % 8));
+			g_uid_next = s + 1;
+			u = WR_MVM_UID_BASE + s;
+		}
+	}
+	pthread_mutex_unlock(&g_uid_lock);
+	return u;
+}
+
+static void uid_put(uid_t u)
+{
+	if (u < WR_MVM_UID_BASE)
+		return;
+	unsigned s = u - WR_MVM_UID_BASE;
+	pthread_mutex_lock(&g_uid_lock);
+	g_uid_used[s / 8] &= (uint8_t) ~(1u << (s % 8));
+	pthread_mutex_unlock(&g_uid_lock);
 }
 
 /* ---- create / destroy ------------------------------------------------------- */
@@ -310,6 +368,7 @@ static void vm_free(struct wr_vm *vm)
 		rmdir(vm->dir);
 	}
 	json_decref(vm->hello);
+	uid_put(vm->uid);
 	free(vm->rw_path);
 	free(vm->dir);
 	pthread_mutex_destroy(&vm->lock);
@@ -414,6 +473,10 @@ int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
 	if (asprintf(&vm->dir, "%s/%s", wr_mvm.run_dir, vm->id) < 0 ||
 	    asprintf(&vm->rw_path, "%s/rw.ext4", vm->dir) < 0) {
 		r = wr_err_set(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((vm->uid = uid_get()) == 0) {
+		r = wr_err_set(err, EAGAIN, "microvm: no uid left for QEMU");
 		goto fail;
 	}
 	if (mkdir(vm->dir, 0700) < 0) {

@@ -65,6 +65,7 @@ struct wr_vm {
 	char *dir;
 	char *rw_path;
 	uint64_t boot_ms;
+	uid_t uid;	     /* QEMU's own (-runas), 0 for none */
 	uint64_t ready_ns;   /* create to a ready agent, host wall time */
 	bool restored;	     /* from a template */
 	char tmpl_note[256]; /* why a template was not used, if it was not */

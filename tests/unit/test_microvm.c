@@ -384,6 +384,68 @@ static void test_guest_panic_is_reported(void **state)
 	assert_true(kill(qemu, 0) < 0 && errno == ESRCH);
 }
 
+static long status_field(pid_t pid, const char *key, int base)
+{
+	char p[64], line[256];
+	snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(p, "re");
+	long v = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ':')
+			v = strtol(line + strlen(key) + 1, NULL, base);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static void same_ns(pid_t pid, const char *ns, bool *same)
+{
+	char a[64], b[64], la[64] = "", lb[64] = "";
+	snprintf(a, sizeof(a), "/proc/%d/ns/%s", (int)pid, ns);
+	snprintf(b, sizeof(b), "/proc/self/ns/%s", ns);
+	assert_true(readlink(a, la, sizeof(la) - 1) > 0);
+	assert_true(readlink(b, lb, sizeof(lb) - 1) > 0);
+	*same = strcmp(la, lb) == 0;
+}
+
+/* QEMU itself, seen from outside: its own unprivileged uid and gid, no
+ * capabilities, no_new_privs, a seccomp filter, and network, mount, IPC
+ * and UTS namespaces that are not the host's. */
+static void test_qemu_confined(void **state)
+{
+	(void)state;
+	pid_t q = wr_vm_qemu_pid(g_vm);
+	char line[256], p[64];
+	snprintf(p, sizeof(p), "/proc/%d/status", (int)q);
+	FILE *f = fopen(p, "re");
+	assert_non_null(f);
+	unsigned long ids[2][4] = {{0}};
+	while (fgets(line, sizeof(line), f)) {
+		sscanf(line, "Uid: %lu %lu %lu %lu", &ids[0][0], &ids[0][1], &ids[0][2],
+		       &ids[0][3]);
+		sscanf(line, "Gid: %lu %lu %lu %lu", &ids[1][0], &ids[1][1], &ids[1][2],
+		       &ids[1][3]);
+	}
+	fclose(f);
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 4; i++)
+			assert_true(ids[k][i] >= 0x50000000ul && ids[k][i] == ids[0][0]);
+	assert_int_equal(status_field(q, "CapEff", 16), 0);
+	assert_int_equal(status_field(q, "CapPrm", 16), 0);
+	assert_int_equal(status_field(q, "NoNewPrivs", 10), 1);
+	assert_int_equal(status_field(q, "Seccomp", 10), 2);
+	const char *nss[] = {"net", "mnt", "ipc", "uts"};
+	for (size_t i = 0; i < 4; i++) {
+		bool same = true;
+		same_ns(q, nss[i], &same);
+		assert_false(same);
+	}
+	/* and the guest still works */
+	struct wr_exec_result res = run("echo alive");
+	assert_string_equal(res.out, "alive\n");
+	wr_exec_result_free(&res);
+}
+
 static void test_bad_specs(void **state)
 {
 	(void)state;
@@ -414,6 +476,7 @@ int main(void)
 	    cmocka_unit_test(test_failures_timeout_and_cap),
 	    cmocka_unit_test(test_concurrent_commands),
 	    cmocka_unit_test(test_pause_resume),
+	    cmocka_unit_test(test_qemu_confined),
 	    cmocka_unit_test(test_bad_specs),
 	    cmocka_unit_test(test_template_restore),
 	    cmocka_unit_test(test_guest_panic_is_reported),
