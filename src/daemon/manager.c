@@ -459,7 +459,8 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 					       .state_dir = cfg->state_dir,
 					       .run_dir = cfg->run_dir,
 					       .accel = cfg->mvm_accel,
-					       .template_dir = cfg->mvm_templates};
+					       .template_dir = cfg->mvm_templates,
+					       .cgroup_base = cfg->cgroup_base};
 		if (wr_microvm_init(&mc, err) < 0)
 			return -1;
 		size_t left = wr_microvm_sweep();

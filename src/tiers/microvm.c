@@ -71,6 +71,12 @@ static unsigned long host_tsc_khz(void)
 	return (unsigned long)(mhz * 1000.0);
 }
 
+static bool keep_not_vm(const char *name, void *ctx)
+{
+	(void)ctx;
+	return strncmp(name, "vm-", 3) != 0;
+}
+
 int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 {
 	if (wr_mvm.ready)
@@ -125,6 +131,12 @@ int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 		return wr_err_wrap(err, "microvm templates");
 	if (wr_mvm.template_dir)
 		wr_vm_tmpl_sweep();
+	if (wr_cgroup_root_open(cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm",
+				&wr_mvm.cgroot, err) < 0)
+		return wr_err_wrap(err, "microvm cgroups");
+	/* no VM of this process exists yet: a vm-* there was left (the base
+	 * may be the container tier's: its cgroups are not ours) */
+	wr_cgroup_sweep(wr_mvm.cgroot, keep_not_vm, NULL, NULL);
 	wr_mvm.ready = true;
 	return 0;
 }
@@ -142,8 +154,13 @@ enum { FD_AGENT = 3, FD_QMP, FD_CONSOLE, FD_IMAGE, FD_RW, FD_LOG, FD_RW_RO, FD_M
 #define N_FDS (FD_FIRST_FREE - FD_AGENT)
 
 /* Child half: async-signal-safe only (the caller may be multi-threaded). */
-static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *fds, size_t n)
+static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *fds, size_t n,
+						 const int *cg, int ncg)
 {
+	/* into its cgroup first: these fds may sit where the dups go */
+	for (int i = 0; i < ncg; i++)
+		if (write(cg[i], "0", 1) != 1)
+			_exit(126);
 	/* fds to a range above every target first, so no dup2 clobbers a
 	 * source still needed */
 	int high[N_FDS];
@@ -195,6 +212,21 @@ static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *f
 static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
 		      const int *fds, wr_err *err)
 {
+	/* its cgroup: guest RAM plus QEMU's own (TCG's translation cache,
+	 * device buffers), its threads, its vCPUs' worth of CPU */
+	int cg[8], ncg = 0;
+	char cgname[80];
+	snprintf(cgname, sizeof(cgname), "vm-%s", vm->id);
+	struct wr_cgroup_limits lim;
+	wr_cgroup_limits_default(&lim);
+	lim.memory_bytes = spec->memory_bytes + (256ull << 20);
+	lim.pids = 256;
+	lim.cpu_quota_us = 100000ull * spec->cpus;
+	lim.cpu_period_us = 100000;
+	if (wr_cgroup_create(wr_mvm.cgroot, cgname, &lim, &vm->cg, err) < 0 ||
+	    wr_cgroup_create_leaf(vm->cg, "q", &vm->cg_leaf, err) < 0 ||
+	    (ncg = wr_cgroup_procs_fds(vm->cg_leaf, false, cg, 8, err)) < 0)
+		return wr_err_wrap(err, "QEMU's cgroup");
 	char *argv[64] = {0};
 	size_t n = 0;
 	int r;
@@ -289,7 +321,7 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	argv[n] = NULL;
 	pid_t pid = fork();
 	if (pid == 0)
-		qemu_child(argv, fds, N_FDS);
+		qemu_child(argv, fds, N_FDS, cg, ncg);
 	if (pid < 0) {
 		r = wr_err_sys(err, "fork qemu");
 		goto out;
@@ -300,6 +332,8 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 nomem:
 	r = wr_err_set(err, ENOMEM, "qemu arguments: out of memory");
 out:
+	for (int i = 0; i < ncg; i++)
+		close(cg[i]);
 	for (size_t i = 0; i < n; i++)
 		free(argv[i]);
 	return r;
@@ -368,6 +402,11 @@ static void vm_free(struct wr_vm *vm)
 		rmdir(vm->dir);
 	}
 	json_decref(vm->hello);
+	/* QEMU is reaped (qemu_stop) before its cgroup goes */
+	if (vm->cg_leaf)
+		wr_cgroup_close(vm->cg_leaf);
+	if (vm->cg)
+		wr_cgroup_destroy(&vm->cg, NULL);
 	uid_put(vm->uid);
 	free(vm->rw_path);
 	free(vm->dir);

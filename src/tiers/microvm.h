@@ -34,6 +34,10 @@ struct wr_microvm_config {
 	/* VM templates (guest RAM files: tmpfs belongs here); NULL:
 	 * <run>/microvm-templates; "" turns templates off */
 	const char *template_dir;
+	/* each QEMU's cgroup is <own cgroup>/<base>/vm-<id> in every
+	 * hierarchy (warrend: the container tier's base); default
+	 * "warren-microvm" */
+	const char *cgroup_base;
 };
 int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err);
 /* "kvm" or "tcg": what creates use (auto resolves at init). */

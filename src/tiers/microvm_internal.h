@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/util.h"
+#include "isolate/cgroup.h"
 #include "tiers/microvm.h"
 #include "tiers/tier.h"
 
@@ -21,6 +22,7 @@ struct wr_microvm_globals {
 	unsigned long tsc_khz;
 	char *qemu, *kernel, *initrd, *state_dir, *run_dir;
 	char *template_dir; /* NULL: templates off */
+	struct wr_cgroup_root *cgroot;
 };
 extern struct wr_microvm_globals wr_mvm;
 
@@ -65,10 +67,11 @@ struct wr_vm {
 	char *dir;
 	char *rw_path;
 	uint64_t boot_ms;
-	uid_t uid;	     /* QEMU's own (-runas), 0 for none */
-	uint64_t ready_ns;   /* create to a ready agent, host wall time */
-	bool restored;	     /* from a template */
-	char tmpl_note[256]; /* why a template was not used, if it was not */
+	uid_t uid;			/* QEMU's own (-runas), 0 for none */
+	struct wr_cgroup *cg, *cg_leaf; /* QEMU's: vm-<id>, its leaf "q" */
+	uint64_t ready_ns;		/* create to a ready agent, host wall time */
+	bool restored;			/* from a template */
+	char tmpl_note[256];		/* why a template was not used, if it was not */
 };
 
 /* How QEMU starts: a cold boot, a boot that makes a template (RAM in a

@@ -24,6 +24,7 @@
 static char g_tmp[256];
 static char g_image[512];
 static char g_tdir[256];
+static char g_cgbase[64];
 static struct wr_vm *g_vm;
 
 static int group_setup(void **state)
@@ -44,8 +45,13 @@ static int group_setup(void **state)
 	snprintf(run, sizeof(run), "%s/run", g_tmp);
 	/* templates hold guest RAM: tmpfs */
 	snprintf(g_tdir, sizeof(g_tdir), "/dev/shm/warren-mvm-test-%d", (int)getpid());
-	struct wr_microvm_config cfg = {
-	    .kernel = k, .initrd = i, .state_dir = sdir, .run_dir = run, .template_dir = g_tdir};
+	snprintf(g_cgbase, sizeof(g_cgbase), "warren-mvm-test-%d", (int)getpid());
+	struct wr_microvm_config cfg = {.kernel = k,
+					.initrd = i,
+					.state_dir = sdir,
+					.run_dir = run,
+					.template_dir = g_tdir,
+					.cgroup_base = g_cgbase};
 	wr_err err = NULL;
 	if (wr_microvm_init(&cfg, &err) < 0) {
 		fprintf(stderr, "init: %s\n", err->msg);
@@ -66,8 +72,11 @@ static int group_teardown(void **state)
 {
 	(void)state;
 	wr_vm_destroy(&g_vm, NULL);
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", g_tmp, g_tdir);
+	char cmd[1000];
+	snprintf(cmd, sizeof(cmd),
+		 "find /sys/fs/cgroup -maxdepth 8 -type d -name %s -prune -exec rmdir {} + "
+		 "2>/dev/null; rm -rf '%s' '%s'",
+		 g_cgbase, g_tmp, g_tdir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -440,6 +449,18 @@ static void test_qemu_confined(void **state)
 		same_ns(q, nss[i], &same);
 		assert_false(same);
 	}
+	/* its own cgroup in the memory and pids hierarchies */
+	snprintf(p, sizeof(p), "/proc/%d/cgroup", (int)q);
+	f = fopen(p, "re");
+	assert_non_null(f);
+	char want[128];
+	snprintf(want, sizeof(want), "/%s/vm-vmtest/q", g_cgbase);
+	int found = 0;
+	while (fgets(line, sizeof(line), f))
+		if ((strstr(line, ":memory:") || strstr(line, ":pids:")) && strstr(line, want))
+			found++;
+	fclose(f);
+	assert_int_equal(found, 2);
 	/* and the guest still works */
 	struct wr_exec_result res = run("echo alive");
 	assert_string_equal(res.out, "alive\n");
