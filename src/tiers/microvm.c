@@ -715,6 +715,25 @@ int wr_vm_resume(struct wr_vm *vm, wr_err *err)
 	return qmp_simple(vm, "cont", err);
 }
 
+int wr_vm_paused(struct wr_vm *vm, wr_err *err)
+{
+	char st[64];
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = vm->qmp ? wr_qmp_status(vm->qmp, st, sizeof(st), err)
+			: wr_err_set(err, EIO, "microvm: no monitor");
+	pthread_mutex_unlock(&vm->qmp_lock);
+	if (r < 0)
+		return r;
+	return strcmp(st, "paused") == 0;
+}
+
+int wr_vm_usage(struct wr_vm *vm, struct wr_cgroup_stats *st, wr_err *err)
+{
+	if (vm->cg == NULL)
+		return wr_err_set(err, ENOENT, "microvm: no cgroup");
+	return wr_cgroup_stats(vm->cg, st, err);
+}
+
 uint64_t wr_vm_boot_ms(const struct wr_vm *vm)
 {
 	return vm->boot_ms;

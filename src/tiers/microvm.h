@@ -67,6 +67,11 @@ int wr_vm_ping(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err);
 /* QMP stop / cont: the guest's vCPUs stop, memory stays. */
 int wr_vm_pause(struct wr_vm *vm, wr_err *err);
 int wr_vm_resume(struct wr_vm *vm, wr_err *err);
+/* 1 when QEMU's vCPUs are stopped (paused), 0 when not. */
+int wr_vm_paused(struct wr_vm *vm, wr_err *err);
+struct wr_cgroup_stats;
+/* CPU time and memory of QEMU (its cgroup: guest RAM as QEMU uses it). */
+int wr_vm_usage(struct wr_vm *vm, struct wr_cgroup_stats *st, wr_err *err);
 /* The agent answered its boot in this many ms of guest uptime. */
 uint64_t wr_vm_boot_ms(const struct wr_vm *vm);
 /* Host wall time from create to a ready agent. */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "isolate/cgroup.h"
 #include "tiers/microvm.h"
 
 struct mvm_sandbox {
@@ -137,6 +138,24 @@ static int mvm_destroy(struct wr_sandbox **sb, wr_err *err)
 	return r;
 }
 
+/* A pause is QMP stop: the vCPUs stop, guest memory and device state stay
+ * in QEMU (the container tier freezes its cgroup); every command in the
+ * guest stops with them, and the host's deadlines keep running. */
+static int mvm_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
+{
+	return frozen ? wr_vm_pause(of(sb)->vm, err) : wr_vm_resume(of(sb)->vm, err);
+}
+
+static int mvm_frozen(struct wr_sandbox *sb, wr_err *err)
+{
+	return wr_vm_paused(of(sb)->vm, err);
+}
+
+static int mvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err)
+{
+	return wr_vm_usage(of(sb)->vm, st, err);
+}
+
 static pid_t mvm_main_pid(const struct wr_sandbox *sb)
 {
 	return wr_vm_qemu_pid(((const struct mvm_sandbox *)(const void *)sb)->vm);
@@ -150,4 +169,7 @@ const struct wr_tier_ops wr_microvm_tier = {
     .kill = mvm_kill,
     .destroy = mvm_destroy,
     .main_pid = mvm_main_pid,
+    .freeze = mvm_freeze,
+    .frozen = mvm_frozen,
+    .usage = mvm_usage,
 };

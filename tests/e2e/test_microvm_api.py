@@ -73,6 +73,20 @@ def test_microvm_create_run_kill(fresh_daemon, build):
         out = c.run(sid2, ["sh", "-c", "hostname; cat /data 2>/dev/null || echo fresh"])
         print(f"restore + first exec through the API: {time.monotonic() - t0:.2f} s")
         assert out["stdout"] == f"{sid2}\nfresh\n", out
+        # pause/resume (QMP stop/cont) keeps a counting process's state
+        c.run(sid2, ["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /n; sleep 0.2; "
+                                 "done) >/dev/null 2>&1 &"])
+        time.sleep(1)
+        r = c.post(f"/v1/sandboxes/{sid2}/pause", None)
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        r = c.post(f"/v1/sandboxes/{sid2}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        a = int(c.run(sid2, ["cat", "/n"])["stdout"])
+        time.sleep(1.5)
+        b = int(c.run(sid2, ["cat", "/n"])["stdout"])
+        assert a >= 1 and b > a, (a, b)
+        got = c.get(f"/v1/sandboxes/{sid2}").json()
+        assert "usage" in got, got
         c.kill(sid2)
     finally:
         c.close()
