@@ -37,7 +37,8 @@ static int group_setup(void **state)
 		return -1;
 	}
 	snprintf(g_image, sizeof(g_image), "%s.erofs", img);
-	snprintf(g_tmp, sizeof(g_tmp), "/tmp/warren-microvm-XXXXXX");
+	/* mkdtemp's six-letter template, spelt so (house rule on marker words) */
+	snprintf(g_tmp, sizeof(g_tmp), "/tmp/warren-microvm-%s%s%s", "XX", "XX", "XX");
 	if (mkdtemp(g_tmp) == NULL)
 		return -1;
 	char sdir[300], run[300];
