@@ -431,6 +431,7 @@ if [ "${BENCH_API:-1}" != 0 ]; then
 	"$ROOT/bench/run_function.sh" "$BUILD" || failed="$failed function(bench/run_function.sh)"
 	"$ROOT/bench/run_audit.sh" "$BUILD" || failed="$failed audit(bench/run_audit.sh)"
 	"$ROOT/bench/run_net.sh" "$BUILD" || failed="$failed net(bench/run_net.sh)"
+	"$ROOT/bench/run_microvm.sh" "$BUILD" || failed="$failed microvm(bench/run_microvm.sh)"
 fi
 # pause/resume latency (its own daemon; BENCH_LIFE=0 skips it)
 if [ "${BENCH_LIFE:-1}" != 0 ]; then

@@ -211,7 +211,10 @@ static void poll_once(void)
 			 * whatever they show is new. Adopted after a restart:
 			 * what they show now was reported by our predecessor. */
 			w->seen = sb->rec.created_ms >= g_start_ms;
-			locate(w, wr_sandbox_init_pid(sb->tsb));
+			/* the tier's main process (a microVM's is QEMU, in
+			 * its own cgroup), not a container's init */
+			locate(w, sb->ops->main_pid ? sb->ops->main_pid(sb->tsb)
+						    : wr_sandbox_init_pid(sb->tsb));
 			w->next = g_watches;
 			g_watches = w;
 		}
