@@ -187,6 +187,12 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	if ((v = json_object_get(b, "tier"))) {
 		if (wrd_j_str(v, "tier", 64, false, tier, &err) < 0)
 			goto bad;
+		if (strcmp(*tier, "function") == 0) {
+			/* one call, not a sandbox one keeps: its own routes */
+			wrd_reply_error(r, "invalid_argument", "tier",
+					"tier: function calls go to /v1/functions/call");
+			goto fail;
+		}
 		if (wr_tier_lookup(*tier) == NULL) {
 			wrd_reply_error(r, "invalid_argument", "tier",
 					"tier: unknown tier '%s' (this node offers: container%s)",

@@ -98,6 +98,10 @@ def test_microvm_bad_requests(fresh_daemon, build, warrend):
     try:
         r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs"})
         assert r.status == 400 and r.error == ("invalid_argument", "tier"), r
+        # function calls have their own routes
+        r = c.post("/v1/sandboxes", {"tier": "function", "image": "busybox"})
+        assert r.status == 400 and r.error == ("invalid_argument", "tier"), r
+        assert "/v1/functions" in r.json()["error"]["message"], r
     finally:
         c.close()
     d = fresh_daemon(extra={"microvm": guest(build)}).start()
