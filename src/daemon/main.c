@@ -26,6 +26,7 @@
 #include "daemon/db.h"
 #include "daemon/dns.h"
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
 #include "daemon/metrics.h"
 
 #ifndef WARREN_VERSION
@@ -110,6 +111,12 @@ int main(int argc, char **argv)
 	if (asprintf(&db, "%s/warren.db", cfg.state_dir) < 0) {
 		wr_error("out of memory");
 		goto out;
+	}
+	/* The network filter before recovery (adopted sandboxes get their
+	 * policy back). Without it only mode none is possible: said once. */
+	if (wrd_net_init(&err) < 0) {
+		wr_warn("%s; sandboxes can only be created with network mode none", err->msg);
+		wr_err_free(&err);
 	}
 	/* The audit before the manager: wr_seccomp_set_log must be decided
 	 * before the spawners fork, and adopted sandboxes' refusals are

@@ -67,6 +67,7 @@ struct wrd_sbx {
 	/* commands (commands.c), under lock */
 	struct wrd_cmd *cmds;
 	unsigned n_cmds, next_cmd;
+	struct wrd_net *net; /* network policy and filter (netpolicy.c) */
 	struct wrd_sbx *hnext;
 };
 

@@ -1084,3 +1084,8 @@ const struct wr_tier_ops wr_container_tier = {
     .usage = wr_container_usage,
     .destroy = wr_container_destroy,
 };
+
+int wr_sandbox_cgroup_v2_fd(const struct wr_sandbox *sb)
+{
+	return sb->cg ? wr_cgroup_v2_fd(sb->cg) : -1;
+}
