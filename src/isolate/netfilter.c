@@ -34,6 +34,7 @@ struct wr_netfilter {
 struct wr_netfilter_att {
 	uint64_t cgid;
 	int level;
+	bool cut; /* counted in conf.cut_users */
 	struct bpf_link *links[NF_HOOKS];
 };
 
@@ -273,17 +274,27 @@ static void rule_key(const struct wr_net_rule *r, struct nf_key *k)
 	memcpy(k->addr, r->addr, r->family == 4 ? 4 : 16);
 }
 
-/* Insert one entry per distinct prefix; fd is an LPM trie of nf_key. */
-static int trie_fill(int fd, const struct wr_net_rule *rules, size_t n, wr_err *err)
+/* Insert one entry per distinct prefix; fd is an LPM trie of nf_key. With
+ * hdr (a sandbox's trie), every entry carries the header (mode, flags, DNS
+ * gateway) and each family gets a /0 entry, so the one longest-prefix
+ * lookup of a hook returns the header and the matching rules together. */
+static int trie_fill(int fd, const struct wr_net_rule *rules, size_t n, const struct nf_val *hdr,
+		     wr_err *err)
 {
+	bool has0[2] = {false, false};
 	for (size_t i = 0; i < n; i++) {
+		if (rules[i].prefix == 0)
+			has0[rules[i].family == 6] = true;
 		bool seen = false;
 		for (size_t j = 0; j < i && !seen; j++)
 			seen = same_prefix(&rules[i], &rules[j]);
 		if (seen)
 			continue;
 		struct nf_val v;
-		memset(&v, 0, sizeof(v));
+		if (hdr)
+			v = *hdr;
+		else
+			memset(&v, 0, sizeof(v));
 		int k = entry_rules(rules, n, i, v.r);
 		if (k < 0)
 			return wr_err_set(err, E2BIG, "rule %zu: too many port rules", i);
@@ -291,6 +302,13 @@ static int trie_fill(int fd, const struct wr_net_rule *rules, size_t n, wr_err *
 		struct nf_key key;
 		rule_key(&rules[i], &key);
 		if (bpf_map_update_elem(fd, &key, &v, BPF_ANY) < 0)
+			return wr_err_sys(err, "rule trie: insert");
+	}
+	for (int f = 0; hdr && f < 2; f++) {
+		if (has0[f])
+			continue;
+		struct nf_key key = {.prefixlen = 32, .tag = htonl(f ? NF_TAG_V6 : NF_TAG_V4)};
+		if (bpf_map_update_elem(fd, &key, hdr, BPF_ANY) < 0)
 			return wr_err_sys(err, "rule trie: insert");
 	}
 	return 0;
@@ -303,10 +321,9 @@ static int policy_trie(const struct wr_net_policy *p, wr_err *err)
 	size_t n = p->mode == WR_NET_ALLOWLIST ? p->n_allow : 0;
 	_cleanup_close_ int fd =
 	    bpf_map_create(BPF_MAP_TYPE_LPM_TRIE, "wr_nf_policy", sizeof(struct nf_key),
-			   sizeof(struct nf_val), (uint32_t)n + 1, &o);
+			   sizeof(struct nf_val), (uint32_t)n + 2, &o);
 	if (fd < 0)
 		return wr_err_sys(err, "policy trie: create");
-	struct nf_key hk = {.prefixlen = 32 + 128, .tag = htonl(NF_TAG_HDR)};
 	struct nf_val h;
 	memset(&h, 0, sizeof(h));
 	h.mode = p->mode == WR_NET_OPEN	       ? NF_MODE_OPEN
@@ -316,9 +333,7 @@ static int policy_trie(const struct wr_net_policy *p, wr_err *err)
 		  (p->has_gw4 ? NF_F_GW4 : 0) | (p->has_gw6 ? NF_F_GW6 : 0);
 	memcpy(h.gw4, p->gw4, 4);
 	memcpy(h.gw6, p->gw6, 16);
-	if (bpf_map_update_elem(fd, &hk, &h, BPF_ANY) < 0)
-		return wr_err_sys(err, "policy trie: header");
-	if (trie_fill(fd, p->allow, n, err) < 0)
+	if (trie_fill(fd, p->allow, n, &h, err) < 0)
 		return wr_err_wrap(err, "policy trie");
 	return steal_fd(&fd);
 }
@@ -442,7 +457,7 @@ int wr_netfilter_set_deny(struct wr_netfilter *nf, const struct wr_net_rule *rul
 	int fd = bpf_map__fd(nf->skel->maps.deny);
 	/* Insert the new entries first, then remove stale ones: a hook never
 	 * sees an empty deny set in between. */
-	if (trie_fill(fd, rules, n, err) < 0)
+	if (trie_fill(fd, rules, n, NULL, err) < 0)
 		return wr_err_wrap(err, "deny set");
 	struct nf_key k, next;
 	void *prev = NULL;
@@ -506,6 +521,19 @@ static void level_ref(struct wr_netfilter *nf, int level, bool add)
 	pthread_mutex_unlock(&nf->lock);
 }
 
+/* conf.cut_users: while no policy asks to cut established TCP, the egress
+ * program passes a stream socket's segments without a lookup. */
+static void cut_ref(struct wr_netfilter *nf, struct wr_netfilter_att *att, bool cut)
+{
+	if (att->cut == cut)
+		return;
+	att->cut = cut;
+	if (cut)
+		__atomic_add_fetch(&nf->skel->bss->conf.cut_users, 1, __ATOMIC_SEQ_CST);
+	else
+		__atomic_sub_fetch(&nf->skel->bss->conf.cut_users, 1, __ATOMIC_SEQ_CST);
+}
+
 static void forget_cgid(struct wr_netfilter *nf, uint64_t cgid)
 {
 	bpf_map_delete_elem(bpf_map__fd(nf->skel->maps.sbx), &cgid);
@@ -549,6 +577,7 @@ int wr_netfilter_attach(struct wr_netfilter *nf, int cgroup_fd, const struct wr_
 	att->cgid = cgid;
 	att->level = level;
 	level_ref(nf, level, true);
+	cut_ref(nf, att, p->cut_established);
 	struct bpf_program *progs[NF_HOOKS] = {
 	    nf->skel->progs.wr_sock_create, nf->skel->progs.wr_connect4,
 	    nf->skel->progs.wr_connect6,    nf->skel->progs.wr_sendmsg4,
@@ -579,6 +608,7 @@ int wr_netfilter_update(struct wr_netfilter *nf, struct wr_netfilter_att *att,
 	 * it (the kernel frees an inner map after an RCU grace period). */
 	if (bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &att->cgid, &trie, BPF_EXIST) < 0)
 		return wr_err_sys(err, "netfilter update: policy map");
+	cut_ref(nf, att, p->cut_established);
 	return 0;
 }
 
@@ -592,6 +622,7 @@ void wr_netfilter_detach(struct wr_netfilter *nf, struct wr_netfilter_att **attp
 		bpf_link__destroy(att->links[i]);
 	forget_cgid(nf, att->cgid);
 	level_ref(nf, att->level, false);
+	cut_ref(nf, att, false);
 	free(att);
 }
 

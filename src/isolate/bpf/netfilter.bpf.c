@@ -140,16 +140,16 @@ static __always_inline int ports_match(const struct nf_port_rule *r, __u32 n, co
 	return 0;
 }
 
-static __always_inline int trie_match(void *trie, const struct dest *d)
+/* The sandbox's entry for this destination: header fields (mode, flags,
+ * gateway) and the port rules of the longest matching prefix; every
+ * family has a /0 entry, so NULL only for a malformed trie. */
+static __always_inline struct nf_val *trie_lookup(void *trie, __u8 family, const __u8 *addr)
 {
 	struct nf_key k = {};
-	k.tag = bpf_htonl(d->family == 4 ? NF_TAG_V4 : NF_TAG_V6);
-	k.prefixlen = 32 + (d->family == 4 ? 32 : 128);
-	__builtin_memcpy(k.addr, d->addr, 16);
-	struct nf_val *v = bpf_map_lookup_elem(trie, &k);
-	if (!v)
-		return 0;
-	return ports_match(v->r, v->n, d);
+	k.tag = bpf_htonl(family == 4 ? NF_TAG_V4 : NF_TAG_V6);
+	k.prefixlen = 32 + (family == 4 ? 32 : 128);
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(trie, &k);
 }
 
 static __always_inline int dyn_match(__u64 cgid, const struct dest *d)
@@ -279,9 +279,12 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 	}
 	if (is_loopback(d))
 		return 1;
-	struct nf_key hk = {.prefixlen = 32 + 128, .tag = bpf_htonl(NF_TAG_HDR)};
-	struct nf_val *h = bpf_map_lookup_elem(trie, &hk);
-	if (!h || h->mode == NF_MODE_NONE) {
+	struct nf_val *h = trie_lookup(trie, d->family, d->addr);
+	if (!h) {
+		refuse_event(cgid, d, NF_R_UNKNOWN);
+		return 0;
+	}
+	if (h->mode == NF_MODE_NONE) {
 		refuse_event(cgid, d, NF_R_POLICY);
 		return 0;
 	}
@@ -298,7 +301,7 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 	}
 	if (h->mode == NF_MODE_OPEN)
 		return 1;
-	if (trie_match(trie, d) || dyn_match(cgid, d))
+	if (ports_match(h->r, h->n, d) || dyn_match(cgid, d))
 		return 1;
 	refuse_event(cgid, d, NF_R_POLICY);
 	return 0;
@@ -383,8 +386,7 @@ int wr_sock_create(struct bpf_sock *sk)
 	d.proto = sk->protocol;
 	d.layer = NF_L_SOCK_CREATE;
 	if (trie) {
-		struct nf_key hk = {.prefixlen = 32 + 128, .tag = bpf_htonl(NF_TAG_HDR)};
-		struct nf_val *h = bpf_map_lookup_elem(trie, &hk);
+		struct nf_val *h = trie_lookup(trie, 4, d.addr);
 		if (h && (h->flags & NF_F_RAW))
 			return 1;
 	}
@@ -415,6 +417,15 @@ int wr_egress(struct __sk_buff *skb)
 	struct dest d = {};
 	int syn = 0;
 	d.layer = NF_L_EGRESS;
+	/* The common case first, before parsing anything: a stream socket's
+	 * TCP passed connect4/6 (its SYN) or was accepted (its SYN-ACK), and no
+	 * policy asks to cut established connections. */
+	struct bpf_sock *sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	int stream = sk && sk->type == 1 /* SOCK_STREAM */ && sk->protocol == IPPROTO_TCP;
+	if (stream && !conf.cut_users)
+		return 1;
 	if (skb->protocol == bpf_htons(0x0800)) {
 		struct iphdr ip;
 		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)) < 0)
@@ -450,17 +461,21 @@ int wr_egress(struct __sk_buff *skb)
 	} else {
 		return 1; /* not IP: never reaches this hook from a sandbox socket */
 	}
-	if (d.proto == NF_P_TCP && !syn) {
-		/* Established TCP passed connect(); only a policy with the
-		 * cut flag re-checks it packet by packet. */
-		__u64 cgid = 0;
-		void *trie = find_trie(&cgid, skb);
-		if (!trie)
-			return 0;
-		struct nf_key hk = {.prefixlen = 32 + 128, .tag = bpf_htonl(NF_TAG_HDR)};
-		struct nf_val *h = bpf_map_lookup_elem(trie, &hk);
-		if (!h || !(h->flags & NF_F_CUT))
+	if (d.proto == NF_P_TCP) {
+		/* A stream socket's TCP passed connect4/6 (SYN) or was accepted
+		 * (its SYN-ACK): only a policy with the cut flag re-checks it
+		 * here. A TCP segment from any other socket (raw) is checked. */
+		if (stream && syn)
 			return 1;
+		if (stream) {
+			__u64 cgid = 0;
+			void *trie = find_trie(&cgid, skb);
+			if (!trie)
+				return 0;
+			struct nf_val *h = trie_lookup(trie, d.family, d.addr);
+			if (!h || !(h->flags & NF_F_CUT))
+				return 1;
+		}
 	}
 	return decide(&d, skb);
 }

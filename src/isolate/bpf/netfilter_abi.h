@@ -121,6 +121,8 @@ struct nf_conf {
 	__u32 level_mask;   /* cgroup levels at which sandboxes are attached */
 	__u32 burst;	    /* events per sandbox in a burst */
 	__u64 ns_per_token; /* refill: one event per this many ns */
+	__u32 cut_users;    /* attached policies with NF_F_CUT */
+	__u32 pad;
 };
 
 #endif
