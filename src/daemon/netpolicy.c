@@ -556,8 +556,15 @@ static void *reader_main(void *arg)
 {
 	(void)arg;
 	struct pollfd p = {.fd = wr_netfilter_event_fd(g_nf), .events = POLLIN};
+	int64_t next_expire = wrd_now_ms() + 60000;
 	for (;;) {
-		if (poll(&p, 1, -1) < 0)
+		int pr = poll(&p, 1, 60000);
+		if (wrd_now_ms() >= next_expire) {
+			/* addresses learned from DNS whose TTL has passed */
+			wr_netfilter_expire(g_nf);
+			next_expire = wrd_now_ms() + 60000;
+		}
+		if (pr <= 0)
 			continue;
 		_cleanup_err_ wr_err err = NULL;
 		if (wr_netfilter_consume(g_nf, &err) < 0)

@@ -679,6 +679,27 @@ int wr_netfilter_allow_addr(struct wr_netfilter *nf, uint64_t cgid, int family, 
 	return 0;
 }
 
+int wr_netfilter_expire(struct wr_netfilter *nf)
+{
+	struct timespec bt;
+	clock_gettime(CLOCK_BOOTTIME, &bt);
+	uint64_t now = (uint64_t)ts_of(&bt);
+	int fd = bpf_map__fd(nf->skel->maps.dyn), n = 0;
+	struct nf_dyn_key k, next;
+	void *prev = NULL;
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		k = next;
+		prev = &k;
+		struct nf_dyn_val v;
+		if (bpf_map_lookup_elem(fd, &k, &v) == 0 && v.expires_ns && v.expires_ns < now &&
+		    bpf_map_delete_elem(fd, &k) == 0) {
+			n++;
+			prev = NULL; /* restart: the iteration order changed */
+		}
+	}
+	return n;
+}
+
 int wr_netfilter_event_fd(const struct wr_netfilter *nf)
 {
 	return ring_buffer__epoll_fd(nf->rb);

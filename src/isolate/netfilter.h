@@ -132,6 +132,10 @@ int wr_netfilter_counters(struct wr_netfilter *nf, uint64_t cgid, struct wr_net_
 int wr_netfilter_allow_addr(struct wr_netfilter *nf, uint64_t cgid, int family, const uint8_t *addr,
 			    const struct wr_net_rule *ports, size_t n, uint32_t ttl_s, wr_err *err);
 
+/* Remove addresses whose TTL has passed (the programs already ignore
+ * them); returns how many. Call now and then (the daemon: every minute). */
+int wr_netfilter_expire(struct wr_netfilter *nf);
+
 /* Refusal events: an fd to poll for input, and the call that hands every
  * pending event to the callback (returns how many, or negative). */
 int wr_netfilter_event_fd(const struct wr_netfilter *nf);

@@ -504,6 +504,20 @@ static void test_update_and_dyn(void **state)
 	    0);
 	assert_int_equal(in_box(&b, TCP, A3, 9000), 0);
 	assert_int_equal(in_box(&b, TCP, A3, 8080), EPERM);
+	assert_int_equal(wr_netfilter_expire(G.nf), 0); /* not expired yet */
+	/* a TTL of 1 s: refused once it has passed, then swept */
+	port.port_lo = port.port_hi = 8081;
+	uint8_t a1[4];
+	inet_pton(AF_INET, A1, a1);
+	assert_int_equal(
+	    wr_netfilter_allow_addr(G.nf, wr_netfilter_att_cgid(b.att), 4, a1, &port, 1, 1, &err),
+	    0);
+	p.n_allow = 1; /* A1:8081 only through the learned address now */
+	assert_int_equal(wr_netfilter_update(G.nf, b.att, &p, &err), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), 0);
+	usleep(1100000);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), EPERM);
+	assert_int_equal(wr_netfilter_expire(G.nf), 1);
 	/* then none: new connections refused */
 	p.mode = WR_NET_NONE;
 	assert_int_equal(wr_netfilter_update(G.nf, b.att, &p, &err), 0);
