@@ -114,7 +114,7 @@ int main(int argc, char **argv)
 	}
 	/* The network filter before recovery (adopted sandboxes get their
 	 * policy back). Without it only mode none is possible: said once. */
-	if (wrd_net_init(&err) < 0) {
+	if (wrd_net_init(&cfg, &err) < 0) {
 		wr_warn("%s; sandboxes can only be created with network mode none", err->msg);
 		wr_err_free(&err);
 	}
@@ -130,6 +130,7 @@ int main(int argc, char **argv)
 	}
 	if (wr_audit_kernel_unavailable())
 		wr_warn("audit: %s", wr_audit_kernel_unavailable());
+	wrd_net_sweep(); /* pinned links of sandboxes recovery did not keep */
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;

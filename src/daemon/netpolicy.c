@@ -5,16 +5,21 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
@@ -598,7 +603,53 @@ int wrd_net_deny_add(const char *cidr, wr_err *err)
 	return r;
 }
 
-int wrd_net_init(wr_err *err)
+/* Where the links are pinned (see config.h, bpf_pin_dir). */
+static void pin_dir_init(const struct wrd_config *cfg)
+{
+	char buf[PATH_MAX];
+	const char *dir = cfg->bpf_pin_dir;
+	struct statfs sf;
+	if (!dir) {
+		if (statfs("/sys/fs/bpf", &sf) < 0 || (unsigned long)sf.f_type != BPF_FS_MAGIC) {
+			wr_warn("network filter: no bpffs at /sys/fs/bpf and no bpf_pin_dir: "
+				"sandboxes run unfiltered from a daemon's exit to the next "
+				"start's adoption");
+			return;
+		}
+		snprintf(buf, sizeof(buf), "/sys/fs/bpf/warren-%s", cfg->cgroup_base);
+		for (char *p = buf + strlen("/sys/fs/bpf/"); *p; p++)
+			if (*p == '/' || *p == '.')
+				*p = '_';
+		dir = buf;
+	}
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		wr_warn("network filter: bpf_pin_dir %s: %s", dir, strerror(errno));
+		return;
+	}
+	_cleanup_err_ wr_err err = NULL;
+	if (wr_netfilter_set_pin_dir(g_nf, dir, &err) < 0)
+		wr_warn("network filter: %s", err->msg);
+}
+
+static bool pin_live(const char *name, void *ctx)
+{
+	(void)ctx;
+	return wrd_table_has(name);
+}
+
+void wrd_net_sweep(void)
+{
+	if (!g_nf)
+		return;
+	_cleanup_err_ wr_err err = NULL;
+	int n = wr_netfilter_sweep_pins(g_nf, pin_live, NULL, &err);
+	if (n < 0)
+		wr_warn("network filter: %s", err->msg);
+	else if (n > 0)
+		wr_info("network filter: %d pinned links of gone sandboxes removed", n);
+}
+
+int wrd_net_init(const struct wrd_config *cfg, wr_err *err)
 {
 	/* Never the host, link-local or a cloud's metadata service. */
 	static const char *const fixed[] = {"169.254.0.0/16", "fe80::/10", "100.100.100.200/32",
@@ -635,6 +686,7 @@ int wrd_net_init(wr_err *err)
 		g_nf = NULL;
 		return wr_err_wrap(err, "network filter");
 	}
+	pin_dir_init(cfg);
 	/* Created at start-up, as every daemon thread (no thread after the
 	 * first sandbox: see ARCHITECTURE.md). */
 	if (pthread_create(&g_reader, NULL, reader_main, NULL) != 0) {
@@ -713,7 +765,7 @@ int wrd_net_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 	to_filter(n, &p, &np);
 	pthread_mutex_unlock(&g_lock);
 	struct wr_netfilter_att *att = NULL;
-	if (wr_netfilter_attach(g_nf, cgroup_fd, &np, &att, err) < 0) {
+	if (wr_netfilter_attach_pinned(g_nf, cgroup_fd, &np, sb->rec.id, &att, err) < 0) {
 		wrd_netpolicy_clear(&p);
 		return wr_err_wrap(err, "network");
 	}

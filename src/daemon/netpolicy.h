@@ -53,7 +53,10 @@ struct wrd_net; /* per sandbox: policy, attachment, refusals */
  * host's addresses) and start the refusal reader thread. Failure leaves
  * the daemon without a filter: mode none still holds (a sandbox's own
  * netns has only loopback), other modes are refused at create. */
-int wrd_net_init(wr_err *err);
+struct wrd_config;
+int wrd_net_init(const struct wrd_config *cfg, wr_err *err);
+/* After recovery: remove pinned links of sandboxes that are not live. */
+void wrd_net_sweep(void);
 bool wrd_net_enabled(void);
 /* Add to the node's deny set (the bridge subnet of the network plumbing). */
 int wrd_net_deny_add(const char *cidr, wr_err *err);

@@ -9,7 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +28,7 @@
 
 struct wr_netfilter {
 	struct netfilter_bpf *skel;
+	char *pin_dir; /* links pinned here (a bpffs directory), or NULL */
 	struct ring_buffer *rb;
 	wr_net_refusal_fn on_refusal;
 	void *ctx;
@@ -32,6 +37,7 @@ struct wr_netfilter {
 };
 
 struct wr_netfilter_att {
+	char *pin; /* name of its pins: <pin_dir>/<pin>:<hook>, or NULL */
 	uint64_t cgid;
 	int level;
 	bool cut; /* counted in conf.cut_users */
@@ -445,6 +451,7 @@ void wr_netfilter_free(struct wr_netfilter *nf)
 	 * they hold the programs, which go when the last link does. */
 	ring_buffer__free(nf->rb);
 	netfilter_bpf__destroy(nf->skel);
+	free(nf->pin_dir);
 	pthread_mutex_destroy(&nf->lock);
 	free(nf);
 }
@@ -474,6 +481,86 @@ int wr_netfilter_set_deny(struct wr_netfilter *nf, const struct wr_net_rule *rul
 			prev = NULL; /* restart: the iteration order changed */
 	}
 	return 0;
+}
+
+/* ---- pins ------------------------------------------------------------------ */
+
+/* The hooks in the order of wr_netfilter_att.links; pin file suffixes. */
+static const char *const pin_hooks[NF_HOOKS] = {"sock_create", "connect4", "connect6",
+						"sendmsg4",    "sendmsg6", "egress"};
+
+int wr_netfilter_set_pin_dir(struct wr_netfilter *nf, const char *dir, wr_err *err)
+{
+	struct statfs sf;
+	if (statfs(dir, &sf) < 0)
+		return wr_err_sys(err, "netfilter pins: %s", dir);
+	if ((unsigned long)sf.f_type != BPF_FS_MAGIC)
+		return wr_err_set(err, ENOTSUP, "netfilter pins: %s is not on a bpf filesystem",
+				  dir);
+	free(nf->pin_dir);
+	nf->pin_dir = strdup(dir);
+	return nf->pin_dir ? 0 : wr_err_sys(err, "netfilter pins: alloc");
+}
+
+static bool pin_name_ok(const char *name)
+{
+	if (!*name || strlen(name) > 64)
+		return false;
+	for (; *name; name++)
+		if (!((*name >= 'a' && *name <= 'z') || (*name >= 'A' && *name <= 'Z') ||
+		      (*name >= '0' && *name <= '9') || *name == '-' || *name == '_'))
+			return false;
+	return true;
+}
+
+/* Pin the attachment's links as <dir>/<name>:<hook> (bpffs refuses dots in
+ * names), replacing pins of an
+ * earlier daemon: each old pin is removed only once the new link is
+ * attached (both run in between; a refusal of either refuses), so the
+ * cgroup is never without the filter. */
+static int pin_links(struct wr_netfilter *nf, struct wr_netfilter_att *att, const char *name,
+		     wr_err *err)
+{
+	att->pin = strdup(name);
+	if (!att->pin)
+		return wr_err_sys(err, "netfilter pins: alloc");
+	for (int i = 0; i < NF_HOOKS; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s:%s", nf->pin_dir, name, pin_hooks[i]);
+		if (unlink(path) < 0 && errno != ENOENT)
+			return wr_err_sys(err, "netfilter pins: remove %s", path);
+		int r = bpf_link__pin(att->links[i], path);
+		if (r < 0) {
+			errno = -r;
+			return wr_err_sys(err, "netfilter pins: %s", path);
+		}
+	}
+	return 0;
+}
+
+int wr_netfilter_sweep_pins(struct wr_netfilter *nf, bool (*keep)(const char *name, void *ctx),
+			    void *ctx, wr_err *err)
+{
+	if (!nf->pin_dir)
+		return 0;
+	_cleanup_closedir_ DIR *d = opendir(nf->pin_dir);
+	if (!d)
+		return wr_err_sys(err, "netfilter pins: %s", nf->pin_dir);
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		const char *dot = strrchr(de->d_name, ':');
+		if (de->d_name[0] == '.' || !dot || (size_t)(dot - de->d_name) > 64)
+			continue;
+		char name[65];
+		memcpy(name, de->d_name, (size_t)(dot - de->d_name));
+		name[dot - de->d_name] = 0;
+		if (keep && keep(name, ctx))
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			n++;
+	}
+	return n;
 }
 
 /* ---- attach --------------------------------------------------------------- */
@@ -552,8 +639,17 @@ static void forget_cgid(struct wr_netfilter *nf, uint64_t cgid)
 int wr_netfilter_attach(struct wr_netfilter *nf, int cgroup_fd, const struct wr_net_policy *p,
 			struct wr_netfilter_att **out, wr_err *err)
 {
+	return wr_netfilter_attach_pinned(nf, cgroup_fd, p, NULL, out, err);
+}
+
+int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
+			       const struct wr_net_policy *p, const char *pin_name,
+			       struct wr_netfilter_att **out, wr_err *err)
+{
 	if (wr_net_policy_validate(p, err) < 0)
 		return -EINVAL;
+	if (pin_name && nf->pin_dir && !pin_name_ok(pin_name))
+		return wr_err_set(err, EINVAL, "netfilter attach: pin name '%s'", pin_name);
 	uint64_t cgid;
 	int level = cgroup_level(cgroup_fd, &cgid, err);
 	if (level < 0)
@@ -592,6 +688,11 @@ int wr_netfilter_attach(struct wr_netfilter *nf, int cgroup_fd, const struct wr_
 			return r;
 		}
 	}
+	if (pin_name && nf->pin_dir && pin_links(nf, att, pin_name, err) < 0) {
+		/* the old pins, if any, stay: they still hold the old filter */
+		wr_netfilter_detach_keep_pins(nf, &att);
+		return wr_err_wrap(err, "netfilter attach");
+	}
 	*out = att;
 	return 0;
 }
@@ -612,18 +713,36 @@ int wr_netfilter_update(struct wr_netfilter *nf, struct wr_netfilter_att *att,
 	return 0;
 }
 
-void wr_netfilter_detach(struct wr_netfilter *nf, struct wr_netfilter_att **attp)
+static void detach(struct wr_netfilter *nf, struct wr_netfilter_att **attp, bool unpin)
 {
 	struct wr_netfilter_att *att = *attp;
 	if (!att)
 		return;
 	*attp = NULL;
-	for (int i = 0; i < NF_HOOKS; i++)
+	for (int i = 0; i < NF_HOOKS; i++) {
+		if (att->pin && unpin && att->links[i]) {
+			char path[PATH_MAX];
+			snprintf(path, sizeof(path), "%s/%s:%s", nf->pin_dir, att->pin,
+				 pin_hooks[i]);
+			unlink(path);
+		}
 		bpf_link__destroy(att->links[i]);
+	}
+	free(att->pin);
 	forget_cgid(nf, att->cgid);
 	level_ref(nf, att->level, false);
 	cut_ref(nf, att, false);
 	free(att);
+}
+
+void wr_netfilter_detach(struct wr_netfilter *nf, struct wr_netfilter_att **attp)
+{
+	detach(nf, attp, true);
+}
+
+void wr_netfilter_detach_keep_pins(struct wr_netfilter *nf, struct wr_netfilter_att **attp)
+{
+	detach(nf, attp, false);
 }
 
 uint64_t wr_netfilter_att_cgid(const struct wr_netfilter_att *att)

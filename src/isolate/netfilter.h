@@ -117,11 +117,30 @@ int wr_netfilter_set_deny(struct wr_netfilter *nf, const struct wr_net_rule *rul
  * without a policy. Fails with EEXIST when that cgroup is attached. */
 int wr_netfilter_attach(struct wr_netfilter *nf, int cgroup_fd, const struct wr_net_policy *p,
 			struct wr_netfilter_att **out, wr_err *err);
+/* Survive the caller's exit: links are pinned in a bpffs directory (pins
+ * hold a link, and with it the programs and the maps they use, after its
+ * fd is closed). Set once, before any attach; ENOTSUP when dir is not on a
+ * bpf filesystem. */
+int wr_netfilter_set_pin_dir(struct wr_netfilter *nf, const char *dir, wr_err *err);
+/* wr_netfilter_attach, then (with a pin directory) pin the links as
+ * <dir>/<pin_name>:<hook>: pins of an earlier process by that name are
+ * replaced once the new links are attached, so a restarted daemon takes a
+ * cgroup over without a moment unfiltered. pin_name: [A-Za-z0-9_-]{1,64}. */
+int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
+			       const struct wr_net_policy *p, const char *pin_name,
+			       struct wr_netfilter_att **out, wr_err *err);
+/* Remove pins whose name keep() does not recognise (an earlier daemon's
+ * sandboxes that are gone). Returns how many files were removed. */
+int wr_netfilter_sweep_pins(struct wr_netfilter *nf, bool (*keep)(const char *name, void *ctx),
+			    void *ctx, wr_err *err);
 int wr_netfilter_update(struct wr_netfilter *nf, struct wr_netfilter_att *att,
 			const struct wr_net_policy *p, wr_err *err);
 /* Links first (the programs leave the cgroup), then the sandbox's map
  * entries. *att is NULL afterwards. Counters may be read before. */
 void wr_netfilter_detach(struct wr_netfilter *nf, struct wr_netfilter_att **att);
+/* Detach this process's links but leave the pins (and the filter they
+ * hold) in place: for a daemon that stops while its sandboxes run on. */
+void wr_netfilter_detach_keep_pins(struct wr_netfilter *nf, struct wr_netfilter_att **att);
 uint64_t wr_netfilter_att_cgid(const struct wr_netfilter_att *att);
 int wr_netfilter_counters(struct wr_netfilter *nf, uint64_t cgid, struct wr_net_counters *c,
 			  wr_err *err);

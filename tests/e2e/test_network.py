@@ -6,7 +6,11 @@ for any non-loopback address even though its namespace has no route
 either), refusals counted and listed, and the policy re-attached after a
 daemon restart. Traffic beyond loopback is tried only toward addresses
 that are refused before any packet leaves the sandbox."""
+import os
+import subprocess
 import time
+
+import pytest
 
 
 def net(c, sid):
@@ -141,6 +145,53 @@ def test_other_tenant_sees_nothing(alice, bob):
         assert net(alice, sid)["mode"] == "none"
     finally:
         alice.kill(sid)
+
+
+def attached(d, sid):
+    """Names of the BPF programs on the sandbox's v2 cgroup."""
+    p = subprocess.run(["bpftool", "-j", "cgroup", "show",
+                        f"/sys/fs/cgroup/unified/{d.cg_base}/{sid}"],
+                       capture_output=True, text=True)
+    import json
+    return sorted(x["name"] for x in json.loads(p.stdout or "[]"))
+
+
+HOOKS = sorted(["wr_connect4", "wr_connect6", "wr_sendmsg4", "wr_sendmsg6",
+                "wr_sock_create", "wr_egress"])
+
+
+@pytest.fixture
+def bpffs(tmp_path):
+    """A bpf filesystem of the test's own, unmounted afterwards."""
+    d = tmp_path / "bpffs"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "bpf", "bpf", str(d)], check=True)
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def test_filter_held_while_daemon_is_down(fresh_daemon, bpffs):
+    d = fresh_daemon(extra={"bpf_pin_dir": str(bpffs / "pins")}).start()
+    c = d.client()
+    sid = c.create(network={"mode": "allowlist",
+                            "allow": [{"cidr": "10.7.0.0/16", "ports": "443"}]})
+    gone = c.create()
+    c.kill(gone)
+    assert attached(d, sid) == HOOKS
+    c.close()
+    d.kill9()
+    # no daemon: the pinned links still hold the filter on the cgroup
+    assert attached(d, sid) == HOOKS
+    assert len(os.listdir(bpffs / "pins")) == 6
+    d.start()
+    c = d.client()
+    # taken over: the new links replaced the old, nothing doubled
+    assert attached(d, sid) == HOOKS
+    assert sorted(os.listdir(bpffs / "pins")) == sorted(f"{sid}:{h[3:]}" for h in HOOKS)
+    assert "errno=EPERM" in connect(c, sid, "10.9.0.1", 443)
+    c.kill(sid)
+    assert os.listdir(bpffs / "pins") == []
+    c.close()
 
 
 def test_policy_survives_restart(fresh_daemon):
