@@ -59,6 +59,35 @@ def test_default_none_connect_refused_by_hook(api):
         api.kill(sid)
 
 
+def probe(c, sid, *args):
+    return c.run(sid, ["wr-probe", *args])["stdout"].strip()
+
+
+def test_raw_packet_and_udp_in_open_mode(api):
+    sid = api.create(network={"mode": "open"})
+    try:
+        # AF_PACKET: no CAP_NET_RAW (cgroup hooks never see packet sockets)
+        assert "errno=EPERM" in probe(api, sid, "socket", "packet")
+        # inet raw sockets: the capability set refuses them before the
+        # sock_create hook (the second layer, tested in test_netfilter.c)
+        assert "errno=EPERM" in probe(api, sid, "socket", "raw4")
+        assert "errno=EPERM" in probe(api, sid, "socket", "raw6")
+        # unconnected UDP: the sendmsg hook answers before routing does
+        assert "errno=EPERM" in probe(api, sid, "send-udp", "169.254.169.254", "53")
+        assert "errno=EPERM" in probe(api, sid, "send-udp", "fd00:ec2::254", "53")
+        assert "errno=ENETUNREACH" in probe(api, sid, "send-udp", "192.0.2.1", "53")
+        for _ in range(50):
+            rf = net(api, sid)["refusals"]
+            if rf["total"] >= 2 and len(rf["recent"]) >= 2:
+                break
+            time.sleep(0.1)
+        hooks = sorted(e["hook"] for e in rf["recent"])
+        assert hooks == ["sendmsg4", "sendmsg6"] and rf["total"] == 2, rf
+        assert {e["reason"] for e in rf["recent"]} == {"deny_set"}, rf
+    finally:
+        api.kill(sid)
+
+
 def test_create_validation_names_the_field(api):
     cases = [
         ({"mode": "closed"}, "network.mode"),
@@ -190,6 +219,11 @@ def test_filter_held_while_daemon_is_down(fresh_daemon, bpffs):
     assert sorted(os.listdir(bpffs / "pins")) == sorted(f"{sid}:{h[3:]}" for h in HOOKS)
     assert "errno=EPERM" in connect(c, sid, "10.9.0.1", 443)
     c.kill(sid)
+    # released right after the answer, with the cgroup (API.md, Kill)
+    for _ in range(100):
+        if not os.listdir(bpffs / "pins"):
+            break
+        time.sleep(0.05)
     assert os.listdir(bpffs / "pins") == []
     c.close()
 
