@@ -97,6 +97,7 @@ static void serve(void)
 	if (enter_ns(G.ns_s) < 0)
 		_exit(1);
 	int ports[] = {8080, 8081, 9000};
+	int echo = -1;
 	for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
 		int s = socket(AF_INET6, SOCK_STREAM, 0);
 		int off = 0, on = 1;
@@ -105,12 +106,24 @@ static void serve(void)
 		struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(ports[i])};
 		if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 4096) < 0)
 			_exit(1);
+		if (ports[i] == 9000)
+			echo = s;
 	}
 	int u = socket(AF_INET6, SOCK_DGRAM, 0);
 	struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(5353)};
 	bind(u, (struct sockaddr *)&a, sizeof(a));
-	for (;;)
-		pause();
+	/* 9000 echoes, one connection at a time */
+	for (;;) {
+		int c = accept(echo, NULL, NULL);
+		if (c < 0)
+			continue;
+		char buf[256];
+		ssize_t n;
+		while ((n = read(c, buf, sizeof(buf))) > 0)
+			if (write(c, buf, (size_t)n) != n)
+				break;
+		close(c);
+	}
 }
 
 static int group_setup(void **state)
@@ -526,6 +539,81 @@ static void test_update_and_dyn(void **state)
 	box_close(&b);
 }
 
+/* A TCP connection and a connected UDP socket opened under policy p, then
+ * used again after the switch to q: res[0] the TCP echo (0 or errno),
+ * res[1] the UDP send (0 or errno). */
+static void established(struct box *b, const struct wr_net_policy *q, int *res)
+{
+	wr_err err = NULL;
+	int *shared =
+	    mmap(NULL, 2 * sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int ready[2], go[2];
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(go), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (wr_cgroup_attach(b->leaf, 0, false, &err) < 0 || enter_ns(G.ns_c) < 0)
+			_exit(1);
+		struct sockaddr_in t = {.sin_family = AF_INET, .sin_port = htons(9000)};
+		struct sockaddr_in u = {.sin_family = AF_INET, .sin_port = htons(5353)};
+		inet_pton(AF_INET, A1, &t.sin_addr);
+		inet_pton(AF_INET, A1, &u.sin_addr);
+		int ts = socket(AF_INET, SOCK_STREAM, 0), us = socket(AF_INET, SOCK_DGRAM, 0);
+		if (connect(ts, (struct sockaddr *)&t, sizeof(t)) < 0 ||
+		    connect(us, (struct sockaddr *)&u, sizeof(u)) < 0)
+			_exit(2);
+		char c = 0;
+		if (write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(3);
+		struct timeval tv = {2, 0};
+		setsockopt(ts, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char buf[8];
+		shared[0] = write(ts, "ping", 4) != 4	      ? errno
+			    : read(ts, buf, sizeof(buf)) == 4 ? 0
+							      : (errno ? errno : EIO);
+		shared[1] = send(us, "x", 1, 0) < 0 ? errno : 0;
+		_exit(0);
+	}
+	char c;
+	assert_int_equal(read(ready[0], &c, 1), 1);
+	assert_int_equal(wr_netfilter_update(G.nf, b->att, q, &err), 0);
+	assert_int_equal(write(go[1], "g", 1), 1);
+	int st;
+	waitpid(pid, &st, 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	res[0] = shared[0];
+	res[1] = shared[1];
+	munmap(shared, 2 * sizeof(int));
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	close(go[1]);
+}
+
+static void test_open_connections(void **state)
+{
+	(void)state;
+	addrs();
+	struct wr_net_policy open = {.mode = WR_NET_OPEN};
+	struct wr_net_policy none = {.mode = WR_NET_NONE};
+	struct box b;
+	box_open(&b, "est", &open);
+	int res[2];
+	/* documented: established TCP survives, datagrams are checked each */
+	established(&b, &none, res);
+	assert_int_equal(res[0], 0);
+	assert_int_equal(res[1], EPERM);
+	assert_int_equal(in_box(&b, TCP, A1, 9000), EPERM);
+	/* a policy that cuts established connections too */
+	struct wr_net_policy cut = {.mode = WR_NET_NONE, .cut_established = true};
+	wr_err err = NULL;
+	assert_int_equal(wr_netfilter_update(G.nf, b.att, &open, &err), 0);
+	established(&b, &cut, res);
+	assert_int_not_equal(res[0], 0); /* the segments are dropped: EPERM or a timeout */
+	assert_int_equal(res[1], EPERM);
+	box_close(&b);
+}
+
 static void test_port_scan(void **state)
 {
 	(void)state;
@@ -609,9 +697,13 @@ static void test_many(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_parse),	  cmocka_unit_test(test_allowlist),
-	    cmocka_unit_test(test_none_and_open), cmocka_unit_test(test_update_and_dyn),
-	    cmocka_unit_test(test_port_scan),	  cmocka_unit_test(test_many),
+	    cmocka_unit_test(test_parse),
+	    cmocka_unit_test(test_allowlist),
+	    cmocka_unit_test(test_none_and_open),
+	    cmocka_unit_test(test_update_and_dyn),
+	    cmocka_unit_test(test_open_connections),
+	    cmocka_unit_test(test_port_scan),
+	    cmocka_unit_test(test_many),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
