@@ -745,7 +745,9 @@ int wrd_net_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 		wrd_netpolicy_clear(&p);
 		return wr_err_set(err, ENOMEM, "out of memory");
 	}
-	if (!g_nf) {
+	if (!g_nf || (cgroup_fd < 0 && p.mode == WR_NET_NONE)) {
+		/* no filter, or no v2 cgroup to hang it on (v1-only host):
+		 * mode none still holds, the sandbox's netns has loopback only */
 		if (p.mode != WR_NET_NONE) {
 			wrd_netpolicy_clear(&p);
 			return wr_err_field(err, "network.mode",
@@ -803,10 +805,10 @@ int wrd_net_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *er
 	struct wrd_net *n = sb->net;
 	if (!n)
 		return wr_err_set(err, ESRCH, "sandbox %s has no network state", sb->rec.id);
-	if (!g_nf && p->mode != WR_NET_NONE)
+	if (!n->att && p->mode != WR_NET_NONE)
 		return wr_err_field(err, "mode",
-				    "mode: this node has no network filter (%s); only \"none\"",
-				    g_why);
+				    "mode: this sandbox has no network filter (%s); only \"none\"",
+				    g_nf ? "no v2 cgroup" : g_why);
 	struct wrd_netpolicy copy;
 	if (wrd_netpolicy_copy(p, &copy) < 0)
 		return wr_err_set(err, ENOMEM, "out of memory");
