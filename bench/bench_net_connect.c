@@ -143,6 +143,18 @@ int main(int argc, char **argv)
 		rules[i].proto = WR_NET_TCP;
 	}
 	struct wr_net_policy p = {.mode = WR_NET_ALLOWLIST, .allow = rules, .n_allow = 16};
+	/* a deny set like the daemon's: link-local, metadata, host addresses */
+	static const char *const deny_cidrs[] = {
+	    "169.254.0.0/16",  "fe80::/10",	"100.100.100.200/32", "fd00:ec2::254/128",
+	    "192.168.1.10/32", "172.17.0.1/32", "10.88.0.0/16",	      "2001:db8:1::10/128"};
+	struct wr_net_rule deny[8];
+	for (int i = 0; i < 8; i++) {
+		memset(&deny[i], 0, sizeof(deny[i]));
+		wr_net_rule_parse_cidr(deny_cidrs[i], &deny[i], "deny", &err);
+		deny[i].port_hi = 65535;
+	}
+	if (err || wr_netfilter_set_deny(nf, deny, 8, &err) < 0)
+		goto out;
 	const char *names[2] = {"plain", "filtered"};
 	for (int i = 0; i < 2; i++)
 		if (wr_cgroup_create(root, names[i], NULL, &cg[i], &err) < 0 ||

@@ -462,8 +462,22 @@ int wr_netfilter_set_deny(struct wr_netfilter *nf, const struct wr_net_rule *rul
 	if (rules_validate(rules, n, "deny", err) < 0)
 		return -EINVAL;
 	int fd = bpf_map__fd(nf->skel->maps.deny);
-	/* Insert the new entries first, then remove stale ones: a hook never
-	 * sees an empty deny set in between. */
+	/* The blocks of the new set join those of the old first, entries are
+	 * inserted, stale ones removed, and only then the blocks become the
+	 * new set's: a block bit is never clear while an entry needs it. */
+	_cleanup_free_ __u64(*blocks)[NF_DENY_BLOCKS] = calloc(2, sizeof(*blocks));
+	if (!blocks)
+		return wr_err_sys(err, "deny set: alloc");
+	for (size_t i = 0; i < n; i++) {
+		unsigned first = (unsigned)rules[i].addr[0] << 8 | rules[i].addr[1];
+		unsigned count = rules[i].prefix >= 16 ? 1 : 1u << (16 - rules[i].prefix);
+		for (unsigned b = first; b < first + count && b < 65536; b++)
+			blocks[rules[i].family == 6][b / 64] |= 1ull << (b % 64);
+	}
+	__u64(*live)[NF_DENY_BLOCKS] = nf->skel->bss->deny_blocks;
+	for (int f = 0; f < 2; f++)
+		for (int w = 0; w < NF_DENY_BLOCKS; w++)
+			__atomic_or_fetch(&live[f][w], blocks[f][w], __ATOMIC_SEQ_CST);
 	if (trie_fill(fd, rules, n, NULL, err) < 0)
 		return wr_err_wrap(err, "deny set");
 	struct nf_key k, next;
@@ -480,6 +494,9 @@ int wr_netfilter_set_deny(struct wr_netfilter *nf, const struct wr_net_rule *rul
 		if (!keep && bpf_map_delete_elem(fd, &k) == 0)
 			prev = NULL; /* restart: the iteration order changed */
 	}
+	for (int f = 0; f < 2; f++)
+		for (int w = 0; w < NF_DENY_BLOCKS; w++)
+			__atomic_store_n(&live[f][w], blocks[f][w], __ATOMIC_SEQ_CST);
 	return 0;
 }
 

@@ -486,7 +486,16 @@ static void test_none_and_open(void **state)
 	assert_int_equal(in_box(&b, UDP_SENDTO, A1, 53), 0);
 	assert_int_equal(in_box(&b, UDP_SENDTO, A3, 53), EPERM);
 	assert_int_equal(in_box(&b, TCP, A1, 8080), EPERM);
+	/* a deny prefix wider than /16, then none: the set follows each change */
+	struct wr_net_rule wide;
+	rule(&wide, "10.0.0.0/8", "8080", "tcp");
+	assert_int_equal(wr_netfilter_set_deny(G.nf, &wide, 1, &err), 0);
+	p.mode = WR_NET_OPEN;
+	assert_int_equal(wr_netfilter_update(G.nf, b.att, &p, &err), 0);
+	assert_int_equal(in_box(&b, TCP, A3, 8080), EPERM);
+	assert_int_equal(in_box(&b, TCP, A3, 8081), 0);
 	assert_int_equal(wr_netfilter_set_deny(G.nf, NULL, 0, &err), 0);
+	assert_int_equal(in_box(&b, TCP, A3, 8080), 0);
 	box_close(&b);
 }
 

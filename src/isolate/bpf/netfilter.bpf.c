@@ -92,6 +92,7 @@ struct {
 } events SEC(".maps");
 
 struct nf_conf conf = {};
+__u64 deny_blocks[2][NF_DENY_BLOCKS] = {};
 
 /* What a hook asks about one destination. */
 struct dest {
@@ -290,14 +291,17 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 	}
 	if (is_gateway_dns(h, d))
 		return 1;
-	struct nf_key dk = {};
-	dk.tag = bpf_htonl(d->family == 4 ? NF_TAG_V4 : NF_TAG_V6);
-	dk.prefixlen = 32 + (d->family == 4 ? 32 : 128);
-	__builtin_memcpy(dk.addr, d->addr, 16);
-	struct nf_val *dv = bpf_map_lookup_elem(&deny, &dk);
-	if (dv && ports_match(dv->r, dv->n, d)) {
-		refuse_event(cgid, d, NF_R_DENYSET);
-		return 0;
+	__u32 block = ((__u32)d->addr[0] << 8 | d->addr[1]) & 0xffff;
+	if (deny_blocks[d->family == 6][block >> 6] & (1ull << (block & 63))) {
+		struct nf_key dk = {};
+		dk.tag = bpf_htonl(d->family == 4 ? NF_TAG_V4 : NF_TAG_V6);
+		dk.prefixlen = 32 + (d->family == 4 ? 32 : 128);
+		__builtin_memcpy(dk.addr, d->addr, 16);
+		struct nf_val *dv = bpf_map_lookup_elem(&deny, &dk);
+		if (dv && ports_match(dv->r, dv->n, d)) {
+			refuse_event(cgid, d, NF_R_DENYSET);
+			return 0;
+		}
 	}
 	if (h->mode == NF_MODE_OPEN)
 		return 1;

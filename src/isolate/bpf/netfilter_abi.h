@@ -116,6 +116,11 @@ struct nf_event {
 	__u8 pad[2];
 };
 
+/* Which /16 blocks (first 16 address bits, per family) the deny set
+ * touches: a bit clear means no deny prefix covers the address, and the
+ * deny trie is not looked up. Always a superset of the trie's coverage. */
+#define NF_DENY_BLOCKS (65536 / 64)
+
 /* Tunables in the programs' .bss, set by the loader before any attach. */
 struct nf_conf {
 	__u32 level_mask;   /* cgroup levels at which sandboxes are attached */
