@@ -244,3 +244,31 @@ def test_policy_survives_restart(fresh_daemon):
     assert "errno=EPERM" in connect(c, sid, "10.9.0.1", 443)
     c.kill(sid)
     c.close()
+
+
+def cgroup_links():
+    """cgroup id -> number of BPF links attached to it (as bpftool lists them)."""
+    import json
+    p = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True)
+    out = {}
+    for x in json.loads(p.stdout or "[]"):
+        if x.get("type") == "cgroup":
+            out[x["cgroup_id"]] = out.get(x["cgroup_id"], 0) + 1
+    return out
+
+
+def test_burst_leaves_no_link(warrend, api):
+    ids = {}
+    for i in range(40):
+        sid = api.create(network={"mode": "open"} if i % 2 else None)
+        ids[sid] = os.stat(f"/sys/fs/cgroup/unified/{warrend.cg_base}/{sid}").st_ino
+    links = cgroup_links()
+    assert all(links.get(cg) == 6 for cg in ids.values()), links
+    for sid in ids:
+        assert api.kill(sid).status == 204
+    for _ in range(100):
+        links = cgroup_links()
+        if not any(cg in links for cg in ids.values()):
+            break
+        time.sleep(0.05)
+    assert not any(cg in links for cg in ids.values()), links
