@@ -139,6 +139,7 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
+	wrd_net_dns_sync(); /* the names of the sandboxes recovery attached */
 	wrd_metrics_init(wrd_route_labels, wrd_n_route_labels);
 	struct wrd_http_hooks hooks = {.upload_limit = wrd_images_or_mgr_upload_limit};
 	if (wrd_http_start(&cfg, wrd_routes, wrd_n_routes, &hooks, &err) < 0) {

@@ -44,8 +44,15 @@ int wrd_netpolicy_parse(json_t *v, struct wrd_netpolicy *out, wr_err *err);
 int wrd_netpolicy_patch(const struct wrd_netpolicy *cur, json_t *patch, struct wrd_netpolicy *out,
 			wr_err *err);
 json_t *wrd_netpolicy_json(const struct wrd_netpolicy *p);
+/* The names the DNS forwarder answers for p (for_mode: as its mode makes
+ * them, NULL in mode none; else every domain and service, to validate).
+ * Errors name "domains[i]" / "services[i]" (e.g. an unknown service). */
+struct wr_dns_names;
+int wrd_netpolicy_dns_names(const struct wrd_netpolicy *p, bool for_mode, struct wr_dns_names **out,
+			    wr_err *err);
 
-/* ---- the daemon's filter ---------------------------------------------------- */
+/* ---- the daemon's filter (netenforce.c) ------------------------------------ */
+
 struct wrd_sbx;
 struct wrd_net; /* per sandbox: policy, attachment, refusals */
 
@@ -55,6 +62,9 @@ struct wrd_net; /* per sandbox: policy, attachment, refusals */
  * netns has only loopback), other modes are refused at create. */
 struct wrd_config;
 int wrd_net_init(const struct wrd_config *cfg, wr_err *err);
+/* After the DNS forwarder started: give it the names of every sandbox
+ * recovery attached (recovery runs before the services file is loaded). */
+void wrd_net_dns_sync(void);
 /* After recovery: remove pinned links of sandboxes that are not live. */
 void wrd_net_sweep(void);
 bool wrd_net_enabled(void);

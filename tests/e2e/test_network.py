@@ -9,8 +9,19 @@ that are refused before any packet leaves the sandbox."""
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def svc_daemon(fresh_daemon):
+    """A daemon with the shipped services file (pypi, npm, ...)."""
+    return fresh_daemon(extra={"network": {
+        "services_file": str(ROOT / "deploy" / "services.json")}}).start()
 
 
 def net(c, sid):
@@ -110,7 +121,25 @@ def test_create_validation_names_the_field(api):
         assert r.error == ("invalid_argument", field), (body, r)
 
 
-def test_create_allowlist_normalised_and_patched(api):
+def test_services_are_the_nodes(api, svc_daemon):
+    # without a services file no service is known
+    r = api.create(expect=400, network={"services": ["pypi"]})
+    assert r.error == ("invalid_argument", "network.services[0]"), r
+    c = svc_daemon.client()
+    r = c.create(expect=400, network={"services": ["pypi", "cobol-archive"]})
+    assert r.error == ("invalid_argument", "network.services[1]"), r
+    assert "unknown service" in r.json()["error"]["message"]
+    sid = c.create(network={"services": ["pypi"]})
+    r = patch(c, sid, {"services_add": ["nope"]}, expect=400)
+    assert r.error == ("invalid_argument", "services_add[0]") or \
+        r.error == ("invalid_argument", "services[1]"), r
+    assert net(c, sid)["services"] == ["pypi"]
+    c.kill(sid)
+    c.close()
+
+
+def test_create_allowlist_normalised_and_patched(svc_daemon):
+    api = svc_daemon.client()
     sid = api.create(network={
         "mode": "allowlist",
         "allow": [{"cidr": "10.1.2.0/24", "ports": "80", "protocol": "tcp"},

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_cli_client import Cli, one_error_line
+from test_network import svc_daemon  # noqa: F401 (a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
@@ -22,7 +23,8 @@ def cli(warrend):
     return Cli(warrend)
 
 
-def test_cli_create_and_network_verb(cli):
+def test_cli_create_and_network_verb(svc_daemon):
+    cli = Cli(svc_daemon)
     sid = cli("create", "--image", "busybox", "--allow", "10.1.2.0/24:80/tcp",
               "--allow", "[2001:db8::/32]:8000-8100", "--domain", "pypi.org",
               "--service", "pypi", check=0).out.strip()
@@ -57,7 +59,8 @@ def test_cli_create_and_network_verb(cli):
         cli("rm", "-f", sid)
 
 
-def test_sdk_sync(conn, image):
+def test_sdk_sync(svc_daemon, image):
+    conn = {"socket": str(svc_daemon.sock)}
     with Sandbox.create(image=image, timeout=120,
                         network={"mode": "allowlist",
                                  "allow": [{"cidr": "10.0.0.0/8", "ports": "443",
