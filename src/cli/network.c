@@ -25,7 +25,10 @@ static void network_usage(FILE *f)
 		   "  --domain NAME        allow a domain (pypi.org, *.pythonhosted.org)\n"
 		   "  --remove-domain NAME\n"
 		   "  --service NAME       allow a named service of the node (pypi, npm, ...)\n"
-		   "  --remove-service NAME\n" CLI_CONN_HELP);
+		   "  --remove-service NAME\n"
+		   "  --established keep|cut  whether open TCP connections outlive a change\n"
+		   "                       (keep, the default) or follow the policy too "
+		   "(cut)\n" CLI_CONN_HELP);
 }
 
 /* "10.0.0.0/8:80-90/tcp", "[2001:db8::/32]:443", "10.1.2.3" as a rule. */
@@ -87,6 +90,7 @@ enum {
 	OPT_RM_DOMAIN,
 	OPT_SERVICE,
 	OPT_RM_SERVICE,
+	OPT_ESTABLISHED,
 };
 
 static void print_policy(const char *json)
@@ -98,6 +102,7 @@ static void print_policy(const char *json)
 	}
 	printf("mode      %s%s\n", json_string_value(json_object_get(o, "mode")),
 	       json_is_true(json_object_get(o, "enforced")) ? "" : " (not enforced)");
+	printf("established %s\n", json_string_value(json_object_get(o, "established")));
 	size_t i;
 	json_t *v;
 	json_array_foreach(json_object_get(o, "allow"), i, v)
@@ -130,6 +135,7 @@ int cmd_network(int argc, char **argv)
 	    {"remove-domain", required_argument, NULL, OPT_RM_DOMAIN},
 	    {"service", required_argument, NULL, OPT_SERVICE},
 	    {"remove-service", required_argument, NULL, OPT_RM_SERVICE},
+	    {"established", required_argument, NULL, OPT_ESTABLISHED},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -143,6 +149,9 @@ int cmd_network(int argc, char **argv)
 			continue;
 		switch (c) {
 		case OPT_MODE: json_object_set_new(patch, "mode", json_string(optarg)); break;
+		case OPT_ESTABLISHED:
+			json_object_set_new(patch, "established", json_string(optarg));
+			break;
 		case OPT_ALLOW:
 		case OPT_REMOVE:
 			if (cli_net_rule(c == OPT_ALLOW ? "--allow" : "--remove", optarg, &rule)) {

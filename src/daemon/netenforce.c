@@ -326,6 +326,7 @@ static void to_filter(const struct wrd_net *n, const struct wrd_netpolicy *p,
 {
 	memset(np, 0, sizeof(*np));
 	np->mode = p->mode;
+	np->cut_established = p->cut_established;
 	np->allow = p->allow;
 	np->n_allow = p->n_allow;
 	np->has_gw4 = n->has_gw4;

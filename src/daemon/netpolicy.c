@@ -42,6 +42,7 @@ int wrd_netpolicy_copy(const struct wrd_netpolicy *src, struct wrd_netpolicy *ds
 {
 	memset(dst, 0, sizeof(*dst));
 	dst->mode = src->mode;
+	dst->cut_established = src->cut_established;
 	dst->allow = calloc(src->n_allow ? src->n_allow : 1, sizeof(*dst->allow));
 	dst->domains = strv_dup(src->domains, src->n_domains);
 	dst->services = strv_dup(src->services, src->n_services);
@@ -219,6 +220,18 @@ static int parse_mode(json_t *v, const char *field, enum wr_net_mode *m, wr_err 
 	return 0;
 }
 
+static int parse_established(json_t *v, const char *field, bool *cut, wr_err *err)
+{
+	const char *s = json_string_value(v);
+	if (s && strcmp(s, "keep") == 0)
+		*cut = false;
+	else if (s && strcmp(s, "cut") == 0)
+		*cut = true;
+	else
+		return wr_err_field(err, field, "%s: must be \"keep\" or \"cut\"", field);
+	return 0;
+}
+
 static void dedupe_rules(struct wrd_netpolicy *p)
 {
 	size_t k = 0;
@@ -297,7 +310,8 @@ static int finish(struct wrd_netpolicy *p, const char *prefix, wr_err *err)
 
 int wrd_netpolicy_parse(json_t *v, struct wrd_netpolicy *out, wr_err *err)
 {
-	static const char *const keys[] = {"mode", "allow", "domains", "services", NULL};
+	static const char *const keys[] = {"mode",     "allow",	      "domains",
+					   "services", "established", NULL};
 	memset(out, 0, sizeof(*out));
 	out->allow = calloc(1, sizeof(*out->allow));
 	out->domains = calloc(1, sizeof(char *));
@@ -312,6 +326,9 @@ int wrd_netpolicy_parse(json_t *v, struct wrd_netpolicy *out, wr_err *err)
 		return -EINVAL;
 	json_t *x;
 	if ((x = json_object_get(v, "mode")) && parse_mode(x, "network.mode", &out->mode, err) < 0)
+		return -EINVAL;
+	if ((x = json_object_get(v, "established")) &&
+	    parse_established(x, "network.established", &out->cut_established, err) < 0)
 		return -EINVAL;
 	if ((x = json_object_get(v, "allow"))) {
 		free(out->allow);
@@ -390,9 +407,9 @@ int wrd_netpolicy_patch(const struct wrd_netpolicy *cur, json_t *patch, struct w
 			wr_err *err)
 {
 	static const char *const keys[] = {
-	    "mode",	   "allow",	     "allow_add", "allow_remove", "domains",
-	    "domains_add", "domains_remove", "services",  "services_add", "services_remove",
-	    NULL};
+	    "mode",	    "allow",	       "allow_add",	 "allow_remove",
+	    "domains",	    "domains_add",     "domains_remove", "services",
+	    "services_add", "services_remove", "established",	 NULL};
 	memset(out, 0, sizeof(*out));
 	if (!json_is_object(patch))
 		return wr_err_field(err, "body", "body: must be an object");
@@ -412,6 +429,9 @@ int wrd_netpolicy_patch(const struct wrd_netpolicy *cur, json_t *patch, struct w
 		return wr_err_set(err, ENOMEM, "out of memory");
 	json_t *x;
 	if ((x = json_object_get(patch, "mode")) && parse_mode(x, "mode", &out->mode, err) < 0)
+		return -EINVAL;
+	if ((x = json_object_get(patch, "established")) &&
+	    parse_established(x, "established", &out->cut_established, err) < 0)
 		return -EINVAL;
 	if ((x = json_object_get(patch, "allow"))) {
 		free(out->allow);
@@ -505,6 +525,7 @@ json_t *wrd_netpolicy_json(const struct wrd_netpolicy *p)
 {
 	json_t *o = json_object();
 	json_object_set_new(o, "mode", json_string(wr_net_mode_name(p->mode)));
+	json_object_set_new(o, "established", json_string(p->cut_established ? "cut" : "keep"));
 	json_t *a = json_array();
 	for (size_t i = 0; i < p->n_allow; i++)
 		json_array_append_new(a, rule_json(&p->allow[i]));

@@ -30,6 +30,9 @@ struct wrd_netpolicy {
 	size_t n_domains;
 	char **services; /* names of the node's services config (pypi, npm, ...) */
 	size_t n_services;
+	/* "established": false "keep" (established TCP outlives a change), true
+	 * "cut" (its packets are checked against the policy like new ones) */
+	bool cut_established;
 };
 void wrd_netpolicy_clear(struct wrd_netpolicy *p);
 int wrd_netpolicy_copy(const struct wrd_netpolicy *src, struct wrd_netpolicy *dst);

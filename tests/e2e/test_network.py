@@ -114,6 +114,7 @@ def test_create_validation_names_the_field(api):
         ({"domains": ["ok.org", "*pypi.org"]}, "network.domains[1]"),
         ({"services": ["PyPI!"]}, "network.services[0]"),
         ({"dns": True}, "network.dns"),
+        ({"established": True}, "network.established"),
         ("open", "network"),
     ]
     for body, field in cases:
@@ -149,7 +150,7 @@ def test_create_allowlist_normalised_and_patched(svc_daemon):
         "services": ["pypi"]})
     try:
         n = net(api, sid)
-        assert n["mode"] == "allowlist"
+        assert n["mode"] == "allowlist" and n["established"] == "keep"
         assert n["allow"] == [
             {"cidr": "10.1.2.0/24", "ports": "80", "protocol": "tcp"},
             {"cidr": "2001:db8::/32", "ports": "8000-8100", "protocol": "any"}], n
@@ -170,14 +171,16 @@ def test_create_allowlist_normalised_and_patched(svc_daemon):
         patch(api, sid, {"mode": "none"})
         n = net(api, sid)
         assert n["mode"] == "none" and len(n["allow"]) == 2  # rules kept for later
-        patch(api, sid, {"mode": "open"})
-        assert net(api, sid)["mode"] == "open"
+        patch(api, sid, {"mode": "open", "established": "cut"})
+        n = net(api, sid)
+        assert n["mode"] == "open" and n["established"] == "cut", n
         # metadata and link-local stay refused in open mode
         assert "errno=EPERM" in connect(api, sid, "169.254.169.254", 80)
         # errors name the field and change nothing
         before = net(api, sid)
         for body, field in [
                 ({"mode": "half"}, "mode"),
+                ({"established": "drop"}, "established"),
                 ({"allow_remove": [{"cidr": "10.9.9.0/24"}]}, "allow_remove[0]"),
                 ({"allow_add": [{"cidr": "10.9.9.9/8"}]}, "allow_add[0].cidr"),
                 ({"domains_remove": ["absent.org"]}, "domains_remove[0]"),

@@ -41,8 +41,8 @@ def test_cli_create_and_network_verb(svc_daemon):
             {"cidr": "2001:db8::/32", "ports": "8000-8100", "protocol": "any"},
             {"cidr": "192.0.2.7/32", "ports": "*", "protocol": "udp"}], n
         assert n["services"] == ["npm"]
-        p = cli("network", sid, "--mode", "none", check=0)
-        assert p.out.startswith("mode      none"), p.out
+        p = cli("network", sid, "--mode", "none", "--established", "cut", check=0)
+        assert p.out.startswith("mode      none\nestablished cut"), p.out
         one_error_line(cli("network", sid, "--mode", "closed"), "mode")
         one_error_line(cli("network", sid, "--allow", "10.1.2.1/24"), "host bits")
         one_error_line(cli("network", sid, "--allow", "[2001:db8::/32"), "--allow")
@@ -73,7 +73,8 @@ def test_sdk_sync(svc_daemon, image):
         with pytest.raises(warren.InvalidArgumentError) as e:
             sb.network.update(allow_remove=[{"cidr": "172.16.0.0/12"}])
         assert e.value.field == "allow_remove[0]"
-        assert sb.network.update(mode="none")["mode"] == "none"
+        n = sb.network.update(mode="none", established="cut")
+        assert n["mode"] == "none" and n["established"] == "cut"
         r = sb.commands.run("wr-probe connect-tcp 10.1.1.1 443")
         assert "errno=EPERM" in r.stdout, r.stdout
     with pytest.raises(warren.InvalidArgumentError) as e:

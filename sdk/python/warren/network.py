@@ -21,13 +21,15 @@ if TYPE_CHECKING:  # pragma: no cover
 Rule = Mapping[str, Any]  # {"cidr": "10.0.0.0/8", "ports": "443", "protocol": "tcp"}
 
 
-def patch_body(mode: Optional[str], allow: Optional[Sequence[Rule]],
+def patch_body(established: Optional[str], mode: Optional[str], allow: Optional[Sequence[Rule]],
                allow_add: Optional[Sequence[Rule]], allow_remove: Optional[Sequence[Rule]],
                domains: Optional[Sequence[str]], domains_add: Optional[Sequence[str]],
                domains_remove: Optional[Sequence[str]], services: Optional[Sequence[str]],
                services_add: Optional[Sequence[str]],
                services_remove: Optional[Sequence[str]]) -> Dict[str, Any]:
     body: Dict[str, Any] = {}
+    if established is not None:
+        body["established"] = established
     for key, v in (("mode", mode), ("allow", allow), ("allow_add", allow_add),
                    ("allow_remove", allow_remove), ("domains", domains),
                    ("domains_add", domains_add), ("domains_remove", domains_remove),
@@ -64,14 +66,17 @@ class Network:
                domains_remove: Optional[Sequence[str]] = None,
                services: Optional[Sequence[str]] = None,
                services_add: Optional[Sequence[str]] = None,
-               services_remove: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+               services_remove: Optional[Sequence[str]] = None,
+               established: Optional[str] = None) -> Dict[str, Any]:
         """Change the policy atomically. ``mode``, ``allow``, ``domains`` and
         ``services`` replace; the ``*_add``/``*_remove`` lists edit (removes
         first; removing what is not there is an :class:`InvalidArgumentError`
         naming it, and then nothing changes). New connections follow the new
-        policy at once; established TCP connections are kept."""
-        body = patch_body(mode, allow, allow_add, allow_remove, domains, domains_add,
-                          domains_remove, services, services_add, services_remove)
+        policy at once; established TCP connections are kept unless
+        ``established="cut"``, which makes their packets follow it too."""
+        body = patch_body(established, mode, allow, allow_add, allow_remove, domains,
+                          domains_add, domains_remove, services, services_add,
+                          services_remove)
         return self._sb._http.json("PATCH", f"/sandboxes/{seg(self._sb.sandbox_id)}/network",
                                    json=body)
 
@@ -95,8 +100,9 @@ class AsyncNetwork:
                      domains_remove: Optional[Sequence[str]] = None,
                      services: Optional[Sequence[str]] = None,
                      services_add: Optional[Sequence[str]] = None,
-                     services_remove: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-        body = patch_body(mode, allow, allow_add, allow_remove, domains, domains_add,
+                     services_remove: Optional[Sequence[str]] = None,
+                     established: Optional[str] = None) -> Dict[str, Any]:
+        body = patch_body(established, mode, allow, allow_add, allow_remove, domains, domains_add,
                           domains_remove, services, services_add, services_remove)
         return await self._sb._http.json(
             "PATCH", f"/sandboxes/{seg(self._sb.sandbox_id)}/network", json=body)
