@@ -449,17 +449,29 @@ int wr_egress(struct __sk_buff *skb)
 		__builtin_memcpy(d.addr, &ip6.daddr, 16);
 		d.family = 6;
 		__u8 nh = ip6.nexthdr;
+		__u32 off = sizeof(ip6);
+		if (nh == 44 /* fragment header: a datagram larger than the MTU */) {
+			__u8 fh[4];
+			if (bpf_skb_load_bytes(skb, off, fh, 4) < 0)
+				return 0;
+			nh = fh[0];
+			off += 8;
+			if (((fh[2] << 8) | fh[3]) & 0xfff8)
+				d.any_port = 1; /* a later fragment: no L4 header */
+		}
 		d.proto = nh == IPPROTO_ICMPV6_ ? NF_P_ICMP : nh;
-		if (nh == IPPROTO_ICMPV6_) {
+		if (d.any_port) {
+			/* the address and protocol decide */
+		} else if (nh == IPPROTO_ICMPV6_) {
 			/* Neighbour discovery (133-137) stays on link and is what
 			 * makes IPv6 work at all. */
 			__u8 type;
-			if (bpf_skb_load_bytes(skb, sizeof(ip6), &type, 1) < 0)
+			if (bpf_skb_load_bytes(skb, off, &type, 1) < 0)
 				return 0;
 			if (type >= 133 && type <= 137)
 				return 1;
 		} else if ((d.proto == NF_P_TCP || d.proto == NF_P_UDP) &&
-			   l4(skb, sizeof(ip6), &d, &syn) < 0) {
+			   l4(skb, off, &d, &syn) < 0) {
 			return 0;
 		}
 	} else {
