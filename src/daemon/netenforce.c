@@ -19,6 +19,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/audit.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/dns.h"
@@ -79,6 +80,14 @@ static void on_refusal(const struct wr_net_refusal *r, void *ctx)
 			      "address", a, "port", r->port, "protocol",
 			      wr_net_proto_name(r->proto), "time_ns", (json_int_t)r->time_ns);
 		wrd_sbx_event(n->sb, "network_refused", d);
+		/* the issue-7 sink: one model for every layer's refusals */
+		const char *action = strncmp(r->hook, "connect", 7) == 0   ? "connect"
+				     : strncmp(r->hook, "sendmsg", 7) == 0 ? "sendto"
+				     : strcmp(r->hook, "sock_create") == 0 ? "socket"
+									   : "send";
+		wr_audit_net(WR_AUDIT_BPF_NET, n->sb->rec.id, n->sb->rec.tenant, action,
+			     r->family ? a : NULL, r->port, wr_net_proto_name(r->proto), NULL,
+			     r->reason, r->count, r->time_ns / 1000000);
 	}
 	pthread_mutex_unlock(&g_lock);
 }

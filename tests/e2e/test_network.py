@@ -66,6 +66,14 @@ def test_default_none_connect_refused_by_hook(api):
                    for e in rf["recent"]), rf
         ev = api.get(f"/v1/sandboxes/{sid}/events").json()["events"]
         assert any(e["type"] == "network_refused" for e in ev), ev
+        # and in the audit sink (issue 7), one model with the other layers
+        for _ in range(100):
+            au = api.get(f"/v1/sandboxes/{sid}/events?layer=bpf-net").json()["events"]
+            if len(au) >= 2:
+                break
+            time.sleep(0.1)
+        subjects = {e.get("subject") for e in au}
+        assert "192.0.2.10:80/tcp" in subjects, au
     finally:
         api.kill(sid)
 
