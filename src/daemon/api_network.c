@@ -13,7 +13,7 @@ void wrd_api_net_get(struct wrd_req *r)
 	struct wrd_sbx *sb = wrd_api_sandbox(r, false);
 	if (sb == NULL)
 		return;
-	wrd_reply_json(r, 200, wrd_net_json(sb));
+	wrd_reply_json(r, 200, wrd_nf_json(sb));
 	wrd_mgr_put(sb);
 }
 
@@ -31,9 +31,9 @@ void wrd_api_net_patch(struct wrd_req *r)
 	if (sb == NULL)
 		return;
 	_cleanup_err_ wr_err err = NULL;
-	if (wrd_net_patch(sb, r->json, &err) < 0)
+	if (wrd_nf_patch(sb, r->json, &err) < 0)
 		wrd_reply_err(r, err);
 	else
-		wrd_reply_json(r, 200, wrd_net_json(sb));
+		wrd_reply_json(r, 200, wrd_nf_json(sb));
 	wrd_api_done(sb, true);
 }

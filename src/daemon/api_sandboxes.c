@@ -262,7 +262,7 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	{
 		struct wrd_netpolicy np;
 		int nr = wrd_netpolicy_parse(json_object_get(b, "network"), &np, &err);
-		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_net_enabled())
+		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_nf_enabled())
 			nr = wr_err_field(&err, "network.mode",
 					  "network.mode: this node has no network filter; only "
 					  "\"none\" is possible");

@@ -114,7 +114,7 @@ int main(int argc, char **argv)
 	}
 	/* The network filter before recovery (adopted sandboxes get their
 	 * policy back). Without it only mode none is possible: said once. */
-	if (wrd_net_init(&cfg, &err) < 0) {
+	if (wrd_nf_init(&cfg, &err) < 0) {
 		wr_warn("%s; sandboxes can only be created with network mode none", err->msg);
 		wr_err_free(&err);
 	}
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
 	}
 	if (wr_audit_kernel_unavailable())
 		wr_warn("audit: %s", wr_audit_kernel_unavailable());
-	wrd_net_sweep(); /* pinned links of sandboxes recovery did not keep */
+	wrd_nf_sweep(); /* pinned links of sandboxes recovery did not keep */
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
-	wrd_net_dns_sync(); /* the names of the sandboxes recovery attached */
+	wrd_nf_dns_sync(); /* the names of the sandboxes recovery attached */
 	wrd_metrics_init(wrd_route_labels, wrd_n_route_labels);
 	struct wrd_http_hooks hooks = {.upload_limit = wrd_images_or_mgr_upload_limit};
 	if (wrd_http_start(&cfg, wrd_routes, wrd_n_routes, &hooks, &err) < 0) {

@@ -172,7 +172,7 @@ void wrd_mgr_put(struct wrd_sbx *sb)
 	if (sb == NULL || atomic_fetch_sub(&sb->refs, 1) != 1)
 		return;
 	wrd_cmds_free(sb);
-	wrd_net_detach(sb);
+	wrd_nf_detach(sb);
 	if (sb->tsb) {
 		/* only reached when a create could not be recorded */
 		_cleanup_err_ wr_err err = NULL;
@@ -303,7 +303,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	/* The network filter before the record and the answer: no command
 	 * (the first sandbox code that could use the network) runs before. */
 	if (r == 0)
-		r = wrd_net_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
+		r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
 	if (r == 0) {
 		sb->rec.init_pid = wr_sandbox_init_pid(sb->tsb);
 		sb->rec.state = WRD_RUNNING;
@@ -398,7 +398,7 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 	while (sb->busy > 0)
 		pthread_cond_wait(&sb->cv, &sb->lock);
 	pthread_mutex_unlock(&sb->lock);
-	wrd_net_detach(sb); /* its links and map entries: the cgroup goes next */
+	wrd_nf_detach(sb); /* its links and map entries: the cgroup goes next */
 	int r = sb->ops->destroy(&sb->tsb, err);
 	wrd_net_release(sb); /* its namespace to teardown, off this path */
 	table_remove(sb);

@@ -260,7 +260,7 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	/* Its network filter again before it is served (the links died with
 	 * the previous daemon); a sandbox whose policy cannot be enforced is
 	 * not kept. */
-	if (r == 0 && (r = wrd_net_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
+	if (r == 0 && (r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
 		_cleanup_err_ wr_err kerr = NULL;
 		sb->ops->kill(sb->tsb, &kerr);
 		sb->ops->destroy(&sb->tsb, &kerr);

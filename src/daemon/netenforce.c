@@ -29,7 +29,7 @@
 
 /* ---- the daemon's filter ---------------------------------------------------- */
 
-struct wrd_net {
+struct wrd_nf {
 	struct wrd_sbx *sb; /* owner; the list entry goes before sb does */
 	uint64_t cgid;
 	struct wr_netfilter_att *att;
@@ -39,7 +39,7 @@ struct wrd_net {
 	uint64_t reported; /* sum of the counts of the events received */
 	struct wr_net_refusal last[WRD_NET_LAST];
 	unsigned nlast, head;
-	struct wrd_net *next;
+	struct wrd_nf *next;
 };
 
 /* g_lock covers the list and every wrd_net's policy and refusals; lock
@@ -47,13 +47,13 @@ struct wrd_net {
  * a database write. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct wr_netfilter *g_nf;
-static struct wrd_net *g_list;
+static struct wrd_nf *g_list;
 static struct wr_net_rule g_deny[WR_NET_MAX_RULES];
 static size_t g_ndeny;
 static char g_why[256];
 static pthread_t g_reader;
 
-bool wrd_net_enabled(void)
+bool wrd_nf_enabled(void)
 {
 	return g_nf != NULL;
 }
@@ -65,7 +65,7 @@ static void on_refusal(const struct wr_net_refusal *r, void *ctx)
 	if (r->family)
 		inet_ntop(r->family == 4 ? AF_INET : AF_INET6, r->addr, a, sizeof(a));
 	pthread_mutex_lock(&g_lock);
-	struct wrd_net *n = g_list;
+	struct wrd_nf *n = g_list;
 	while (n && n->cgid != r->cgroup_id)
 		n = n->next;
 	if (n) {
@@ -128,7 +128,7 @@ static int deny_push(const char *cidr, wr_err *err)
 	return 0;
 }
 
-int wrd_net_deny_add(const char *cidr, wr_err *err)
+int wrd_nf_deny_add(const char *cidr, wr_err *err)
 {
 	pthread_mutex_lock(&g_lock);
 	int r = deny_push(cidr, err);
@@ -159,7 +159,7 @@ static int dns_allow(void *ctx, struct wrd_sbx *sb, int family, const void *addr
 					    .proto = ports[i].proto == IPPROTO_UDP ? WR_NET_UDP
 										   : WR_NET_TCP};
 	_cleanup_err_ wr_err err = NULL;
-	int r2 = wrd_net_allow_resolved(sb, family == AF_INET6 ? 6 : 4, addr, r, n, ttl, &err);
+	int r2 = wrd_nf_allow_resolved(sb, family == AF_INET6 ? 6 : 4, addr, r, n, ttl, &err);
 	return r2 < 0 ? r2 : 0;
 }
 
@@ -169,7 +169,7 @@ static void dns_push(const char *tenant, const char *id, const struct wrd_netpol
 	struct wr_dns_names *names = NULL;
 	_cleanup_err_ wr_err err = NULL;
 	if (wrd_netpolicy_dns_names(p, true, &names, &err) < 0) {
-		/* before the forwarder started (recovery): wrd_net_dns_sync */
+		/* before the forwarder started (recovery): wrd_nf_dns_sync */
 		if (wrd_dns_services() != NULL || p->n_services == 0)
 			wr_warn("sandbox %s: DNS names: %s", id, err->msg);
 		names = NULL;
@@ -185,17 +185,17 @@ struct sync_ent {
 	struct wrd_netpolicy pol;
 };
 
-void wrd_net_dns_sync(void)
+void wrd_nf_dns_sync(void)
 {
 	/* copies under the lock, pushes after it (the forwarder has locks of
 	 * its own; a PATCH meanwhile pushes its own names again) */
 	pthread_mutex_lock(&g_lock);
 	size_t n = 0;
-	for (struct wrd_net *x = g_list; x; x = x->next)
+	for (struct wrd_nf *x = g_list; x; x = x->next)
 		n++;
 	struct sync_ent *v = calloc(n ? n : 1, sizeof(*v));
 	size_t k = 0;
-	for (struct wrd_net *x = g_list; v && x; x = x->next) {
+	for (struct wrd_nf *x = g_list; v && x; x = x->next) {
 		if (wrd_netpolicy_copy(&x->pol, &v[k].pol) < 0)
 			continue;
 		snprintf(v[k].id, sizeof(v[k].id), "%s", x->sb->rec.id);
@@ -246,7 +246,7 @@ static bool pin_live(const char *name, void *ctx)
 	return wrd_table_has(name);
 }
 
-void wrd_net_sweep(void)
+void wrd_nf_sweep(void)
 {
 	if (!g_nf)
 		return;
@@ -258,7 +258,7 @@ void wrd_net_sweep(void)
 		wr_info("network filter: %d pinned links of gone sandboxes removed", n);
 }
 
-int wrd_net_init(const struct wrd_config *cfg, wr_err *err)
+int wrd_nf_init(const struct wrd_config *cfg, wr_err *err)
 {
 	/* Never the host, link-local or a cloud's metadata service. */
 	static const char *const fixed[] = {"169.254.0.0/16", "fe80::/10", "100.100.100.200/32",
@@ -307,19 +307,19 @@ int wrd_net_init(const struct wrd_config *cfg, wr_err *err)
 	return 0;
 }
 
-static struct wrd_net *net_of(struct wrd_sbx *sb)
+static struct wrd_nf *net_of(struct wrd_sbx *sb)
 {
-	if (!sb->net) {
-		sb->net = calloc(1, sizeof(*sb->net));
-		if (sb->net)
-			sb->net->sb = sb;
+	if (!sb->nf) {
+		sb->nf = calloc(1, sizeof(*sb->nf));
+		if (sb->nf)
+			sb->nf->sb = sb;
 	}
-	return sb->net;
+	return sb->nf;
 }
 
-void wrd_net_set_gateway(struct wrd_sbx *sb, const uint8_t *gw4, const uint8_t *gw6)
+void wrd_nf_set_gateway(struct wrd_sbx *sb, const uint8_t *gw4, const uint8_t *gw6)
 {
-	struct wrd_net *n = net_of(sb);
+	struct wrd_nf *n = net_of(sb);
 	if (!n)
 		return;
 	pthread_mutex_lock(&g_lock);
@@ -330,7 +330,7 @@ void wrd_net_set_gateway(struct wrd_sbx *sb, const uint8_t *gw4, const uint8_t *
 	pthread_mutex_unlock(&g_lock);
 }
 
-static void to_filter(const struct wrd_net *n, const struct wrd_netpolicy *p,
+static void to_filter(const struct wrd_nf *n, const struct wrd_netpolicy *p,
 		      struct wr_net_policy *np)
 {
 	memset(np, 0, sizeof(*np));
@@ -344,14 +344,14 @@ static void to_filter(const struct wrd_net *n, const struct wrd_netpolicy *p,
 	memcpy(np->gw6, n->gw6, 16);
 }
 
-int wrd_net_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
+int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 {
 	struct wrd_netpolicy p;
 	if (wrd_netpolicy_parse(json_object_get(sb->rec.spec, "network"), &p, err) < 0) {
 		wrd_netpolicy_clear(&p);
 		return wr_err_wrap(err, "network policy of the record");
 	}
-	struct wrd_net *n = net_of(sb);
+	struct wrd_nf *n = net_of(sb);
 	if (!n) {
 		wrd_netpolicy_clear(&p);
 		return wr_err_set(err, ENOMEM, "out of memory");
@@ -394,13 +394,13 @@ int wrd_net_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 	return 0;
 }
 
-void wrd_net_detach(struct wrd_sbx *sb)
+void wrd_nf_detach(struct wrd_sbx *sb)
 {
-	struct wrd_net *n = sb->net;
+	struct wrd_nf *n = sb->nf;
 	if (!n)
 		return;
 	pthread_mutex_lock(&g_lock);
-	for (struct wrd_net **pp = &g_list; *pp; pp = &(*pp)->next)
+	for (struct wrd_nf **pp = &g_list; *pp; pp = &(*pp)->next)
 		if (*pp == n) {
 			*pp = n->next;
 			break;
@@ -411,12 +411,12 @@ void wrd_net_detach(struct wrd_sbx *sb)
 	wrd_dns_unregister(sb->rec.id);
 	wrd_netpolicy_clear(&n->pol);
 	free(n);
-	sb->net = NULL;
+	sb->nf = NULL;
 }
 
-int wrd_net_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err)
+int wrd_nf_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err)
 {
-	struct wrd_net *n = sb->net;
+	struct wrd_nf *n = sb->nf;
 	if (!n)
 		return wr_err_set(err, ESRCH, "sandbox %s has no network state", sb->rec.id);
 	if (!n->att && p->mode != WR_NET_NONE)
@@ -460,26 +460,26 @@ int wrd_net_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *er
 	return 0;
 }
 
-int wrd_net_policy_of(struct wrd_sbx *sb, struct wrd_netpolicy *out)
+int wrd_nf_policy_of(struct wrd_sbx *sb, struct wrd_netpolicy *out)
 {
 	struct wrd_netpolicy none = {0};
 	pthread_mutex_lock(&g_lock);
-	int r = wrd_netpolicy_copy(sb->net ? &sb->net->pol : &none, out);
+	int r = wrd_netpolicy_copy(sb->nf ? &sb->nf->pol : &none, out);
 	pthread_mutex_unlock(&g_lock);
 	return r;
 }
 
-int wrd_net_allow_resolved(struct wrd_sbx *sb, int family, const uint8_t *addr,
-			   const struct wr_net_rule *ports, size_t n, uint32_t ttl_s, wr_err *err)
+int wrd_nf_allow_resolved(struct wrd_sbx *sb, int family, const uint8_t *addr,
+			  const struct wr_net_rule *ports, size_t n, uint32_t ttl_s, wr_err *err)
 {
-	if (!g_nf || !sb->net || !sb->net->att)
+	if (!g_nf || !sb->nf || !sb->nf->att)
 		return wr_err_set(err, ENOTSUP, "sandbox %s has no network filter", sb->rec.id);
-	return wr_netfilter_allow_addr(g_nf, sb->net->cgid, family, addr, ports, n, ttl_s, err);
+	return wr_netfilter_allow_addr(g_nf, sb->nf->cgid, family, addr, ports, n, ttl_s, err);
 }
 
-json_t *wrd_net_json(struct wrd_sbx *sb)
+json_t *wrd_nf_json(struct wrd_sbx *sb)
 {
-	struct wrd_net *n = sb->net;
+	struct wrd_nf *n = sb->nf;
 	struct wr_net_counters c = {0};
 	if (n && n->att) {
 		_cleanup_err_ wr_err err = NULL;
@@ -520,18 +520,18 @@ json_t *wrd_net_json(struct wrd_sbx *sb)
  * PATCHes of a sandbox never lose one another's edits. */
 static pthread_mutex_t g_patch = PTHREAD_MUTEX_INITIALIZER;
 
-int wrd_net_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err)
+int wrd_nf_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err)
 {
 	pthread_mutex_lock(&g_patch);
 	struct wrd_netpolicy cur, next;
-	int r = wrd_net_policy_of(sb, &cur);
+	int r = wrd_nf_policy_of(sb, &cur);
 	if (r < 0) {
 		pthread_mutex_unlock(&g_patch);
 		return wr_err_set(err, ENOMEM, "out of memory");
 	}
 	r = wrd_netpolicy_patch(&cur, patch, &next, err);
 	if (r == 0)
-		r = wrd_net_update(sb, &next, err);
+		r = wrd_nf_update(sb, &next, err);
 	wrd_netpolicy_clear(&cur);
 	wrd_netpolicy_clear(&next);
 	pthread_mutex_unlock(&g_patch);

@@ -57,42 +57,42 @@ int wrd_netpolicy_dns_names(const struct wrd_netpolicy *p, bool for_mode, struct
 /* ---- the daemon's filter (netenforce.c) ------------------------------------ */
 
 struct wrd_sbx;
-struct wrd_net; /* per sandbox: policy, attachment, refusals */
+struct wrd_nf; /* per sandbox: policy, attachment, refusals */
 
 /* Load the programs, set the deny set (link-local, metadata addresses, this
  * host's addresses) and start the refusal reader thread. Failure leaves
  * the daemon without a filter: mode none still holds (a sandbox's own
  * netns has only loopback), other modes are refused at create. */
 struct wrd_config;
-int wrd_net_init(const struct wrd_config *cfg, wr_err *err);
+int wrd_nf_init(const struct wrd_config *cfg, wr_err *err);
 /* After the DNS forwarder started: give it the names of every sandbox
  * recovery attached (recovery runs before the services file is loaded). */
-void wrd_net_dns_sync(void);
+void wrd_nf_dns_sync(void);
 /* After recovery: remove pinned links of sandboxes that are not live. */
-void wrd_net_sweep(void);
-bool wrd_net_enabled(void);
+void wrd_nf_sweep(void);
+bool wrd_nf_enabled(void);
 /* Add to the node's deny set (the bridge subnet of the network plumbing). */
-int wrd_net_deny_add(const char *cidr, wr_err *err);
+int wrd_nf_deny_add(const char *cidr, wr_err *err);
 
 /* From sb->rec.spec "network": attach to the sandbox's cgroup. Before the
  * sandbox runs any command (create) or before it is served (adoption). */
-int wrd_net_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err);
+int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err);
 /* Detach and free (destroy; also for a create that failed). */
-void wrd_net_detach(struct wrd_sbx *sb);
+void wrd_nf_detach(struct wrd_sbx *sb);
 /* Replace the policy (validated) atomically, durable first. */
-int wrd_net_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err);
+int wrd_nf_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err);
 /* PATCH: merge (wrd_netpolicy_patch) and apply, one at a time. */
-int wrd_net_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err);
+int wrd_nf_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err);
 /* GET: policy, counters and the last refusals. */
-json_t *wrd_net_json(struct wrd_sbx *sb);
+json_t *wrd_nf_json(struct wrd_sbx *sb);
 /* The policy now in force (deep copy; mode none when not attached): for
  * the DNS forwarder, which resolves domains and services. */
-int wrd_net_policy_of(struct wrd_sbx *sb, struct wrd_netpolicy *out);
+int wrd_nf_policy_of(struct wrd_sbx *sb, struct wrd_netpolicy *out);
 /* For the DNS forwarder: allow an answer's address for its TTL. */
-int wrd_net_allow_resolved(struct wrd_sbx *sb, int family, const uint8_t *addr,
-			   const struct wr_net_rule *ports, size_t n, uint32_t ttl_s, wr_err *err);
+int wrd_nf_allow_resolved(struct wrd_sbx *sb, int family, const uint8_t *addr,
+			  const struct wr_net_rule *ports, size_t n, uint32_t ttl_s, wr_err *err);
 /* The DNS gateway address netdns listens on for this sandbox (port 53 is
- * allowed there in allowlist and open modes). Call before wrd_net_attach. */
-void wrd_net_set_gateway(struct wrd_sbx *sb, const uint8_t *gw4, const uint8_t *gw6);
+ * allowed there in allowlist and open modes). Call before wrd_nf_attach. */
+void wrd_nf_set_gateway(struct wrd_sbx *sb, const uint8_t *gw4, const uint8_t *gw6);
 
 #endif
