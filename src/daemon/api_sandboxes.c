@@ -256,12 +256,16 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	/* lifecycle (lifecycle.c, lease.c): what idleness does, the lease */
 	if (wrd_api_life_spec(r, b, spec) < 0)
 		goto fail;
-	if (wrd_net_request(r, b, spec) < 0) /* spec "network" (network.c) */
-		goto fail;
-	/* network policy (netpolicy.c), stored normalised with the record */
+	/* network policy (netpolicy.c), stored normalised with the record; its
+	 * "mode" is what the plumbing (network.c) reads to give a networked
+	 * sandbox a namespace of the pool */
 	{
 		struct wrd_netpolicy np;
 		int nr = wrd_netpolicy_parse(json_object_get(b, "network"), &np, &err);
+		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_net_enabled())
+			nr = wr_err_field(&err, "network.mode",
+					  "network.mode: this node has networking disabled (config "
+					  "network.enable); only \"none\" is available");
 		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_nf_enabled())
 			nr = wr_err_field(&err, "network.mode",
 					  "network.mode: this node has no network filter; only "
