@@ -346,8 +346,24 @@ static void to_filter(const struct wrd_nf *n, const struct wrd_netpolicy *p,
 
 int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 {
+	/* spec.network holds the policy and, for a networked sandbox, what the
+	 * plumbing (network.c) recorded: its address, its gateway (where the
+	 * DNS forwarder listens: port 53 there is allowed) and its veth */
+	json_t *rec = json_object_get(sb->rec.spec, "network");
+	json_t *pol = json_is_object(rec) ? json_deep_copy(rec) : NULL;
+	const char *gw = json_string_value(json_object_get(rec, "gateway"));
+	uint8_t gw4[4];
+	if (gw && inet_pton(AF_INET, gw, gw4) == 1)
+		wrd_nf_set_gateway(sb, gw4, NULL);
+	if (pol) {
+		json_object_del(pol, "address");
+		json_object_del(pol, "gateway");
+		json_object_del(pol, "host_veth");
+	}
 	struct wrd_netpolicy p;
-	if (wrd_netpolicy_parse(json_object_get(sb->rec.spec, "network"), &p, err) < 0) {
+	int pr = wrd_netpolicy_parse(pol, &p, err);
+	json_decref(pol);
+	if (pr < 0) {
 		wrd_netpolicy_clear(&p);
 		return wr_err_wrap(err, "network policy of the record");
 	}
