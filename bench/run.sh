@@ -438,6 +438,8 @@ if [ "${BENCH_LIFE:-1}" != 0 ]; then
 	"$PY" "$ROOT/bench/bench_lifecycle.py" "$BUILD" ||
 		failed="$failed lifecycle(bench/bench_lifecycle.py)"
 fi
+# network filter: connect() through the BPF hooks (its own step)
+"$ROOT/bench/run_net_connect.sh" "$BUILD" || failed="$failed net(bench/run_net_connect.sh)"
 if [ -n "$failed" ]; then
 	echo "bench: failed:$failed" >&2
 	exit 1

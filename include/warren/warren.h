@@ -114,8 +114,8 @@ typedef struct {
 	bool insecure;
 } warren_registry_auth;
 
-/* Version 2 added layers, pull and registry_auth; 3 on_idle and lease. */
-#define WARREN_SANDBOX_OPTS_VERSION 3
+/* Version 2 added layers, pull and registry_auth; 3 on_idle and lease; 4 network. */
+#define WARREN_SANDBOX_OPTS_VERSION 4
 typedef struct {
 	unsigned int version;
 	const char *image; /* required: a store ref (name:tag, digest), a registry ref
@@ -151,6 +151,11 @@ typedef struct {
 	 * that lease (warren_lease_create) */
 	const char *on_idle;
 	const char *lease;
+	/* version 4: the network policy, a JSON object as docs/API.md
+	 * ("Network") describes: {"mode": "none|allowlist|open", "allow":
+	 * [{"cidr", "ports", "protocol"}], "domains": [...], "services": [...]}.
+	 * NULL: mode none (loopback only). */
+	const char *network_json;
 } warren_sandbox_opts;
 #define WARREN_SANDBOX_OPTS_INIT                                                                   \
 	{                                                                                          \
@@ -263,6 +268,16 @@ WARREN_API int warren_lease_resume(warren_client *client, const char *id, warren
 /* keep: the sandboxes live on (resumed); else they are killed. */
 WARREN_API int warren_lease_release(warren_client *client, const char *id, bool keep,
 				    warren_lease_info **out, warren_error **err);
+
+/* Network policy (docs/API.md, "Network"). *json_out (free with
+ * warren_free) receives the answer: the policy in force, "enforced" and the
+ * "refusals" (total, reported, pending, events_dropped, recent[]). The
+ * patch is a JSON object with merge semantics: fields left out stay as
+ * they are; mode/allow/domains/services replace; allow_add, allow_remove,
+ * domains_add, domains_remove, services_add, services_remove edit. */
+WARREN_API int warren_sandbox_network_get(warren_sandbox *sb, char **json_out, warren_error **err);
+WARREN_API int warren_sandbox_network_patch(warren_sandbox *sb, const char *patch_json,
+					    char **json_out, warren_error **err);
 
 #define WARREN_LIST_OPTS_VERSION 1
 typedef struct {

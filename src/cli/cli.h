@@ -23,6 +23,7 @@ int cmd_call(int argc, char **argv);
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
+int cmd_network(int argc, char **argv);
 
 /* Usage error: one line on stderr naming the option and the reason. */
 int cli_usage_error(const char *opt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -80,6 +81,10 @@ int cli_parse_seconds(const char *opt, const char *arg, int64_t *out);
 /* Split "SB:PATH"; returns true (with *id malloc'd, *path borrowed) when arg
  * names a sandbox path. */
 bool cli_split_remote(const char *arg, char **id, const char **path);
+/* network.c: "CIDR[:PORTS][/PROTO]" (IPv6 in brackets) as a rule object
+ * for the API; a usage error naming opt (125) when malformed. */
+struct json_t;
+int cli_net_rule(const char *opt, const char *arg, struct json_t **out);
 /* Print a JSON text pretty (2-space indent) on stdout. */
 void cli_print_json(const char *json);
 /* Format a file mode as "drwxr-xr-x". */

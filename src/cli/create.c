@@ -4,35 +4,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "cli/cli.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 
 static void create_usage(FILE *f)
 {
-	fprintf(f,
-		"usage: warren create --image IMAGE [options]\n\n"
-		"  --image REF|PATH   store image (name:tag, digest), registry reference\n"
-		"                     (host[:port]/repo[:tag], pulled when missing), configured\n"
-		"                     name, or a rootfs path on the node\n"
-		"  --layer REF        image stacked on --image as an overlay lower (repeatable,\n"
-		"                     base first: the first --layer sits right above --image)\n"
-		"  --pull POLICY      registry references: missing (default), always, never\n"
-		"  --tier NAME        isolation tier (default: the daemon's)\n"
-		"  --cpu N            CPUs (fractions allowed; default: no cap)\n"
-		"  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
-		"  --disk SIZE        writable layer quota (e.g. 1G)\n"
-		"  --pids N           process limit\n"
-		"  --env K=V          environment of every command (repeatable)\n"
-		"  --workdir DIR      working directory of commands\n"
-		"  --user UID         user commands run as\n"
-		"  --label K=V        label (repeatable)\n"
-		"  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
-		"  --idle-timeout DUR pause (or kill) after DUR without API activity or CPU use\n"
-		"  --on-idle POLICY   pause (default) or kill when idle\n"
-		"  --on-timeout POLICY at the end of its lifetime: kill (default) or pause\n"
-		"  --lease ID         follow that lease (warren lease create)\n" CLI_CONN_HELP
-		"\nPrints the new sandbox's id (with --json: the sandbox object).\n");
+	fprintf(
+	    f, "usage: warren create --image IMAGE [options]\n\n"
+	       "  --image REF|PATH   store image (name:tag, digest), registry reference\n"
+	       "                     (host[:port]/repo[:tag], pulled when missing), configured\n"
+	       "                     name, or a rootfs path on the node\n"
+	       "  --layer REF        image stacked on --image as an overlay lower (repeatable,\n"
+	       "                     base first: the first --layer sits right above --image)\n"
+	       "  --pull POLICY      registry references: missing (default), always, never\n"
+	       "  --tier NAME        isolation tier (default: the daemon's)\n"
+	       "  --cpu N            CPUs (fractions allowed; default: no cap)\n"
+	       "  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
+	       "  --disk SIZE        writable layer quota (e.g. 1G)\n"
+	       "  --pids N           process limit\n"
+	       "  --env K=V          environment of every command (repeatable)\n"
+	       "  --workdir DIR      working directory of commands\n"
+	       "  --user UID         user commands run as\n"
+	       "  --label K=V        label (repeatable)\n"
+	       "  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
+	       "  --idle-timeout DUR pause (or kill) after DUR without API activity or CPU use\n"
+	       "  --on-idle POLICY   pause (default) or kill when idle\n"
+	       "  --on-timeout POLICY at the end of its lifetime: kill (default) or pause\n"
+	       "  --lease ID         follow that lease (warren lease create)\n"
+	       "  --network MODE|JSON  none (default: loopback only), allowlist, open; or\n"
+	       "                     the whole policy as a JSON object (docs/API.md)\n"
+	       "  --allow RULE       allow CIDR[:PORTS][/PROTO] (repeatable; implies\n"
+	       "                     allowlist; IPv6 in brackets: [2001:db8::/32]:443)\n"
+	       "  --domain NAME      allow a domain (repeatable; *.example.org)\n"
+	       "  --service NAME     allow a named service of the node (repeatable)\n" CLI_CONN_HELP
+	       "\nPrints the new sandbox's id (with --json: the sandbox object).\n");
 }
 
 enum {
@@ -56,7 +64,47 @@ enum {
 	OPT_ON_IDLE,
 	OPT_ON_TIMEOUT,
 	OPT_LEASE,
+	OPT_NETWORK,
+	OPT_ALLOW,
+	OPT_DOMAIN,
+	OPT_SERVICE,
 };
+
+/* --network, --allow, --domain, --service into one policy object. */
+static int net_opt(json_t **net, int c, const char *arg)
+{
+	if (!*net)
+		*net = json_object();
+	if (c == OPT_NETWORK) {
+		if (arg[0] == '{') {
+			json_t *o = json_loads(arg, JSON_REJECT_DUPLICATES, NULL);
+			if (!json_is_object(o)) {
+				json_decref(o);
+				return cli_usage_error("--network", "is not a JSON object");
+			}
+			json_object_update(*net, o);
+			json_decref(o);
+		} else {
+			json_object_set_new(*net, "mode", json_string(arg));
+		}
+		return 0;
+	}
+	const char *key = c == OPT_ALLOW ? "allow" : c == OPT_DOMAIN ? "domains" : "services";
+	json_t *v;
+	if (c == OPT_ALLOW) {
+		if (cli_net_rule("--allow", arg, &v))
+			return WR_EXIT_WARREN;
+	} else {
+		v = json_string(arg);
+	}
+	json_t *a = json_object_get(*net, key);
+	if (!a) {
+		a = json_array();
+		json_object_set_new(*net, key, a);
+	}
+	json_array_append_new(a, v);
+	return 0;
+}
 
 static int parse_mb(const char *opt, const char *arg, int64_t *out)
 {
@@ -91,6 +139,10 @@ int cmd_create(int argc, char **argv)
 	    {"on-idle", required_argument, NULL, OPT_ON_IDLE},
 	    {"on-timeout", required_argument, NULL, OPT_ON_TIMEOUT},
 	    {"lease", required_argument, NULL, OPT_LEASE},
+	    {"network", required_argument, NULL, OPT_NETWORK},
+	    {"allow", required_argument, NULL, OPT_ALLOW},
+	    {"domain", required_argument, NULL, OPT_DOMAIN},
+	    {"service", required_argument, NULL, OPT_SERVICE},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -100,6 +152,7 @@ int cmd_create(int argc, char **argv)
 	_cleanup_free_ warren_kv *labels = calloc((size_t)argc, sizeof(*labels));
 	uint64_t v;
 	int c;
+	_cleanup_(json_decrefp) json_t *net = NULL; /* the network policy, if named */
 	const char *reg_user = NULL;
 	bool reg_pw = false, reg_token = false;
 	_cleanup_free_ const char **layers = calloc((size_t)argc, sizeof(*layers));
@@ -189,6 +242,13 @@ int cmd_create(int argc, char **argv)
 			*(c == OPT_ON_IDLE ? &so.on_idle : &so.on_timeout) = optarg;
 			break;
 		case OPT_LEASE: so.lease = optarg; break;
+		case OPT_NETWORK:
+		case OPT_ALLOW:
+		case OPT_DOMAIN:
+		case OPT_SERVICE:
+			if (net_opt(&net, c, optarg))
+				return WR_EXIT_WARREN;
+			break;
 		case 'h': create_usage(stdout); return 0;
 		default: return cli_bad_option(c, argv);
 		}
@@ -200,6 +260,8 @@ int cmd_create(int argc, char **argv)
 	so.env = env;
 	so.labels = labels;
 	so.layers = layers;
+	_cleanup_free_ char *net_json = net ? json_dumps(net, JSON_COMPACT) : NULL;
+	so.network_json = net_json;
 	if ((reg_user != NULL) != reg_pw)
 		return cli_usage_error(reg_user ? "--registry-user" : "--registry-password-stdin",
 				       "--registry-user and --registry-password-stdin go together");

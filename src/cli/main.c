@@ -28,6 +28,7 @@ static const struct {
     {"pause", cmd_pause, "freeze sandboxes (memory kept, lifetime stopped)"},
     {"resume", cmd_resume, "resume paused sandboxes"},
     {"lease", cmd_lease, "leases of training jobs: create, heartbeat, suspend, release"},
+    {"network", cmd_network, "show or change a sandbox's network policy"},
     {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},
     {"image", cmd_image, "the node's images: import, ls, inspect, tag, rm, pin, gc"},
 };

@@ -121,6 +121,14 @@ static int build_create(struct wc_call *c, const warren_sandbox_opts *o, json_t 
 	if (o->version >= 3 && ((o->on_idle && set_str(c, j, "on_idle", o->on_idle) < 0) ||
 				(o->lease && set_str(c, j, "lease", o->lease) < 0)))
 		return -EINVAL;
+	if (o->version >= 4 && o->network_json) {
+		json_t *n = json_loads(o->network_json, JSON_REJECT_DUPLICATES, NULL);
+		if (!json_is_object(n)) {
+			json_decref(n);
+			return wc_fail_field(c, "network", "network: must be a JSON object");
+		}
+		json_object_set_new(j, "network", n);
+	}
 	*out = steal_ptr(&j);
 	return 0;
 }
@@ -220,6 +228,45 @@ int warren_sandbox_set_timeout(warren_sandbox *sb, int64_t seconds, warren_sandb
 	if (r >= 0 && out)
 		*out = info;
 	return wc_finish(&c, r < 0 ? r : 0, errp, "set timeout of sandbox %s", sb->id);
+}
+
+/* ---- network policy ------------------------------------------------------ */
+
+static int network_call(warren_sandbox *sb, const char *method, const char *patch_json,
+			char **json_out, warren_error **errp)
+{
+	struct wc_call c = {.client = sb->client};
+	_cleanup_json_ json_t *req = NULL, *ans = NULL;
+	_cleanup_free_ char *path = wc_fmt("/v1/sandboxes/%s/network", sb->id);
+	int r = 0;
+	if (json_out)
+		*json_out = NULL;
+	if (patch_json) {
+		req = json_loads(patch_json, JSON_REJECT_DUPLICATES, NULL);
+		if (!json_is_object(req))
+			r = wc_fail_field(&c, "body", "network patch: must be a JSON object");
+	}
+	if (r == 0)
+		r = wc_json(&c, method, path, req, &ans);
+	if (r >= 0 && json_out && !(*json_out = json_dumps(ans, JSON_COMPACT)))
+		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
+	return wc_finish(&c, r < 0 ? r : 0, errp, "network of sandbox %s", sb->id);
+}
+
+int warren_sandbox_network_get(warren_sandbox *sb, char **json_out, warren_error **errp)
+{
+	return network_call(sb, "GET", NULL, json_out, errp);
+}
+
+int warren_sandbox_network_patch(warren_sandbox *sb, const char *patch_json, char **json_out,
+				 warren_error **errp)
+{
+	if (patch_json == NULL) {
+		struct wc_call c = {.client = sb->client};
+		int r = wc_fail_field(&c, "body", "network patch: is required");
+		return wc_finish(&c, r, errp, "network of sandbox %s", sb->id);
+	}
+	return network_call(sb, "PATCH", patch_json, json_out, errp);
 }
 
 /* The query of one list page. */

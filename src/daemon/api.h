@@ -55,6 +55,9 @@ void wrd_api_lease_resume(struct wrd_req *r);
 void wrd_api_lease_release(struct wrd_req *r);
 /* Create: validate on_idle and lease into spec (400/404/409 replied). */
 int wrd_api_life_spec(struct wrd_req *r, json_t *body, json_t *spec);
+/* network policy (api_network.c) */
+void wrd_api_net_get(struct wrd_req *r);
+void wrd_api_net_patch(struct wrd_req *r);
 
 /* files */
 void wrd_api_fs_read(struct wrd_req *r);

@@ -16,6 +16,7 @@
 #include "daemon/lease.h"
 #include "daemon/metrics.h"
 #include "daemon/network.h"
+#include "daemon/netpolicy.h"
 
 #ifndef WARREN_VERSION
 #define WARREN_VERSION "0.0.0"
@@ -262,8 +263,26 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	/* lifecycle (lifecycle.c, lease.c): what idleness does, the lease */
 	if (wrd_api_life_spec(r, b, spec) < 0)
 		goto fail;
-	if (wrd_net_request(r, b, spec) < 0) /* spec "network" (network.c) */
-		goto fail;
+	/* network policy (netpolicy.c), stored normalised with the record; its
+	 * "mode" is what the plumbing (network.c) reads to give a networked
+	 * sandbox a namespace of the pool */
+	{
+		struct wrd_netpolicy np;
+		int nr = wrd_netpolicy_parse(json_object_get(b, "network"), &np, &err);
+		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_net_enabled())
+			nr = wr_err_field(&err, "network.mode",
+					  "network.mode: this node has networking disabled (config "
+					  "network.enable); only \"none\" is available");
+		if (nr == 0 && np.mode != WR_NET_NONE && !wrd_nf_enabled())
+			nr = wr_err_field(&err, "network.mode",
+					  "network.mode: this node has no network filter; only "
+					  "\"none\" is possible");
+		if (nr == 0)
+			json_object_set_new(spec, "network", wrd_netpolicy_json(&np));
+		wrd_netpolicy_clear(&np);
+		if (nr < 0)
+			goto bad;
+	}
 	/* pull policy and credentials of registry references (images_pull.c);
 	 * the credentials never reach the spec, the database or the log */
 	if ((v = json_object_get(b, "pull"))) {

@@ -226,6 +226,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = cfg_str(v, k, &cfg->init_path, err);
 		else if (strcmp(k, "cgroup_base") == 0)
 			r = cfg_str(v, k, &cfg->cgroup_base, err);
+		else if (strcmp(k, "bpf_pin_dir") == 0)
+			r = cfg_str(v, k, &cfg->bpf_pin_dir, err);
 		else if (strcmp(k, "tokens") == 0)
 			r = load_tokens(v, cfg, err);
 		else if (strcmp(k, "images") == 0)
@@ -377,6 +379,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->unix_tenant);
 	free(cfg->init_path);
 	free(cfg->cgroup_base);
+	free(cfg->bpf_pin_dir);
 	for (size_t i = 0; i < cfg->n_tokens; i++)
 		free(cfg->tokens[i].tenant);
 	free(cfg->tokens);

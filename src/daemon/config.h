@@ -38,6 +38,10 @@ struct wrd_config {
 	char *unix_tenant;  /* "default" */
 	char *init_path;    /* warren-init */
 	char *cgroup_base;  /* "warren" */
+	/* bpffs directory for the network filter's pinned links, so that they
+	 * outlive a daemon restart; NULL: /sys/fs/bpf/warren-<cgroup_base>
+	 * when /sys/fs/bpf is a bpffs, else none (netpolicy.c) */
+	char *bpf_pin_dir;
 	struct wrd_token *tokens;
 	size_t n_tokens;
 	struct wrd_image *images;

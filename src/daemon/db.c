@@ -399,6 +399,25 @@ int wrd_db_set_remaining(const char *id, int64_t remaining_ms, wr_err *err)
 			  "update sandbox lifetime", err, bind_upd, &u, true);
 }
 
+/* The network policy in the record's spec (PATCH .../network). */
+struct upd_net {
+	const char *id, *json;
+};
+static void bind_net(sqlite3_stmt *st, const void *ctx)
+{
+	const struct upd_net *u = ctx;
+	sqlite3_bind_text(st, 1, u->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, u->json, -1, SQLITE_STATIC);
+}
+
+int wrd_db_set_network(const char *id, const char *policy_json, wr_err *err)
+{
+	struct upd_net u = {.id = id, .json = policy_json};
+	return write_stmt("UPDATE sandboxes SET spec = json_set(spec, '$.network', json(?2)) "
+			  "WHERE id = ?1",
+			  "update sandbox network", err, bind_net, &u, true);
+}
+
 static void bind_id(sqlite3_stmt *st, const void *ctx)
 {
 	sqlite3_bind_text(st, 1, ctx, -1, SQLITE_STATIC);

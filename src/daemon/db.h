@@ -70,6 +70,8 @@ int wrd_db_set_resumed(const char *id, int64_t expires_ms, wr_err *err);
 /* A paused sandbox's lifetime left (set-timeout while paused). */
 int wrd_db_set_remaining(const char *id, int64_t remaining_ms, wr_err *err);
 int wrd_db_delete(const char *id, wr_err *err);
+/* spec.network := policy_json (a JSON object), durable on return. */
+int wrd_db_set_network(const char *id, const char *policy_json, wr_err *err);
 /* ENOENT when there is no such record. */
 int wrd_db_get(const char *id, struct wrd_record *out, wr_err *err);
 

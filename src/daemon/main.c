@@ -26,6 +26,7 @@
 #include "daemon/db.h"
 #include "daemon/dns.h"
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
 #include "daemon/metrics.h"
 
 #ifndef WARREN_VERSION
@@ -111,6 +112,12 @@ int main(int argc, char **argv)
 		wr_error("out of memory");
 		goto out;
 	}
+	/* The network filter before recovery (adopted sandboxes get their
+	 * policy back). Without it only mode none is possible: said once. */
+	if (wrd_nf_init(&cfg, &err) < 0) {
+		wr_warn("%s; sandboxes can only be created with network mode none", err->msg);
+		wr_err_free(&err);
+	}
 	/* The audit before the manager: wr_seccomp_set_log must be decided
 	 * before the spawners fork, and adopted sandboxes' refusals are
 	 * recorded from the start. */
@@ -123,6 +130,7 @@ int main(int argc, char **argv)
 	}
 	if (wr_audit_kernel_unavailable())
 		wr_warn("audit: %s", wr_audit_kernel_unavailable());
+	wrd_nf_sweep(); /* pinned links of sandboxes recovery did not keep */
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
@@ -131,6 +139,7 @@ int main(int argc, char **argv)
 		wr_log_err(err);
 		goto out;
 	}
+	wrd_nf_dns_sync(); /* the names of the sandboxes recovery attached */
 	wrd_metrics_init(wrd_route_labels, wrd_n_route_labels);
 	struct wrd_http_hooks hooks = {.upload_limit = wrd_images_or_mgr_upload_limit};
 	if (wrd_http_start(&cfg, wrd_routes, wrd_n_routes, &hooks, &err) < 0) {

@@ -1,4 +1,5 @@
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -172,6 +173,7 @@ void wrd_mgr_put(struct wrd_sbx *sb)
 	if (sb == NULL || atomic_fetch_sub(&sb->refs, 1) != 1)
 		return;
 	wrd_cmds_free(sb);
+	wrd_nf_detach(sb);
 	if (sb->tsb) {
 		/* only reached when a create could not be recorded */
 		_cleanup_err_ wr_err err = NULL;
@@ -299,6 +301,10 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	 * names: the next start's sweep keeps only ids of live records and
 	 * removes them (nothing unacknowledged survives). A crash after it
 	 * leaves a running record that the next start adopts. */
+	/* The network filter before the record and the answer: no command
+	 * (the first sandbox code that could use the network) runs before. */
+	if (r == 0)
+		r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
 	if (r == 0) {
 		sb->rec.init_pid = sb->ops->main_pid(sb->tsb);
 		sb->rec.state = WRD_RUNNING;
@@ -393,6 +399,7 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 	while (sb->busy > 0)
 		pthread_cond_wait(&sb->cv, &sb->lock);
 	pthread_mutex_unlock(&sb->lock);
+	wrd_nf_detach(sb); /* its links and map entries: the cgroup goes next */
 	int r = sb->ops->destroy(&sb->tsb, err);
 	wrd_net_release(sb); /* its namespace to teardown, off this path */
 	table_remove(sb);

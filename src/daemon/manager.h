@@ -39,7 +39,7 @@
 #include "tiers/tier.h"
 
 struct wrd_cmd;
-struct wrd_net;
+struct wrd_nf;
 
 struct wrd_sbx {
 	struct wrd_record rec; /* immutable after create except state/expires */
@@ -67,6 +67,7 @@ struct wrd_sbx {
 	/* commands (commands.c), under lock */
 	struct wrd_cmd *cmds;
 	unsigned n_cmds, next_cmd;
+	struct wrd_nf *nf; /* network policy and eBPF filter (netenforce.c) */
 	struct wrd_sbx *hnext;
 };
 

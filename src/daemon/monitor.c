@@ -20,6 +20,7 @@
 #include "daemon/jsonutil.h"
 #include "daemon/lease.h"
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
 #include "tiers/container.h"
 
 static int g_ep = -1, g_wake = -1;
@@ -256,6 +257,14 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 		r = wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err);
 	else if (err == NULL)
 		wr_err_set(&err, EINVAL, "no PID 1 recorded");
+	/* Its network filter again before it is served (the links died with
+	 * the previous daemon); a sandbox whose policy cannot be enforced is
+	 * not kept. */
+	if (r == 0 && (r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
+		_cleanup_err_ wr_err kerr = NULL;
+		sb->ops->kill(sb->tsb, &kerr);
+		sb->ops->destroy(&sb->tsb, &kerr);
+	}
 	if (r < 0) {
 		wr_warn("sandbox %s could not be adopted: %s", rec->id, err ? err->msg : "?");
 		_cleanup_err_ wr_err e2 = NULL;

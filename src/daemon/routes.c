@@ -53,7 +53,8 @@
 #define P39 "/v1/events"
 #define P40 "/v1/sandboxes/{id}/ports"
 #define P41 "/v1/sandboxes/{id}/ports/{cid}"
-#define P42 "other"
+#define P42 "/v1/sandboxes/{id}/network"
+#define P43 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -98,7 +99,8 @@ const char *const wrd_route_labels[] = {
     P39, /* 39 */
     P40, /* 40 */
     P41, /* 41 */
-    P42, /* 42: no route */
+    P42, /* 42 */
+    P43, /* 43: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -169,5 +171,8 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 40, WRD_BODY_JSON, WRD_POOL, wrd_api_ports_add),
     R("GET", 40, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_list),
     R("DELETE", 41, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_del),
+    /* network policy (api_network.c) */
+    R("GET", 42, WRD_BODY_NONE, WRD_POOL, wrd_api_net_get),
+    R("PATCH", 42, WRD_BODY_JSON, WRD_POOL, wrd_api_net_patch),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

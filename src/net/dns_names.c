@@ -129,8 +129,10 @@ int wr_dns_names_new(const struct wr_dns_pattern *p, size_t n, struct wr_dns_nam
 			return wr_err_set(err, ENOMEM, "out of memory");
 		}
 	}
-	qsort(s->exact, s->n_exact, sizeof(struct ent), ent_cmp);
-	qsort(s->wild, s->n_wild, sizeof(struct ent), ent_cmp);
+	if (s->n_exact) /* qsort's base must not be NULL, even for 0 entries */
+		qsort(s->exact, s->n_exact, sizeof(struct ent), ent_cmp);
+	if (s->n_wild)
+		qsort(s->wild, s->n_wild, sizeof(struct ent), ent_cmp);
 	*out = s;
 	return 0;
 }

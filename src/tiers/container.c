@@ -938,3 +938,8 @@ const struct wr_tier_ops wr_container_tier = {
     .destroy = wr_container_destroy,
     .main_pid = wr_sandbox_init_pid,
 };
+
+int wr_sandbox_cgroup_v2_fd(const struct wr_sandbox *sb)
+{
+	return sb->cg ? wr_cgroup_v2_fd(sb->cg) : -1;
+}

@@ -70,5 +70,7 @@ size_t wr_container_images_cached(void);
 const char *wr_sandbox_id(const struct wr_sandbox *sb);
 pid_t wr_sandbox_init_pid(const struct wr_sandbox *sb);
 uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb);
+/* The sandbox cgroup's v2 directory (network filter attach); -1 if none. */
+int wr_sandbox_cgroup_v2_fd(const struct wr_sandbox *sb);
 
 #endif

@@ -58,6 +58,9 @@
  *   connect-unix PATH   connect a stream unix socket to PATH
  *   connect-abstract NAME  same for the abstract name NAME
  *   connect-tcp ADDR PORT  TCP connect (IPv4 or IPv6 literal), 3 s timeout
+ *   send-udp ADDR PORT  one unconnected UDP datagram (sendto)
+ *   socket KIND         socket(): packet (AF_PACKET raw), raw4 (AF_INET
+ *                       SOCK_RAW ICMP), raw6, ping4 (ICMP datagram socket)
  *
  * Red-team commands (probe_red.c; TOKEN-HEX is a token XORed with 0x5a and
  * hex-encoded, so the probe's argv never holds the token itself):
@@ -497,6 +500,10 @@ int main(int argc, char **argv)
 	int r = red_main(cmd, n, a);
 	if (r >= 0)
 		return r;
+	if (!strcmp(cmd, "send-udp"))
+		return cmd_send_udp(n, a);
+	if (!strcmp(cmd, "socket"))
+		return cmd_socket(n, a);
 	fprintf(stderr, "wr-probe: unknown command '%s'\n", cmd);
 	return 2;
 }

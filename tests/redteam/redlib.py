@@ -246,19 +246,35 @@ def ctx(rt, rt_key):
 # the DNS forwarder, each with its bpf-net or dns event via
 # ctx.expect_event) and create the sandboxes with its policy.
 NET_MODE = "none"
+# Mode none, per tier. Container sandboxes carry the eBPF filter (issue 6):
+# its connect/sendmsg hooks refuse any non-loopback destination with EPERM
+# (before routing, which has nothing but loopback either) and report a
+# bpf-net event. Function calls run in a netns of their own without the
+# filter: the kernel's ENETUNREACH, no event.
 NET_EXPECT = {
     "none": {
-        "connect": "ENETUNREACH",  # no route: only loopback exists
-        "sendto": "ENETUNREACH",
-        "icmp-dgram": "EACCES",  # ping_group_range excludes every group
-        "raw": "EPERM",  # no CAP_NET_RAW
-        "event": None,  # the kernel refuses; no platform layer involved
+        "container": {
+            "connect": "EPERM",
+            "sendto": "EPERM",
+            "icmp-dgram": "EACCES",  # ping_group_range refuses the socket first
+            "raw": "EPERM",  # no CAP_NET_RAW
+            "event": "bpf-net",
+        },
+        "function": {
+            "connect": "ENETUNREACH",  # no route: only loopback exists
+            "sendto": "ENETUNREACH",
+            "icmp-dgram": "EACCES",  # ping_group_range excludes every group
+            "raw": "EPERM",  # no CAP_NET_RAW
+            "event": None,  # the kernel refuses; no platform layer involved
+        },
     },
 }
 
 
 def net(kind):
-    return NET_EXPECT[NET_MODE][kind]
+    col = current_key[0][1] if current_key[0] else ""
+    tier = "function" if col.startswith("function/") else "container"
+    return NET_EXPECT[NET_MODE][tier][kind]
 
 
 def net_event(ctx, action):

@@ -34,6 +34,7 @@ from . import images  # noqa: E402
 from . import registry  # noqa: E402
 from .images import AsyncImages, ImageInfo, Images  # noqa: E402
 from .lease import AsyncLease, Lease, LeaseInfo  # noqa: E402
+from .network import AsyncNetwork, Network  # noqa: E402
 from .pty import AsyncPty, AsyncPtyHandle, Pty, PtyHandle  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402

@@ -39,7 +39,8 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 idle_timeout: Optional[int], on_timeout: Optional[str],
                 layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                 registry_auth: Optional[Mapping[str, str]] = None,
-                on_idle: Optional[str] = None, lease: Any = None) -> Dict[str, Any]:
+                on_idle: Optional[str] = None, lease: Any = None,
+                network: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -57,6 +58,7 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         "on_idle": on_idle,
         # a lease id, or a Lease / AsyncLease object
         "lease": getattr(lease, "lease_id", lease),
+        "network": dict(network) if network is not None else None,
     })
 
 

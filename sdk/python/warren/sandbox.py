@@ -13,6 +13,7 @@ from ._ndjson import NDJSONDecoder
 from ._tar import IterReader, build_tar, iter_file, safe_extract
 from .exceptions import (CommandExitError, ConflictError, NotFoundError, RequestTimeoutError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
+from .network import Network
 from .pty import Pty
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "ByteStream"]
@@ -445,6 +446,7 @@ class Sandbox:
         self.commands = Commands(self)
         self.files = Files(self)
         self.pty = Pty(self)
+        self.network = Network(self)
 
     @property
     def sandbox_id(self) -> str:
@@ -487,7 +489,8 @@ class Sandbox:
                request_timeout: Optional[float] = None,
                layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                registry_auth: Optional[Mapping[str, str]] = None,
-               on_idle: Optional[str] = None, lease: Any = None) -> "Sandbox":
+               on_idle: Optional[str] = None, lease: Any = None,
+               network: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
@@ -514,6 +517,10 @@ class Sandbox:
                 ``"pause"`` (a later resume gives it a fresh lifetime).
             lease: a lease id or :class:`warren.Lease`: the sandbox is paused
                 when the lease's heartbeats stop and resumed when they come back.
+            network: the network policy (docs/API.md, "Network"), e.g.
+                ``{"mode": "allowlist", "allow": [{"cidr": "10.0.0.0/8",
+                "ports": "443", "protocol": "tcp"}], "services": ["pypi"]}``;
+                default mode ``"none"`` (loopback only). See :attr:`network`.
         Raises:
             InvalidArgumentError: a value is out of range (``.field`` names it).
             ResourceExhaustedError: the node is full.
@@ -525,7 +532,7 @@ class Sandbox:
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
-                           on_idle=on_idle, lease=lease)
+                           on_idle=on_idle, lease=lease, network=network)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)

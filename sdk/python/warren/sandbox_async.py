@@ -17,6 +17,7 @@ from ._ndjson import NDJSONDecoder
 from ._tar import build_tar, safe_extract
 from .exceptions import CommandExitError, ConflictError, NotFoundError, RequestTimeoutError
 from .models import CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult
+from .network import AsyncNetwork
 from .pty import AsyncPty
 from .sandbox import WAIT_POLL, _cmd_timeout
 
@@ -395,6 +396,7 @@ class AsyncSandbox:
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
         self.pty = AsyncPty(self)
+        self.network = AsyncNetwork(self)
 
     @property
     def sandbox_id(self) -> str:
@@ -435,7 +437,8 @@ class AsyncSandbox:
                      request_timeout: Optional[float] = None,
                      layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                      registry_auth: Optional[Mapping[str, str]] = None,
-                     on_idle: Optional[str] = None, lease: Any = None) -> "AsyncSandbox":
+                     on_idle: Optional[str] = None, lease: Any = None,
+                     network: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
@@ -444,7 +447,7 @@ class AsyncSandbox:
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
-                           on_idle=on_idle, lease=lease)
+                           on_idle=on_idle, lease=lease, network=network)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
