@@ -90,7 +90,8 @@ static void locate(struct cg_watch *w, pid_t pid)
 		return;
 	buf[n] = 0;
 	bool unified = exists("/sys/fs/cgroup/unified");
-	for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+	char *sv = NULL; /* strtok_r: other threads tokenise too */
+	for (char *l = strtok_r(buf, "\n", &sv); l; l = strtok_r(NULL, "\n", &sv)) {
 		char *c1 = strchr(l, ':');
 		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (c2 == NULL)

@@ -112,7 +112,8 @@ static bool pid_in_sandbox(pid_t pid, const char *sbid, char **kill)
 	l += *l == '\n' ? 4 : 3;
 	size_t ll = strcspn(l, "\n");
 	/* "id parent maj:min root mountpoint opts ... - cgroup2 src opts" */
-	for (char *line = strtok(mi, "\n"); line; line = strtok(NULL, "\n")) {
+	char *sv = NULL; /* strtok_r: other threads tokenise too */
+	for (char *line = strtok_r(mi, "\n", &sv); line; line = strtok_r(NULL, "\n", &sv)) {
 		char mnt[512];
 		const char *sep = strstr(line, " - cgroup2 ");
 		if (sep == NULL || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1)

@@ -692,7 +692,8 @@ static bool pid_is_init_of(pid_t pid, const char *id)
 	if (wr_read_file_at(AT_FDCWD, path, &buf, 65536, NULL) < 0)
 		return false;
 	size_t sl = strlen(suffix);
-	for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+	char *sv = NULL; /* strtok_r: other threads tokenise too */
+	for (char *line = strtok_r(buf, "\n", &sv); line; line = strtok_r(NULL, "\n", &sv)) {
 		size_t l = strlen(line);
 		if (l >= sl && strcmp(line + l - sl, suffix) == 0)
 			return true;

@@ -271,8 +271,9 @@ static int kernel_status(int pidfd)
 				/* after "(comm)": field 3 onwards; exit_code is 52 */
 				char *f = strrchr(st, ')');
 				int field = 2;
-				for (char *t = f ? strtok(f + 1, " \n") : NULL; t;
-				     t = strtok(NULL, " \n")) {
+				char *sv = NULL; /* strtok_r: other threads tokenise too */
+				for (char *t = f ? strtok_r(f + 1, " \n", &sv) : NULL; t;
+				     t = strtok_r(NULL, " \n", &sv)) {
 					if (++field == 52)
 						return atoi(t);
 				}
