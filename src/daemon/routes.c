@@ -53,7 +53,9 @@
 #define P39 "/v1/events"
 #define P40 "/v1/sandboxes/{id}/ports"
 #define P41 "/v1/sandboxes/{id}/ports/{cid}"
-#define P42 "other"
+#define P42 "/v1/sandboxes/{id}/snapshot"
+#define P43 "/v1/sandboxes/{id}/fork"
+#define P44 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -98,7 +100,9 @@ const char *const wrd_route_labels[] = {
     P39, /* 39 */
     P40, /* 40 */
     P41, /* 41 */
-    P42, /* 42: no route */
+    P42, /* 42 */
+    P43, /* 43 */
+    P44, /* 44: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -169,5 +173,8 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 40, WRD_BODY_JSON, WRD_POOL, wrd_api_ports_add),
     R("GET", 40, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_list),
     R("DELETE", 41, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_del),
+    /* snapshots (api_snapshot.c) */
+    R("POST", 42, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_snapshot),
+    R("POST", 43, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_fork),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);
