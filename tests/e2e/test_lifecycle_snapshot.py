@@ -204,3 +204,64 @@ def test_snapshot_push_pull_second_node(api, warrend, fresh_daemon, tmp_path):
             c2.close()
     finally:
         reg.stop()
+
+
+def test_cli_snapshot_and_fork(api, warrend):
+    from test_cli_client import Cli
+    cli = Cli(warrend)
+    imp(api, warrend, "snapbase:1")
+    sid = cli("create", "--image", "snapbase:1", check=0).out.strip()
+    try:
+        sh(api, sid, "echo cli > /by-cli")
+        name = f"clisnap{os.getpid()}:1"
+        out = cli("snapshot", sid, name, check=0).out.split()
+        assert out[0] == name and out[1].startswith("sha256:"), out
+        j = cli.json("snapshot", sid)
+        assert j["refs"][0].startswith(f"snapshot/{sid}:"), j
+        kids = cli("fork", "--count", "2", "--memory", "80M", sid, check=0).out.split()
+        assert len(kids) == 2, kids
+        for k in kids:
+            assert api.get(f"/v1/sandboxes/{k}").json()["memory_mb"] == 80
+            assert sh(api, k, "cat /by-cli") == "cli\n"
+            api.kill(k)
+        bad = cli("fork", "--count", "0", sid, check=125)
+        assert "--count" in bad.err and len(bad.err.strip().splitlines()) == 1, bad.err
+        bad = cli("snapshot", sid, "Bad Name")
+        assert bad.returncode != 0 and len(bad.err.strip().splitlines()) == 1, bad.err
+    finally:
+        api.kill(sid)
+
+
+def test_sdk_snapshot_and_fork(api, warrend, conn):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
+    import asyncio
+    from warren import AsyncSandbox, Sandbox
+    imp(api, warrend, "snapbase:1")
+    with Sandbox.create(image="snapbase:1", timeout=120, **conn) as sb:
+        sb.commands.run("echo sdk > /by-sdk")
+        img = sb.snapshot(f"sdksnap{os.getpid()}:1")
+        assert img.digest.startswith("sha256:")
+        with Sandbox.create(image=f"sdksnap{os.getpid()}:1", timeout=120, **conn) as s2:
+            assert s2.commands.run("cat /by-sdk").stdout == "sdk\n"
+        kids = sb.fork(2, memory_mb=72)
+        try:
+            assert len(kids) == 2
+            for k in kids:
+                assert k.get_info().memory_mb == 72
+                assert k.commands.run("cat /by-sdk").stdout == "sdk\n"
+        finally:
+            for k in kids:
+                k.kill()
+
+    async def go():
+        a = await AsyncSandbox.create(image="snapbase:1", timeout=120, **conn)
+        try:
+            await a.commands.run("echo async > /by-async")
+            img = await a.snapshot()
+            assert img.refs and img.refs[0].startswith("snapshot/")
+            kids = await a.fork(1)
+            assert (await kids[0].commands.run("cat /by-async")).stdout == "async\n"
+            await kids[0].kill()
+        finally:
+            await a.kill()
+    asyncio.run(go())
