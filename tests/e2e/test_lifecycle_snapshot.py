@@ -69,7 +69,9 @@ def test_snapshot_then_create_sees_files_and_deletions(api, warrend):
     # the source keeps running (it was running)
     assert state(api, src) == "running"
     n = count(src)
-    time.sleep(0.3)
+    deadline = time.time() + 10  # a loaded machine schedules the loop late
+    while count(src) <= n and time.time() < deadline:
+        time.sleep(0.05)
     assert count(src) > n
     ev = [e for e in events(api, src) if e["type"] == "snapshot"][-1]["detail"]
     assert ev["name"] == name and ev["digest"] == img["digest"], ev
