@@ -267,3 +267,60 @@ def test_sdk_snapshot_and_fork(api, warrend, conn):
         finally:
             await a.kill()
     asyncio.run(go())
+
+
+def test_crash_mid_snapshot(fresh_daemon):
+    """kill -9 of the daemon while it captures: after the restart the source
+    runs again (the freeze was never recorded), the name points at nothing
+    (no half image), and the store's staging area is empty."""
+    import threading
+    from lifecycle_util import init_pid
+    d = fresh_daemon().start()
+    c = d.client()
+    r = c.post("/v1/images/import", {"path": str(d.images / "busybox"), "ref": "snapbase:1"})
+    assert r.status == 201, r
+    sid = c.create(image="snapbase:1", disk_mb=1024)
+    # enough to copy that the capture is still going when the daemon dies
+    sh(c, sid, "for i in $(seq 1 400); do dd if=/dev/urandom of=/f$i bs=1024 count=512 "
+                "2>/dev/null; done")
+    start_counter(c, sid)
+    pid1 = init_pid(sid)
+    c.close()
+    res = {}
+
+    def snap():
+        c2 = d.client()
+        try:
+            res["r"] = c2.post(f"/v1/sandboxes/{sid}/snapshot", {"name": "crash:1"})
+        except Exception as e:  # the daemon dies under it
+            res["e"] = e
+        finally:
+            c2.close()
+    t = threading.Thread(target=snap)
+    t.start()
+    tmp = d.state / "images" / "tmp"
+    deadline = time.time() + 20
+    while time.time() < deadline and not (tmp.exists() and any(tmp.iterdir())):
+        time.sleep(0.01)
+    assert tmp.exists() and any(tmp.iterdir()), "the capture never started"
+    n = count(sid, pid1)
+    time.sleep(0.3)
+    assert count(sid, pid1) == n, "not frozen during the capture"
+    d.kill9()
+    t.join(30)
+    assert "r" not in res or res["r"].status != 201, "the capture finished before the kill"
+    d.start()
+    c = d.client()
+    try:
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        deadline = time.time() + 10
+        while count(sid, pid1) <= n and time.time() < deadline:
+            time.sleep(0.05)
+        assert count(sid, pid1) > n, "still frozen after the restart"
+        assert c.get("/v1/images/crash:1").status == 404
+        assert not any(tmp.iterdir()), list(tmp.iterdir())
+        # and a snapshot now works
+        assert c.post(f"/v1/sandboxes/{sid}/snapshot", {"name": "crash:1"}).status == 201
+        assert c.kill(sid).status == 204
+    finally:
+        c.close()
