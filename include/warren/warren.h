@@ -592,6 +592,21 @@ typedef struct {
 } warren_image;
 WARREN_API void warren_image_free(warren_image *img);
 
+/* Snapshot: the sandbox's filesystem changes as store image `name`
+ * (name[:tag]; NULL: "snapshot/<id>:<ms>"), stacked on the image the
+ * sandbox came from; creating a sandbox with the name as image recreates
+ * the filesystem. A running sandbox is frozen during the capture, a paused
+ * one stays paused. *out (if not NULL) receives the image. */
+WARREN_API int warren_sandbox_snapshot(warren_sandbox *sb, const char *name, warren_image **out,
+				       warren_error **err);
+/* Fork: count (1..256) new sandboxes from the sandbox's current filesystem
+ * (a snapshot, then creates with the source's settings). overrides_json: a
+ * JSON object of create fields that differ (memory_mb, cpu, env, ...) or
+ * NULL. *ids (if not NULL) receives the new ids, a NULL-terminated array
+ * (free each and the array); *json (if not NULL) the whole answer. */
+WARREN_API int warren_sandbox_fork(warren_sandbox *sb, int count, const char *overrides_json,
+				   char ***ids, char **json, warren_error **err);
+
 typedef struct {
 	size_t count;
 	warren_image *images; /* newest first */

@@ -24,6 +24,9 @@ int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
 int cmd_network(int argc, char **argv);
+/* snapshot.c */
+int cmd_snapshot(int argc, char **argv);
+int cmd_fork(int argc, char **argv);
 
 /* Usage error: one line on stderr naming the option and the reason. */
 int cli_usage_error(const char *opt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

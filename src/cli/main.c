@@ -27,6 +27,8 @@ static const struct {
     {"events", cmd_events, "show a sandbox's event log"},
     {"pause", cmd_pause, "freeze sandboxes (memory kept, lifetime stopped)"},
     {"resume", cmd_resume, "resume paused sandboxes"},
+    {"snapshot", cmd_snapshot, "capture a sandbox's filesystem as a store image"},
+    {"fork", cmd_fork, "start N new sandboxes from a sandbox's current filesystem"},
     {"lease", cmd_lease, "leases of training jobs: create, heartbeat, suspend, release"},
     {"network", cmd_network, "show or change a sandbox's network policy"},
     {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},

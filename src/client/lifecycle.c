@@ -37,6 +37,68 @@ int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_in
 	return sandbox_call(sb, "resume", req, out, errp);
 }
 
+/* ---- snapshot, fork ----------------------------------------------------- */
+
+int warren_sandbox_snapshot(warren_sandbox *sb, const char *name, warren_image **out,
+			    warren_error **errp)
+{
+	struct wc_call c = {.client = sb->client};
+	_cleanup_json_ json_t *ans = NULL;
+	_cleanup_json_ json_t *req = name ? json_pack("{ss}", "name", name) : json_object();
+	_cleanup_free_ char *path = wc_fmt("/v1/sandboxes/%s/snapshot", sb->id);
+	if (out)
+		*out = NULL;
+	int r = path && req ? wc_json(&c, "POST", path, req, &ans)
+			    : wc_fail(&c, "internal", ENOMEM, "out of memory");
+	if (r >= 0)
+		r = wc_image_out(&c, ans, out);
+	return wc_finish(&c, r < 0 ? r : 0, errp, "snapshot sandbox %s", sb->id);
+}
+
+int warren_sandbox_fork(warren_sandbox *sb, int count, const char *overrides_json, char ***ids,
+			char **json, warren_error **errp)
+{
+	struct wc_call c = {.client = sb->client};
+	_cleanup_json_ json_t *ans = NULL;
+	_cleanup_json_ json_t *req = NULL;
+	if (ids)
+		*ids = NULL;
+	if (json)
+		*json = NULL;
+	int r = 0;
+	if (overrides_json) {
+		json_error_t je;
+		req = json_loads(overrides_json, 0, &je);
+		if (!json_is_object(req))
+			r = wc_fail(&c, "invalid_argument", EINVAL,
+				    "fork overrides: not a JSON object");
+	} else {
+		req = json_object();
+	}
+	_cleanup_free_ char *path = wc_fmt("/v1/sandboxes/%s/fork", sb->id);
+	if (r == 0 && (req == NULL || path == NULL))
+		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
+	if (r == 0) {
+		json_object_set_new(req, "count", json_integer(count));
+		r = wc_json(&c, "POST", path, req, &ans);
+	}
+	json_t *list = r >= 0 ? json_object_get(ans, "sandboxes") : NULL;
+	if (r >= 0 && !json_is_array(list))
+		r = wc_fail(&c, "protocol", EPROTO, "answer has no sandboxes");
+	if (r >= 0 && ids) {
+		size_t n = json_array_size(list);
+		char **v = calloc(n + 1, sizeof(char *));
+		for (size_t i = 0; v && i < n; i++)
+			v[i] = wc_jstr(json_array_get(list, i), "id");
+		if (v == NULL)
+			r = wc_fail(&c, "internal", ENOMEM, "out of memory");
+		*ids = v;
+	}
+	if (r >= 0 && json)
+		*json = json_dumps(ans, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	return wc_finish(&c, r < 0 ? r : 0, errp, "fork sandbox %s", sb->id);
+}
+
 /* ---- leases ------------------------------------------------------------- */
 
 void warren_lease_info_free(warren_lease_info *l)

@@ -29,6 +29,12 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field);
 
 /* sandboxes */
 void wrd_api_sb_create(struct wrd_req *r);
+/* A create from `body` (validated as POST /v1/sandboxes' body) on behalf
+ * of r: the sandbox (referenced), or NULL with r's error reply set. */
+struct wrd_sbx *wrd_api_create_body(struct wrd_req *r, json_t *body);
+/* api_snapshot.c */
+void wrd_api_sb_snapshot(struct wrd_req *r);
+void wrd_api_sb_fork(struct wrd_req *r);
 void wrd_api_sb_list(struct wrd_req *r);
 void wrd_api_sb_get(struct wrd_req *r);
 void wrd_api_sb_kill(struct wrd_req *r);

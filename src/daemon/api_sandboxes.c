@@ -17,6 +17,7 @@
 #include "daemon/metrics.h"
 #include "daemon/network.h"
 #include "daemon/netpolicy.h"
+#include "daemon/snapshot.h"
 
 #ifndef WARREN_VERSION
 #define WARREN_VERSION "0.0.0"
@@ -308,14 +309,50 @@ fail:
 	return NULL;
 }
 
+static struct wrd_sbx *create_body(struct wrd_req *r);
+
+struct wrd_sbx *wrd_api_create_body(struct wrd_req *r, json_t *body)
+{
+	/* the body is the request's for create_spec and the image helpers */
+	json_t *saved = r->json;
+	r->json = body;
+	struct wrd_sbx *sb = create_body(r);
+	r->json = saved;
+	return sb;
+}
+
 void wrd_api_sb_create(struct wrd_req *r)
 {
 	if (wrd_query_check(r, NULL) < 0)
 		return;
-	const char *image, *tier;
-	json_t *spec = create_spec(r, &image, &tier);
-	if (spec == NULL)
+	struct wrd_sbx *sb = create_body(r);
+	if (sb == NULL)
 		return;
+	wrd_lease_created(sb); /* suspended meanwhile: paused now */
+	pthread_mutex_lock(&sb->lock);
+	json_t *o = wrd_record_json(&sb->rec);
+	pthread_mutex_unlock(&sb->lock);
+	wrd_reply_json(r, 201, o);
+	wrd_mgr_put(sb);
+}
+
+/* The create's work: the reply is set on failure only (NULL). */
+static struct wrd_sbx *create_body(struct wrd_req *r)
+{
+	const char *image, *tier;
+	/* a snapshot stands for its stack: base + layers + itself */
+	_cleanup_err_ wr_err xerr = NULL;
+	json_t *orig_image = r->json ? json_incref(json_object_get(r->json, "image")) : NULL;
+	if (r->json && json_is_string(orig_image) && wrd_snapshot_expand(r->json, &xerr) < 0) {
+		json_decref(orig_image);
+		wrd_reply_err(r, xerr);
+		return NULL;
+	}
+	json_t *spec = create_spec(r, &image, &tier);
+	if (spec == NULL) {
+		json_decref(orig_image);
+		return NULL;
+	}
 	const char *path = wrd_config_image(wrd_mgr_cfg, image);
 	/* image store refs and layers (images.c): held by the sandbox */
 	_cleanup_free_ char *store_path = NULL;
@@ -324,7 +361,8 @@ void wrd_api_sb_create(struct wrd_req *r)
 	if (path == NULL && wrd_images_hold(&holds, image, r->json, spec, &store_path, &ierr) < 0) {
 		wrd_reply_err(r, ierr);
 		json_decref(spec);
-		return;
+		json_decref(orig_image);
+		return NULL;
 	}
 	if (store_path)
 		path = store_path;
@@ -336,7 +374,8 @@ void wrd_api_sb_create(struct wrd_req *r)
 					"image: paths are accepted on the Unix socket only; use a "
 					"configured image name");
 			json_decref(spec);
-			return;
+			json_decref(orig_image);
+			return NULL;
 		}
 		path = image;
 	}
@@ -348,18 +387,29 @@ void wrd_api_sb_create(struct wrd_req *r)
 				image);
 		wrd_images_holds_drop(&holds);
 		json_decref(spec);
-		return;
+		json_decref(orig_image);
+		return NULL;
 	}
 	if (wrd_images_stack(&holds, wrd_mgr_cfg, r->json, r->tcp, path, spec, &ierr) < 0) {
 		wrd_reply_err(r, ierr);
 		wrd_images_holds_drop(&holds);
 		json_decref(spec);
-		return;
+		json_decref(orig_image);
+		return NULL;
+	}
+	/* the stack's digests, base first, when every part is a store image:
+	 * what a snapshot of this sandbox records as its base */
+	json_t *ls = json_object_get(r->json, "layers");
+	if (store_path && holds.n == 1 + json_array_size(ls)) {
+		json_t *dg = json_array();
+		for (size_t i = 0; i < holds.n; i++)
+			json_array_append_new(dg, json_string(holds.digest[i]));
+		json_object_set_new(spec, "image_digests", dg);
 	}
 	struct wrd_record rec = {0};
 	rec.tenant = (char *)r->tenant;
 	rec.tier = (char *)tier;
-	rec.image = (char *)image;
+	rec.image = (char *)(json_is_string(orig_image) ? json_string_value(orig_image) : image);
 	rec.image_path = (char *)path;
 	rec.spec = spec;
 	struct wrd_sbx *sb = NULL;
@@ -369,16 +419,13 @@ void wrd_api_sb_create(struct wrd_req *r)
 			err->errnum = EIO; /* the kernel's EINVAL is not the client's fault */
 		wrd_reply_err(r, err);
 		wrd_images_holds_drop(&holds);
+		sb = NULL;
 	} else {
 		wrd_images_holds_adopt(&holds, sb->rec.id);
-		wrd_lease_created(sb); /* suspended meanwhile: paused now */
-		pthread_mutex_lock(&sb->lock);
-		json_t *o = wrd_record_json(&sb->rec);
-		pthread_mutex_unlock(&sb->lock);
-		wrd_reply_json(r, 201, o);
-		wrd_mgr_put(sb);
 	}
 	json_decref(spec);
+	json_decref(orig_image);
+	return sb;
 }
 
 /* ---- get, list, kill, timeout ------------------------------------------- */

@@ -1,3 +1,4 @@
+#include "daemon/elastic.h"
 #include "daemon/config.h"
 #include "daemon/dns.h"
 #include "daemon/functions.h"
@@ -267,7 +268,10 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = load_microvm(v, cfg, err);
 		else if (strcmp(k, "spawners") == 0)
 			r = cfg_uint(v, k, 0, 8, &cfg->spawners, err);
-		else if (strcmp(k, "max_sandboxes") == 0)
+		else if (strcmp(k, "admission") == 0) {
+			struct wrd_admission a;
+			r = wrd_elastic_config(v, &a, err);
+		} else if (strcmp(k, "max_sandboxes") == 0)
 			r = cfg_uint(v, k, 1, 1000000, &cfg->max_sandboxes, err);
 		else if (strcmp(k, "max_commands") == 0)
 			r = cfg_uint(v, k, 4, 4096, &cfg->max_commands, err);

@@ -15,6 +15,7 @@
 #include "daemon/http.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "daemon/snapshot.h"
 
 enum lstate { L_ACTIVE, L_SUSPENDED, L_EXPIRED, L_RELEASED };
 static const char *const lstate_names[] = {"active", "suspended", "expired", "released"};
@@ -26,7 +27,7 @@ struct lease {
 	char on_expire[16];
 	enum lstate state;
 	char reason[16]; /* suspended: "heartbeat" or "request" */
-	char action[16]; /* ended: "kill", "pause", "keep" */
+	char action[16]; /* ended: "kill", "pause", "snapshot", "keep" */
 	int64_t created_ms, ended_ms, suspended_ms;
 	int64_t last_hb_ms; /* in memory only (lease.h) */
 	/* making the sandboxes follow: gen counts transitions, done_gen the
@@ -151,7 +152,7 @@ int wrd_leases_load(wr_err *err)
 /* ---- making the sandboxes follow ---------------------------------------- */
 
 /* What the lease's state asks of its sandboxes. */
-enum want { W_RESUME, W_PAUSE, W_KILL, W_NONE };
+enum want { W_RESUME, W_PAUSE, W_KILL, W_SNAPSHOT, W_NONE };
 
 static enum want want_of(const struct lease *l)
 {
@@ -164,6 +165,8 @@ static enum want want_of(const struct lease *l)
 			return W_KILL;
 		if (strcmp(l->action, "pause") == 0)
 			return W_PAUSE;
+		if (strcmp(l->action, "snapshot") == 0)
+			return W_SNAPSHOT;
 		return W_RESUME; /* keep: resumed, then on their own */
 	}
 	return W_NONE;
@@ -182,6 +185,24 @@ static void apply(const char *tenant, const char *id, enum want w)
 				r = wrd_mgr_pause(sb, "lease", &err);
 			} else if (w == W_RESUME) {
 				r = wrd_mgr_resume(sb, "lease", "lease", &err);
+			} else if (w == W_SNAPSHOT) {
+				/* snapshot, then kill; a failed snapshot keeps the
+				 * sandbox (paused): its state is never lost */
+				char ref[128];
+				wrd_snapshot_name(sb, "lease", ref, sizeof(ref));
+				struct wr_image *img = NULL;
+				r = wrd_mgr_pause(sb, "lease", &err);
+				if (r == 0)
+					r = wrd_snapshot_take(sb, ref, &img, &err);
+				if (r == 0) {
+					json_t *d = json_object();
+					json_object_set_new(d, "reason", json_string("lease"));
+					json_object_set_new(d, "lease", json_string(id));
+					json_object_set_new(d, "snapshot", json_string(ref));
+					json_object_set_new(d, "digest", json_string(img->digest));
+					r = wrd_mgr_kill(sb, WRD_KILLED, d, NULL, NULL, &err);
+				}
+				wr_image_free(&img);
 			} else if (w == W_KILL) {
 				json_t *d = json_object();
 				json_object_set_new(d, "reason", json_string("lease"));
@@ -263,9 +284,7 @@ int64_t wrd_leases_tick(int64_t now, int64_t cap)
 		int64_t sus = l->state == L_ACTIVE ? l->last_hb_ms + l->grace_ms : INT64_MAX;
 		struct lease old = *l;
 		if (now >= exp) {
-			/* snapshot: this node has none, so the state is kept */
-			end_lease(l, L_EXPIRED,
-				  strcmp(l->on_expire, "kill") == 0 ? "kill" : "pause", now);
+			end_lease(l, L_EXPIRED, l->on_expire, now);
 		} else if (now >= sus) {
 			l->state = L_SUSPENDED;
 			snprintf(l->reason, sizeof(l->reason), "heartbeat");

@@ -8,10 +8,10 @@
  * A lease belongs to a tenant; ids are per tenant. Its sandboxes are those
  * created with "lease": id. Suspension pauses them (reason "lease"); a
  * return to active resumes those it paused (not ones paused for another
- * reason). Expiry applies on_expire: "kill", "pause", or "snapshot" (this
- * node has no snapshots: the sandboxes are paused and stay so, nothing is
- * lost). Definitions and transitions are durable (SQLite, table leases);
- * heartbeats are not: after a daemon start every live lease counts as
+ * reason). Expiry applies on_expire: "kill", "pause", or "snapshot" (each
+ * sandbox is snapshotted as image "snapshot/<id>:lease", then killed; one
+ * whose snapshot fails stays paused, nothing is lost). Definitions and transitions are durable
+ * (SQLite, table leases); heartbeats are not: after a daemon start every live lease counts as
  * heartbeated at the start, so time the daemon was down is never counted
  * as missed heartbeats. Each transition then makes the lease's sandboxes
  * match its state, again at every start, so a crash in the middle of one

@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "daemon/elastic.h"
 #include "daemon/lease.h"
 #include "daemon/manager.h"
 
@@ -104,6 +105,7 @@ void wrd_life_metrics(FILE *f)
 	pressure(f, "cpu");
 	pressure(f, "memory");
 	pressure(f, "io");
+	wrd_elastic_metrics(f); /* node CPUs, requests, overcommit, refusals */
 	/* per live sandbox: what it asked for and what it uses */
 	size_t n;
 	struct wrd_sbx **v = wrd_table_snapshot(&n);

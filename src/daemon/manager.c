@@ -1,3 +1,4 @@
+#include "daemon/elastic.h"
 #include "daemon/manager.h"
 #include "daemon/netpolicy.h"
 
@@ -274,6 +275,9 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	if (wrd_mgr_live() >= wrd_mgr_cfg->max_sandboxes)
 		return wr_err_set(err, EAGAIN, "this node runs its maximum of %u sandboxes",
 				  wrd_mgr_cfg->max_sandboxes);
+	/* elastic.c: requests of running sandboxes and the node's pressure */
+	if (wrd_elastic_admit(json_number_value(json_object_get(rec->spec, "cpu")), err) < 0)
+		return -1;
 	if (wr_random_id(rec->id) < 0)
 		return wr_err_set(err, EIO, "no randomness for an id");
 	rec->state = WRD_CREATING;

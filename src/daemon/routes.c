@@ -54,7 +54,9 @@
 #define P40 "/v1/sandboxes/{id}/ports"
 #define P41 "/v1/sandboxes/{id}/ports/{cid}"
 #define P42 "/v1/sandboxes/{id}/network"
-#define P43 "other"
+#define P43 "/v1/sandboxes/{id}/snapshot"
+#define P44 "/v1/sandboxes/{id}/fork"
+#define P45 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -100,7 +102,9 @@ const char *const wrd_route_labels[] = {
     P40, /* 40 */
     P41, /* 41 */
     P42, /* 42 */
-    P43, /* 43: no route */
+    P43, /* 43 */
+    P44, /* 44 */
+    P45, /* 45: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -174,5 +178,8 @@ const struct wrd_route wrd_routes[] = {
     /* network policy (api_network.c) */
     R("GET", 42, WRD_BODY_NONE, WRD_POOL, wrd_api_net_get),
     R("PATCH", 42, WRD_BODY_JSON, WRD_POOL, wrd_api_net_patch),
+    /* snapshots (api_snapshot.c) */
+    R("POST", 43, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_snapshot),
+    R("POST", 44, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_fork),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

@@ -128,6 +128,17 @@ static char *oci_config(const struct wr_image *img)
 		json_object_set_new(cfg, "Entrypoint", strv_json(c->entrypoint, c->n_entrypoint));
 	if (c->n_cmd)
 		json_object_set_new(cfg, "Cmd", strv_json(c->cmd, c->n_cmd));
+	if (c->n_labels) {
+		json_t *lb = json_object();
+		for (size_t i = 0; i < c->n_labels; i++) {
+			const char *eq = strchr(c->labels[i], '=');
+			_cleanup_free_ char *k =
+			    eq ? strndup(c->labels[i], (size_t)(eq - c->labels[i])) : NULL;
+			if (k)
+				json_object_set_new(lb, k, json_string(eq + 1));
+		}
+		json_object_set_new(cfg, "Labels", lb);
+	}
 	char created[32] = "1970-01-01T00:00:00Z";
 	time_t t = (time_t)img->created;
 	struct tm tm;

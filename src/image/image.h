@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "common/error.h"
@@ -103,7 +104,11 @@ struct wr_image_config {
 	size_t n_entrypoint;
 	char **cmd;
 	size_t n_cmd;
+	char **labels; /* OCI "Labels" as "key=value" strings, sorted by key */
+	size_t n_labels;
 };
+/* The value of label `key`, or NULL. */
+const char *wr_image_label(const struct wr_image_config *c, const char *key);
 
 /* Where a lazily pulled image comes from (registry module). */
 struct wr_image_remote {
@@ -158,6 +163,20 @@ int wr_image_import(struct wr_image_store *s, const char *path,
  * random access (archives, auto). */
 int wr_image_import_fd(struct wr_image_store *s, int fd, const struct wr_image_import_opts *o,
 		       struct wr_image **out, wr_err *err);
+
+/* Import the upper directory of an overlay (a sandbox's writable layer,
+ * read through upper_fd, borrowed) as a layer image: regular files, dirs,
+ * symlinks and fifos are copied with their modes, times and user.*
+ * xattrs; owners are shifted down by id_base (host ids of the sandbox's
+ * user namespace; ids outside its 65536 become 65534); overlay whiteouts
+ * (0/0 character devices) and opaque directories (user.overlay.opaque)
+ * are kept as such, so stacked over its base with overlayfs' userxattr
+ * convention the layer deletes what the sandbox deleted. Sockets and other
+ * devices are left out; other user.overlay.* xattrs (origin, impure) are
+ * dropped. config_json may carry Labels (see wr_image_label). */
+int wr_image_import_upper(struct wr_image_store *s, int upper_fd, uid_t id_base,
+			  const char *config_json, const struct wr_image_import_opts *o,
+			  struct wr_image **out, wr_err *err);
 
 /* Building blocks for the registry module. */
 struct wr_image_layer {

@@ -37,7 +37,8 @@ json_t *wri_runtime_config(json_t *oci)
 	if (c == NULL)
 		return NULL;
 	json_t *out = json_object();
-	static const char *const keys[] = {"Env", "WorkingDir", "User", "Entrypoint", "Cmd"};
+	static const char *const keys[] = {"Env",	 "WorkingDir", "User",
+					   "Entrypoint", "Cmd",	       "Labels"};
 	for (size_t i = 0; i < WR_ARRAY_SIZE(keys); i++) {
 		json_t *v = json_object_get(c, keys[i]);
 		if (v && !json_is_null(v))

@@ -137,6 +137,9 @@ void wri_config_clear(struct wr_image_config *c)
 		free(c->entrypoint[i]);
 	for (size_t i = 0; i < c->n_cmd; i++)
 		free(c->cmd[i]);
+	for (size_t i = 0; i < c->n_labels; i++)
+		free(c->labels[i]);
+	free(c->labels);
 	free(c->env);
 	free(c->entrypoint);
 	free(c->cmd);
@@ -167,6 +170,20 @@ static int strv(json_t *a, const char *what, char ***out, size_t *n, wr_err *err
 	return 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *wr_image_label(const struct wr_image_config *c, const char *key)
+{
+	size_t kl = strlen(key);
+	for (size_t i = 0; i < c->n_labels; i++)
+		if (strncmp(c->labels[i], key, kl) == 0 && c->labels[i][kl] == '=')
+			return c->labels[i] + kl + 1;
+	return NULL;
+}
+
 /* Accepts both the stored form ({Env, WorkingDir, User, Entrypoint, Cmd})
  * and a whole OCI image config ({"config": {...}, ...}). */
 int wri_config_from_json(json_t *j, struct wr_image_config *c, wr_err *err)
@@ -194,6 +211,33 @@ int wri_config_from_json(json_t *j, struct wr_image_config *c, wr_err *err)
 			wri_config_clear(c);
 			return r;
 		}
+	json_t *lb = json_object_get(j, "Labels");
+	if (lb && !json_is_null(lb)) {
+		if (!json_is_object(lb)) {
+			wri_config_clear(c);
+			return wr_err_set(err, EINVAL, "image config: Labels: not an object");
+		}
+		if ((c->labels = calloc(json_object_size(lb) + 1, sizeof(char *))) == NULL) {
+			wri_config_clear(c);
+			return wr_err_set(err, ENOMEM, "out of memory");
+		}
+		/* jansson iterates in insertion order; sort for a stable form */
+		const char **keys = calloc(json_object_size(lb) + 1, sizeof(char *));
+		size_t nk = 0;
+		const char *k;
+		json_t *v;
+		json_object_foreach(lb, k, v)
+		{
+			if (keys && json_is_string(v))
+				keys[nk++] = k;
+		}
+		qsort(keys, nk, sizeof(*keys), cmp_str);
+		for (size_t i = 0; keys && i < nk; i++)
+			if (asprintf(&c->labels[c->n_labels], "%s=%s", keys[i],
+				     json_string_value(json_object_get(lb, keys[i]))) >= 0)
+				c->n_labels++;
+		free(keys);
+	}
 	const char *wd = json_string_value(json_object_get(j, "WorkingDir"));
 	const char *user = json_string_value(json_object_get(j, "User"));
 	if (wd && wd[0] && wd[0] != '/') {

@@ -238,6 +238,8 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	_cleanup_close_ int work = openat(storage, "work", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (upper < 0 || work < 0)
 		return wr_cerr_sys(e, "open upper/work");
+	if (s->upper_out && (*s->upper_out = fcntl(upper, F_DUPFD_CLOEXEC, 3)) < 0)
+		return wr_cerr_sys(e, "keep upper");
 
 	_cleanup_close_ int ovl = wr_fsopen("overlay", FSOPEN_CLOEXEC);
 	if (ovl < 0)

@@ -41,6 +41,10 @@ struct wr_rootfs_spec {
 	 * Otherwise a new sysfs of the child's own namespace. */
 	bool use_sysfs_fd;
 	int sysfs_fd;
+	/* When not NULL: receives an O_PATH, close-on-exec fd of the writable
+	 * layer's upper directory (the caller keeps it in PID 1 so the host can
+	 * read the sandbox's changes for a snapshot). */
+	int *upper_out;
 };
 
 #define WR_ROOTFS_MAX_LOWER 16

@@ -211,6 +211,8 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	 * root (a test's mkdtemp), and as the sandbox's uid we could not walk
 	 * them. Our mount namespace is already our own, so the fd is usable. */
 	struct wr_rootfs_spec rs = a->rootfs;
+	int upper = -1;
+	rs.upper_out = &upper;
 	rs.mountpoint_fd = open(a->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rs.mountpoint_fd < 0) {
 		wr_cerr_sys(&e, "open %s", a->mountpoint);
@@ -287,6 +289,12 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	 * parent learns that exec succeeded. */
 	if (wr_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
 		wr_cerr_sys(&e, "close_range");
+		child_fail(a->sync, &e);
+	}
+	/* ... but the upper directory stays open in PID 1, its only fd above
+	 * 2: the host finds the sandbox's changes there (wr_container_upper). */
+	if (upper >= 0 && fcntl(upper, F_SETFD, 0) < 0) {
+		wr_cerr_sys(&e, "keep upper");
 		child_fail(a->sync, &e);
 	}
 	if (wr_seccomp_load(a->seccomp, &e) < 0)
@@ -936,6 +944,7 @@ const struct wr_tier_ops wr_container_tier = {
     .freeze = wr_container_freeze,
     .frozen = wr_container_frozen,
     .usage = wr_container_usage,
+    .upper = wr_container_upper,
     .destroy = wr_container_destroy,
     .main_pid = wr_sandbox_init_pid,
 };

@@ -28,6 +28,7 @@ int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
 int wr_container_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err);
 int wr_container_frozen(struct wr_sandbox *sb, wr_err *err);
 int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
+int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process
  * created (its record says id, PID 1's host pid and the spec it was created

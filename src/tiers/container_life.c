@@ -1,8 +1,17 @@
 /* The container tier's part of the lifecycle: pause and resume (the
  * cgroup freezer on the sandbox cgroup, which holds PID 1 and every command
- * leaf), the freezer's state for recovery, and the sandbox's usage. */
+ * leaf), the freezer's state for recovery, the sandbox's usage, and its
+ * writable layer for snapshots. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tiers/container.h"
 #include "tiers/container_internal.h"
@@ -36,5 +45,55 @@ int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err
 {
 	if (wr_cgroup_stats(sb->cg, st, err) < 0)
 		return wr_err_wrap(err, "usage of sandbox %s", sb->id);
+	return 0;
+}
+
+/* PID 1 (warren-init) keeps one fd above 2: the upper directory of the
+ * writable layer (container.c keeps it open through its exec). Its mount
+ * is a tmpfs attached nowhere, reachable from the host only through that
+ * fd; a restarted daemon finds it the same way. */
+int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err)
+{
+	if (atomic_load(&sb->killed))
+		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)sb->init_pid);
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return wr_err_sys(err, "sandbox %s: list PID 1's fds", sb->id);
+	int found = -1;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char *end;
+		long n = strtol(e->d_name, &end, 10);
+		if (*end || end == e->d_name || n <= 2)
+			continue;
+		char p[96];
+		snprintf(p, sizeof(p), "/proc/%d/fd/%ld", (int)sb->init_pid, n);
+		int f = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		struct statfs sf;
+		if (f >= 0 && fstatfs(f, &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
+			found = f;
+			break;
+		}
+		if (f >= 0)
+			close(f);
+	}
+	closedir(d);
+	/* the pidfd still names PID 1: the fd read is its, not a recycled pid's */
+	siginfo_t si = {0};
+	if (found >= 0 &&
+	    waitid(P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+	    si.si_pid != 0) {
+		close(found);
+		found = -1;
+	}
+	if (found < 0)
+		return wr_err_set(err, EOPNOTSUPP,
+				  "sandbox %s: its writable layer is not reachable (PID 1 gone, "
+				  "or the sandbox predates snapshots)",
+				  sb->id);
+	*fd = found;
+	*id_base = sb->idmap.base;
 	return 0;
 }

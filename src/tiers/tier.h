@@ -151,6 +151,11 @@ struct wr_tier_ops {
 	int (*frozen)(struct wr_sandbox *sb, wr_err *err);
 	/* CPU time and memory of the whole sandbox (its cgroup). */
 	int (*usage)(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
+	/* The writable layer's upper directory as the host sees it (overlay
+	 * whiteouts and user.overlay.* xattrs included): an O_RDONLY directory
+	 * fd the caller closes, and the host id that is 0 inside. NULL: the
+	 * tier has no such layer (no snapshots). */
+	int (*upper)(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
 	/* Kill everything, release every resource, free sb. */
 	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
 	/* The host process whose exit means the sandbox is dead (container:

@@ -637,6 +637,29 @@ class Sandbox:
             "POST", f"/sandboxes/{seg(self._id)}/resume", json=body))
         return self._info
 
+    def snapshot(self, name: Optional[str] = None) -> "ImageInfo":
+        """Capture the sandbox's filesystem changes as image ``name``
+        (``"name[:tag]"``; default ``snapshot/<id>:<ms>``) in the node's
+        store, stacked on the image it came from. ``Sandbox.create(name)``
+        starts from it; ``warren.images.push`` sends it to a registry. A
+        running sandbox is frozen during the capture, a paused one stays so."""
+        from .images import ImageInfo
+        body = {"name": name} if name is not None else {}
+        return ImageInfo.from_json(self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/snapshot", json=body))
+
+    def fork(self, count: int = 1, **overrides: Any) -> List["Sandbox"]:
+        """``count`` new sandboxes from this one's current filesystem (a
+        snapshot, then creates with this sandbox's settings; ``overrides``
+        are create fields that differ, e.g. ``memory_mb=256``)."""
+        body = dict(drop_none(overrides), count=count)
+        d = self._http.json("POST", f"/sandboxes/{seg(self._id)}/fork", json=body)
+        out = []
+        for x in d["sandboxes"]:
+            info = SandboxInfo.from_json(x)
+            out.append(Sandbox(info.sandbox_id, _config=self._http.cfg, _info=info))
+        return out
+
     def is_paused(self) -> bool:
         """True while the sandbox is paused."""
         try:

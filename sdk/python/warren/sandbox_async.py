@@ -528,6 +528,23 @@ class AsyncSandbox:
             "POST", f"/sandboxes/{seg(self._id)}/pause"))
         return self._info
 
+    async def snapshot(self, name: Optional[str] = None) -> "ImageInfo":
+        """The filesystem as an image; see :meth:`warren.Sandbox.snapshot`."""
+        from .images import ImageInfo
+        body = {"name": name} if name is not None else {}
+        return ImageInfo.from_json(await self._http.json(
+            "POST", f"/sandboxes/{seg(self._id)}/snapshot", json=body))
+
+    async def fork(self, count: int = 1, **overrides: Any) -> List["AsyncSandbox"]:
+        """New sandboxes from this one's filesystem; see :meth:`warren.Sandbox.fork`."""
+        body = dict(drop_none(overrides), count=count)
+        d = await self._http.json("POST", f"/sandboxes/{seg(self._id)}/fork", json=body)
+        out = []
+        for x in d["sandboxes"]:
+            info = SandboxInfo.from_json(x)
+            out.append(type(self)(info.sandbox_id, _config=self._http.cfg, _info=info))
+        return out
+
     async def resume(self, timeout: Optional[int] = None) -> SandboxInfo:
         """Thaw the sandbox; see :meth:`warren.Sandbox.resume`."""
         body = {"timeout": timeout} if timeout is not None else None
