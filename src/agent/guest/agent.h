@@ -1,0 +1,28 @@
+/* warren-agent: PID 1 and command server inside microVM and VM guests.
+ *
+ * Not warren-init: the container tier's PID 1 is freestanding and never runs
+ * anything for anyone, while a guest has no host kernel to enter it from, so
+ * its agent must start commands, stream their output over the agent channel
+ * (a virtio-serial port named "warren.agent", framed as in
+ * src/common/frame.h) and kill their process trees. It is static (libc and
+ * jansson), runs from the initramfs and keeps running after the switch to
+ * the sandbox's root.
+ *
+ * Everything it says is guest-reported: the host treats exit codes and
+ * output from here as claims of code inside the VM, and observes what it
+ * can (QEMU's own exit, wall time, the VM's cgroup) itself. */
+#ifndef WARREN_AGENT_GUEST_AGENT_H
+#define WARREN_AGENT_GUEST_AGENT_H
+
+#include <stddef.h>
+
+/* boot.c: mounts, modules, root switch; message in err on failure. */
+int ga_boot(char *err, size_t errlen);
+/* The value of key=value on the kernel command line, or NULL. */
+const char *ga_cmdline_get(const char *key, char *out, size_t len);
+
+/* serve.c: the command server on the channel fd; returns when the channel
+ * closes. */
+void ga_serve(int chan);
+
+#endif

@@ -1,0 +1,483 @@
+/* warren-agent, command half: EXEC/STDIN/KILL/PING frames in, output and
+ * EXIT frames out (protocol: src/common/frame.h).
+ *
+ * Each command runs in a cgroup of its own (/sys/fs/cgroup/cmd-<id>) as the
+ * leader of a new session, so a kill or a timeout takes its whole tree with
+ * cgroup.kill, however its processes detached. A command is over when its
+ * first process has been reaped and its stdout and stderr reached EOF, or
+ * 200 ms after that process went while background children still hold
+ * them; background processes with their own output live on in the cgroup
+ * until the VM ends, as in the container tier.
+ *
+ * Backpressure: output frames are written blocking, so a host that stops
+ * reading stalls this loop (and with it every command's output) rather than
+ * letting the guest buffer without bound; the host therefore keeps reading
+ * past its output caps and discards. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/guest/agent.h"
+#include "common/frame.h"
+
+#define MAX_CMDS 256
+#define DRAIN_MS 200
+
+struct cmd {
+	uint32_t id;
+	pid_t pid; /* 0 once reaped */
+	int status;
+	int out, err, in, timer, cg;
+	bool exited, timed_out, killed, draining;
+	char exec_error[256];
+	uint64_t start_ns;
+	char *pending; /* stdin bytes not yet taken by the pipe */
+	size_t npending;
+	bool in_eof; /* close stdin once pending is written */
+};
+
+static struct cmd *g_cmds[MAX_CMDS];
+static int g_chan = -1;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void send_json(uint8_t type, uint32_t id, json_t *j)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (s == NULL)
+		return;
+	wr_frame_write(g_chan, type, id, s, (uint32_t)strlen(s));
+	free(s);
+}
+
+static void send_error(uint32_t id, const char *msg)
+{
+	send_json(WR_FRAME_ERROR, id, json_pack("{s:s}", "message", msg));
+}
+
+static struct cmd *find(uint32_t id)
+{
+	for (int i = 0; i < MAX_CMDS; i++)
+		if (g_cmds[i] && g_cmds[i]->id == id)
+			return g_cmds[i];
+	return NULL;
+}
+
+static void closefd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void cg_kill(struct cmd *c)
+{
+	if (c->cg < 0)
+		return;
+	int fd = openat(c->cg, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, "1", 1) < 0) {
+			/* the cgroup is gone with its processes: nothing to kill */
+		}
+		close(fd);
+	}
+}
+
+static void arm(int timer, uint64_t ms)
+{
+	struct itimerspec it = {
+	    .it_value = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000}};
+	if (ms == 0)
+		it.it_value.tv_nsec = 1;
+	timerfd_settime(timer, 0, &it, NULL);
+}
+
+static void finish(struct cmd *c)
+{
+	int slot = -1;
+	for (int i = 0; i < MAX_CMDS; i++)
+		if (g_cmds[i] == c)
+			slot = i;
+	const char *reason = c->exec_error[0]	      ? "exec_failed"
+			     : c->timed_out	      ? "timeout"
+			     : c->killed	      ? "killed"
+			     : WIFSIGNALED(c->status) ? "signaled"
+						      : "exited";
+	json_t *j = json_pack("{s:i, s:i, s:s, s:I}", "exit_code",
+			      WIFEXITED(c->status) ? WEXITSTATUS(c->status) : -1, "signal",
+			      WIFSIGNALED(c->status) ? WTERMSIG(c->status) : 0, "reason", reason,
+			      "duration_ms", (json_int_t)((now_ns() - c->start_ns) / 1000000));
+	if (j && c->exec_error[0])
+		json_object_set_new(j, "message", json_string(c->exec_error));
+	send_json(WR_FRAME_EXIT, c->id, j);
+	closefd(&c->out);
+	closefd(&c->err);
+	closefd(&c->in);
+	closefd(&c->timer);
+	if (c->cg >= 0) {
+		char path[64];
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/cmd-%u", c->id);
+		closefd(&c->cg);
+		rmdir(path); /* EBUSY while background processes live: kept */
+	}
+	free(c->pending);
+	free(c);
+	if (slot >= 0)
+		g_cmds[slot] = NULL;
+}
+
+static void maybe_finish(struct cmd *c)
+{
+	if (!c->exited)
+		return;
+	if (c->out < 0 && c->err < 0) {
+		finish(c);
+		return;
+	}
+	if (!c->draining) {
+		c->draining = true;
+		arm(c->timer, DRAIN_MS);
+	}
+}
+
+/* Child: never returns. Errors go to ep (close-on-exec: EOF = exec'd). */
+static void child(json_t *req, int cgfd, int in, int out, int err, int ep)
+{
+	char msg[256];
+	json_t *argv = json_object_get(req, "argv"), *env = json_object_get(req, "env");
+	size_t na = json_array_size(argv), ne = json_array_size(env);
+	char **av = calloc(na + 1, sizeof(char *)), **ev = calloc(ne + 1, sizeof(char *));
+	for (size_t i = 0; i < na; i++)
+		av[i] = (char *)json_string_value(json_array_get(argv, i));
+	for (size_t i = 0; i < ne; i++)
+		ev[i] = (char *)json_string_value(json_array_get(env, i));
+	const char *cwd = json_string_value(json_object_get(req, "cwd"));
+	int uid = (int)json_integer_value(json_object_get(req, "uid"));
+	int gid = (int)json_integer_value(json_object_get(req, "gid"));
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	int procs = openat(cgfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (procs < 0 || write(procs, "0", 1) != 1) {
+		snprintf(msg, sizeof(msg), "join cgroup: %s", strerror(errno));
+		goto fail;
+	}
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
+		snprintf(msg, sizeof(msg), "dup2: %s", strerror(errno));
+		goto fail;
+	}
+	if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0) {
+		snprintf(msg, sizeof(msg), "set uid %d gid %d: %s", uid, gid, strerror(errno));
+		goto fail;
+	}
+	if (cwd && chdir(cwd) < 0) {
+		snprintf(msg, sizeof(msg), "cwd %s: %s", cwd, strerror(errno));
+		goto fail;
+	}
+	/* PATH lookup in the command's own environment */
+	for (size_t i = 0; i < ne; i++)
+		if (strncmp(ev[i], "PATH=", 5) == 0)
+			setenv("PATH", ev[i] + 5, 1);
+	execvpe(av[0], av, ev);
+	snprintf(msg, sizeof(msg), "%s: %s", av[0], strerror(errno));
+fail:
+	if (write(ep, msg, strlen(msg)) < 0)
+		_exit(126);
+	_exit(127);
+}
+
+static int str_array(json_t *a, size_t min)
+{
+	if (!json_is_array(a) || json_array_size(a) < min || json_array_size(a) > 4096)
+		return -1;
+	for (size_t i = 0; i < json_array_size(a); i++)
+		if (!json_is_string(json_array_get(a, i)))
+			return -1;
+	return 0;
+}
+
+static void do_exec(uint32_t id, const uint8_t *p, uint32_t len)
+{
+	json_error_t je;
+	json_t *req = json_loadb((const char *)p, len, 0, &je);
+	json_t *env = req ? json_object_get(req, "env") : NULL;
+	int slot = -1;
+	for (int i = 0; i < MAX_CMDS && slot < 0; i++)
+		if (g_cmds[i] == NULL)
+			slot = i;
+	if (req == NULL || str_array(json_object_get(req, "argv"), 1) < 0 ||
+	    (env && str_array(env, 0) < 0)) {
+		send_error(id, "exec: argv must be a non-empty array of strings, env an array");
+		json_decref(req);
+		return;
+	}
+	if (id == 0 || find(id) || slot < 0) {
+		send_error(id, slot < 0 ? "exec: too many commands" : "exec: bad or duplicate id");
+		json_decref(req);
+		return;
+	}
+	struct cmd *c = calloc(1, sizeof(*c));
+	int o[2] = {-1, -1}, e[2] = {-1, -1}, i[2] = {-1, -1}, ep[2] = {-1, -1};
+	char path[64];
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/cmd-%u", id);
+	if (c == NULL || pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0 ||
+	    pipe2(ep, O_CLOEXEC) < 0 ||
+	    (json_is_true(json_object_get(req, "stdin"))
+		 ? pipe2(i, O_CLOEXEC)
+		 : (i[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
+	    (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+		send_error(id, "exec: out of resources");
+		goto out;
+	}
+	c->cg = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	c->timer = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	c->id = id;
+	c->start_ns = now_ns();
+	pid_t pid = c->cg < 0 || c->timer < 0 ? -1 : fork();
+	if (pid == 0)
+		child(req, c->cg, i[0], o[1], e[1], ep[1]);
+	if (pid < 0) {
+		send_error(id, "exec: fork failed");
+		closefd(&c->cg);
+		closefd(&c->timer);
+		goto out;
+	}
+	close(ep[1]);
+	ep[1] = -1;
+	ssize_t n = read(ep[0], c->exec_error, sizeof(c->exec_error) - 1);
+	c->exec_error[n > 0 ? n : 0] = '\0';
+	c->pid = pid;
+	c->out = o[0];
+	c->err = e[0];
+	c->in = i[1];
+	o[0] = e[0] = i[1] = -1;
+	if (c->in >= 0)
+		fcntl(c->in, F_SETFL, O_NONBLOCK);
+	json_int_t t = json_integer_value(json_object_get(req, "timeout_ms"));
+	if (t > 0)
+		arm(c->timer, (uint64_t)t);
+	g_cmds[slot] = c;
+	c = NULL;
+out:
+	closefd(&o[0]);
+	closefd(&o[1]);
+	closefd(&e[0]);
+	closefd(&e[1]);
+	closefd(&i[0]);
+	closefd(&i[1]);
+	closefd(&ep[0]);
+	closefd(&ep[1]);
+	free(c);
+	json_decref(req);
+}
+
+static void flush_stdin(struct cmd *c)
+{
+	while (c->in >= 0 && c->npending) {
+		ssize_t w = write(c->in, c->pending, c->npending);
+		if (w < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				return;
+			c->npending = 0; /* EPIPE: the command stopped reading */
+			break;
+		}
+		memmove(c->pending, c->pending + w, c->npending - (size_t)w);
+		c->npending -= (size_t)w;
+	}
+	if (c->in_eof && c->npending == 0)
+		closefd(&c->in);
+}
+
+static void do_stdin(uint32_t id, const uint8_t *p, uint32_t len)
+{
+	struct cmd *c = find(id);
+	if (c == NULL || c->in < 0)
+		return; /* finished, or stdin closed: late input is dropped */
+	if (len == 0) {
+		c->in_eof = true;
+	} else {
+		/* At most 4 MiB waits for a command that does not read; a
+		 * host sending more is told so and the excess is dropped. */
+		if (c->npending + len > (4u << 20)) {
+			send_error(id, "stdin: more than 4 MiB waiting; dropped");
+			return;
+		}
+		char *n = realloc(c->pending, c->npending + len);
+		if (n == NULL)
+			return;
+		c->pending = n;
+		memcpy(c->pending + c->npending, p, len);
+		c->npending += len;
+	}
+	flush_stdin(c);
+}
+
+static void on_frame(const struct wr_frame *f)
+{
+	switch (f->type) {
+	case WR_FRAME_EXEC: do_exec(f->id, f->payload, f->len); break;
+	case WR_FRAME_STDIN: do_stdin(f->id, f->payload, f->len); break;
+	case WR_FRAME_KILL: {
+		struct cmd *c = find(f->id);
+		if (c) {
+			c->killed = true;
+			cg_kill(c);
+		}
+		break;
+	}
+	case WR_FRAME_PING: wr_frame_write(g_chan, WR_FRAME_PONG, f->id, f->payload, f->len); break;
+	default: send_error(f->id, "unexpected frame type");
+	}
+}
+
+static void reap(int sfd)
+{
+	struct signalfd_siginfo si;
+	while (read(sfd, &si, sizeof(si)) == sizeof(si))
+		;
+	int st;
+	pid_t pid;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		for (int i = 0; i < MAX_CMDS; i++) {
+			struct cmd *c = g_cmds[i];
+			if (c && c->pid == pid) {
+				c->pid = 0;
+				c->status = st;
+				c->exited = true;
+				maybe_finish(c);
+				break;
+			}
+		}
+		/* any other pid: an orphan reparented to us, now reaped */
+	}
+}
+
+static void pump(struct cmd *c, int *fd, uint8_t type)
+{
+	static char buf[65536];
+	ssize_t n = read(*fd, buf, sizeof(buf));
+	if (n > 0) {
+		wr_frame_write(g_chan, type, c->id, buf, (uint32_t)n);
+		return;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	closefd(fd);
+	maybe_finish(c);
+}
+
+static void on_timer(struct cmd *c)
+{
+	uint64_t ticks;
+	if (read(c->timer, &ticks, sizeof(ticks)) < 0)
+		return;
+	if (c->draining) {
+		/* background children hold the pipes: the command is over */
+		closefd(&c->out);
+		closefd(&c->err);
+		finish(c);
+		return;
+	}
+	c->timed_out = true;
+	cg_kill(c);
+}
+
+void ga_serve(int chan)
+{
+	g_chan = chan;
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	struct wr_frame_reader rd;
+	wr_frame_reader_init(&rd);
+	static char buf[65536];
+	for (;;) {
+		struct pollfd pf[2 + 4 * MAX_CMDS];
+		struct {
+			struct cmd *c;
+			int what;
+		} who[2 + 4 * MAX_CMDS];
+		int n = 0;
+		pf[n++] = (struct pollfd){.fd = chan, .events = POLLIN};
+		pf[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+		for (int i = 0; i < MAX_CMDS; i++) {
+			struct cmd *c = g_cmds[i];
+			if (c == NULL)
+				continue;
+			int fds[4] = {c->out, c->err, c->timer, c->npending ? c->in : -1};
+			for (int k = 0; k < 4; k++) {
+				if (fds[k] < 0)
+					continue;
+				who[n].c = c;
+				who[n].what = k;
+				pf[n++] = (struct pollfd){.fd = fds[k],
+							  .events = k == 3 ? POLLOUT : POLLIN};
+			}
+		}
+		if (poll(pf, (nfds_t)n, -1) < 0)
+			continue;
+		if (pf[1].revents)
+			reap(sfd);
+		for (int k = 2; k < n; k++) {
+			if (!pf[k].revents)
+				continue;
+			struct cmd *c = who[k].c;
+			bool live = false;
+			for (int i = 0; i < MAX_CMDS; i++)
+				live |= g_cmds[i] == c;
+			if (!live || pf[k].fd < 0)
+				continue; /* finished earlier in this round */
+			switch (who[k].what) {
+			case 0:
+				if (c->out == pf[k].fd)
+					pump(c, &c->out, WR_FRAME_STDOUT);
+				break;
+			case 1:
+				if (c->err == pf[k].fd)
+					pump(c, &c->err, WR_FRAME_STDERR);
+				break;
+			case 2:
+				if (c->timer == pf[k].fd)
+					on_timer(c);
+				break;
+			default: flush_stdin(c);
+			}
+		}
+		if (pf[0].revents) {
+			ssize_t r = read(chan, buf, sizeof(buf));
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+				break;
+			if (r > 0 && wr_frame_feed(&rd, buf, (size_t)r) < 0)
+				break;
+			struct wr_frame f;
+			int got;
+			while ((got = wr_frame_next(&rd, &f)) == 1)
+				on_frame(&f);
+			if (got < 0)
+				break; /* a broken host stream: nothing sane to answer */
+		}
+	}
+	wr_frame_reader_free(&rd);
+}
