@@ -44,8 +44,6 @@ int wr_random_id(char out[17]);
 /* mkdir -p with mode; EEXIST is success. */
 int wr_mkdir_p(const char *path, mode_t mode, wr_err *err);
 
-#endif
-
 /* Act on a sandbox's filesystems as its user: the calling thread's
  * fsuid/fsgid become uid/gid (host ids) and SECBIT_NO_SETUID_FIXUP keeps
  * its capabilities meanwhile. Per thread; restore with wr_fscred_leave. */
@@ -60,3 +58,5 @@ void wr_fscred_leave(const struct wr_fscred *saved);
  * (close-on-exec), -EPIPE on EOF, -errno on failure. */
 int wr_send_fd(int sock, int fd);
 int wr_recv_fd(int sock);
+
+#endif

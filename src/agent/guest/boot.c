@@ -7,7 +7,8 @@
  *   switch_root does) → cgroup2, devpts, /dev/shm → hostname.
  *
  * Disks are named on the kernel command line: warren.root=<dev> (the EROFS
- * image, default vda) and warren.rw=<dev> (the writable disk, default vdb);
+ * image, default vda) and warren.rw=<dev> (the writable disk, default vdb),
+ * either as a device name or as serial:<virtio serial>;
  * warren.root=none keeps the initramfs as the root (tests of the agent). */
 #include <errno.h>
 #include <fcntl.h>
@@ -108,6 +109,36 @@ static int early_mounts(char *err, size_t errlen)
 	return 0;
 }
 
+/* "serial:NAME" names the virtio disk whose serial is NAME (the host sets
+ * it: device order is not stable across machines), else a /dev name. */
+static int resolve_disk(const char *spec, char *dev, size_t len)
+{
+	if (strncmp(spec, "serial:", 7) != 0) {
+		snprintf(dev, len, "/dev/%s", spec);
+		return 0;
+	}
+	for (int tries = 0; tries < 1000; tries++) {
+		for (char c = 'a'; c <= 'z'; c++) {
+			char path[64], serial[64] = "";
+			snprintf(path, sizeof(path), "/sys/block/vd%c/serial", c);
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			ssize_t n = read(fd, serial, sizeof(serial) - 1);
+			close(fd);
+			serial[n > 0 ? n : 0] = '\0';
+			serial[strcspn(serial, "\n")] = '\0';
+			if (strcmp(serial, spec + 7) == 0) {
+				snprintf(dev, len, "/dev/vd%c", c);
+				return 0;
+			}
+		}
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return -ENODEV;
+}
+
 static int new_root(char *err, size_t errlen)
 {
 	char root[64], rw[64], dev[80], dev2[80];
@@ -117,9 +148,8 @@ static int new_root(char *err, size_t errlen)
 		return 0;
 	if (!ga_cmdline_get("warren.rw", rw, sizeof(rw)))
 		snprintf(rw, sizeof(rw), "vdb");
-	snprintf(dev, sizeof(dev), "/dev/%s", root);
-	snprintf(dev2, sizeof(dev2), "/dev/%s", rw);
-	if (wait_for(dev, 5000) < 0 || wait_for(dev2, 5000) < 0) {
+	if (resolve_disk(root, dev, sizeof(dev)) < 0 || resolve_disk(rw, dev2, sizeof(dev2)) < 0 ||
+	    wait_for(dev, 5000) < 0 || wait_for(dev2, 5000) < 0) {
 		snprintf(err, errlen, "disks %s, %s did not appear", dev, dev2);
 		return -ENODEV;
 	}
