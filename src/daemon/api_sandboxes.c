@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
+#include "tiers/tier.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
 #include "daemon/lease.h"
@@ -186,10 +187,10 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	if ((v = json_object_get(b, "tier"))) {
 		if (wrd_j_str(v, "tier", 64, false, tier, &err) < 0)
 			goto bad;
-		if (strcmp(*tier, "container") != 0) {
+		if (wr_tier_lookup(*tier) == NULL) {
 			wrd_reply_error(r, "invalid_argument", "tier",
-					"tier: unknown tier '%s' (this node offers: container)",
-					*tier);
+					"tier: unknown tier '%s' (this node offers: container%s)",
+					*tier, wr_tier_lookup("microvm") ? ", microvm" : "");
 			goto fail;
 		}
 	}

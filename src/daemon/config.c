@@ -134,6 +134,31 @@ static int load_admins(json_t *arr, struct wrd_config *cfg, wr_err *err)
 	return 0;
 }
 
+static int load_microvm(json_t *obj, struct wrd_config *cfg, wr_err *err)
+{
+	const char *kernel = NULL, *initrd = NULL, *qemu = NULL, *accel = NULL;
+	json_error_t je;
+	if (json_unpack_ex(obj, &je, JSON_STRICT, "{s:s, s:s, s?s, s?s}", "kernel", &kernel,
+			   "initrd", &initrd, "qemu", &qemu, "accel", &accel) < 0)
+		return wr_err_field(err, "microvm",
+				    "microvm: must be {\"kernel\", \"initrd\"[, \"qemu\", "
+				    "\"accel\"]} with string values: %s",
+				    je.text);
+	if (kernel[0] != '/' || initrd[0] != '/')
+		return wr_err_field(err, "microvm",
+				    "microvm: kernel and initrd must be absolute paths");
+	if (accel && strcmp(accel, "auto") && strcmp(accel, "kvm") && strcmp(accel, "tcg"))
+		return wr_err_field(err, "microvm.accel", "microvm.accel: auto, kvm or tcg");
+	cfg->mvm_kernel = strdup(kernel);
+	cfg->mvm_initrd = strdup(initrd);
+	cfg->mvm_qemu = qemu ? strdup(qemu) : NULL;
+	cfg->mvm_accel = accel ? strdup(accel) : NULL;
+	if (!cfg->mvm_kernel || !cfg->mvm_initrd || (qemu && !cfg->mvm_qemu) ||
+	    (accel && !cfg->mvm_accel))
+		return wr_err_set(err, ENOMEM, "out of memory");
+	return 0;
+}
+
 static int load_defaults(json_t *obj, struct wrd_limits *d, wr_err *err)
 {
 	if (!json_is_object(obj))
@@ -230,6 +255,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = load_defaults(v, &cfg->defaults, err);
 		else if (strcmp(k, "workers") == 0)
 			r = cfg_uint(v, k, 1, 1024, &cfg->workers, err);
+		else if (strcmp(k, "microvm") == 0)
+			r = load_microvm(v, cfg, err);
 		else if (strcmp(k, "spawners") == 0)
 			r = cfg_uint(v, k, 0, 8, &cfg->spawners, err);
 		else if (strcmp(k, "max_sandboxes") == 0)
@@ -357,6 +384,10 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->network);
 	free(cfg->functions);
 	free(cfg->audit);
+	free(cfg->mvm_kernel);
+	free(cfg->mvm_initrd);
+	free(cfg->mvm_qemu);
+	free(cfg->mvm_accel);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

@@ -50,7 +50,10 @@ struct wrd_config {
 	char *audit;	      /* the "audit" object as JSON text, or NULL (audit.h) */
 	char **admin_tenants; /* may change the image store; NULL-terminated */
 	size_t n_admin_tenants;
-	unsigned workers;	   /* threads of each lane (pool.c): pool, create */
+	unsigned workers; /* threads of each lane (pool.c): pool, create */
+	/* microVM tier (absent: the tier is off): guest kernel, initramfs,
+	 * optional qemu binary and accel ("auto", "kvm", "tcg") */
+	char *mvm_kernel, *mvm_initrd, *mvm_qemu, *mvm_accel;
 	unsigned spawners;	   /* create processes (spawner.c); 0 = auto */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */

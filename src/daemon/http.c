@@ -59,6 +59,7 @@ static const struct {
     {"upgrade_required", 426},
     {"resource_exhausted", 429},
     {"internal", 500},
+    {"not_implemented", 501},
     {"unavailable", 503},
     /* clang-format on */
 };
@@ -178,6 +179,7 @@ void wrd_reply_err(struct wrd_req *r, const wr_err err)
 	case EMFILE:
 	case ENFILE: code = "resource_exhausted"; break;
 	case ESHUTDOWN: code = "unavailable"; break;
+	case ENOTSUP: code = "not_implemented"; break;
 	default: code = "internal"; break;
 	}
 	wrd_reply_error(r, code, err ? err->field : NULL, "%s", msg);

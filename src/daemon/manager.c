@@ -18,6 +18,7 @@
 #include "daemon/metrics.h"
 #include "daemon/network.h"
 #include "tiers/container.h"
+#include "tiers/microvm.h"
 
 const struct wrd_config *wrd_mgr_cfg;
 
@@ -299,7 +300,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	 * removes them (nothing unacknowledged survives). A crash after it
 	 * leaves a running record that the next start adopts. */
 	if (r == 0) {
-		sb->rec.init_pid = wr_sandbox_init_pid(sb->tsb);
+		sb->rec.init_pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
 		sb->rec.state = WRD_RUNNING;
 		r = wrd_db_insert(&sb->rec, err);
 	}
@@ -451,5 +452,20 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 		n = (int)cfg->spawners;
 	if (wr_container_spawners_start(n, err) < 0)
 		return -1;
+	if (cfg->mvm_kernel) {
+		struct wr_microvm_config mc = {.qemu = cfg->mvm_qemu,
+					       .kernel = cfg->mvm_kernel,
+					       .initrd = cfg->mvm_initrd,
+					       .state_dir = cfg->state_dir,
+					       .run_dir = cfg->run_dir,
+					       .accel = cfg->mvm_accel};
+		if (wr_microvm_init(&mc, err) < 0)
+			return -1;
+		size_t left = wr_microvm_sweep();
+		if (left)
+			wr_info("microvm: removed the files of %zu VMs a previous run left", left);
+		wr_tier_register(&wr_microvm_tier);
+		wr_info("microvm tier: %s", wr_microvm_accel());
+	}
 	return 0;
 }

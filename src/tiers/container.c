@@ -1083,4 +1083,5 @@ const struct wr_tier_ops wr_container_tier = {
     .frozen = wr_container_frozen,
     .usage = wr_container_usage,
     .destroy = wr_container_destroy,
+    .main_pid = wr_sandbox_init_pid,
 };

@@ -1,6 +1,7 @@
 /* The microVM tier's core (see microvm.h for the pipeline). */
 #include "tiers/microvm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -533,4 +534,37 @@ char *wr_vm_console_tail(struct wr_vm *vm)
 	}
 	pthread_mutex_unlock(&vm->lock);
 	return s;
+}
+
+int wr_vm_kill(struct wr_vm *vm)
+{
+	if (vm->pid > 0 && kill(vm->pid, SIGKILL) < 0 && errno != ESRCH)
+		return -errno;
+	return 0;
+}
+
+size_t wr_microvm_sweep(void)
+{
+	/* Left by a daemon that died: its QEMUs died with it (PDEATHSIG), their
+	 * files did not. Called at start, before any create. */
+	size_t n = 0;
+	DIR *d = opendir(wr_mvm.run_dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		const char *files[] = {"rw.ext4", "qemu.log"};
+		for (size_t i = 0; i < 2; i++) {
+			char p[600];
+			snprintf(p, sizeof(p), "%s/%s/%s", wr_mvm.run_dir, de->d_name, files[i]);
+			unlink(p);
+		}
+		char p[600];
+		snprintf(p, sizeof(p), "%s/%s", wr_mvm.run_dir, de->d_name);
+		if (rmdir(p) == 0)
+			n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }

@@ -49,7 +49,7 @@ struct wr_vm;
 
 int wr_vm_create(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err *err);
 /* Runs a command (argv, env, cwd, user, group, timeout_ms, output_cap,
- * stdin_fd, on_output of wr_exec_spec; pty and ctl are not supported yet:
+ * stdin_fd, on_output and ctl's kill of wr_exec_spec; no pty yet:
  * -ENOTSUP). Several threads may exec at once. */
 int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec_result *res,
 	       wr_err *err);
@@ -63,6 +63,15 @@ pid_t wr_vm_qemu_pid(const struct wr_vm *vm);
 /* The last bytes the guest wrote to its serial console (for a panic
  * report); NUL-terminated copy, free() it. */
 char *wr_vm_console_tail(struct wr_vm *vm);
+/* SIGKILL to QEMU now (the sandbox's kill); destroy reaps and cleans. */
+int wr_vm_kill(struct wr_vm *vm);
+/* At start: removes the files of VMs a previous daemon left. */
+size_t wr_microvm_sweep(void);
+
+/* The tier behind struct wr_tier_ops (microvm_tier.c); registered by
+ * warrend when the node has a guest kernel configured. */
+extern const struct wr_tier_ops wr_microvm_tier;
+
 /* Stops QEMU (quit, then SIGKILL), reaps it, removes the VM's files. */
 int wr_vm_destroy(struct wr_vm **vm, wr_err *err);
 

@@ -302,8 +302,8 @@ int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec
 	memset(res, 0, sizeof(*res));
 	if (spec->argv == NULL || spec->argv[0] == NULL)
 		return wr_err_field(err, "cmd", "the command is empty");
-	if (spec->pty || spec->ctl)
-		return wr_err_set(err, ENOTSUP, "microvm: pty and exec control are not supported");
+	if (spec->pty)
+		return wr_err_set(err, ENOTSUP, "microvm: no pty yet");
 	struct vm_cmd c = {.spec = spec,
 			   .cap = spec->output_cap ? spec->output_cap : WR_DEFAULT_OUTPUT_CAP};
 	json_t *req = exec_request(spec);
@@ -335,7 +335,7 @@ int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec
 	 * KILL and another grace, then the VM is not answering */
 	uint64_t deadline =
 	    spec->timeout_ms ? start + spec->timeout_ms * 1000000ull + HOST_GRACE_NS : UINT64_MAX;
-	bool eof_sent = spec->stdin_fd < 0, killed = false, host_timeout = false;
+	bool eof_sent = spec->stdin_fd < 0, killed = false, host_timeout = false, ctl_sent = false;
 	pthread_mutex_lock(&vm->lock);
 	while (r == 0 && !c.done && !vm->broken) {
 		if (!eof_sent) {
@@ -345,6 +345,21 @@ int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec
 			continue;
 		}
 		uint64_t now = now_ns();
+		bool asked = false;
+		if (spec->ctl && !ctl_sent) {
+			/* wr_exec_ctl_kill from another thread: only its flag
+			 * means something here (no host pid, no leaf) */
+			pthread_mutex_lock(&spec->ctl->lock);
+			asked = spec->ctl->kill;
+			pthread_mutex_unlock(&spec->ctl->lock);
+		}
+		if (asked) {
+			ctl_sent = true;
+			pthread_mutex_unlock(&vm->lock);
+			send_frame(vm, WR_FRAME_KILL, c.id, NULL, 0);
+			pthread_mutex_lock(&vm->lock);
+			continue;
+		}
 		if (now >= deadline) {
 			if (!killed) {
 				killed = true;
@@ -358,7 +373,10 @@ int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec
 			break;
 		}
 		struct timespec ts;
-		deadline_ts(deadline == UINT64_MAX ? now + 3600ull * 1000000000ull : deadline, &ts);
+		uint64_t wake = deadline == UINT64_MAX ? now + 3600ull * 1000000000ull : deadline;
+		if (spec->ctl && !ctl_sent && wake > now + 100000000ull)
+			wake = now + 100000000ull; /* look at the kill flag 10 times a second */
+		deadline_ts(wake, &ts);
 		pthread_cond_timedwait(&vm->cond, &vm->lock, &ts);
 	}
 	for (struct vm_cmd **pp = &vm->cmds; *pp; pp = &(*pp)->next)

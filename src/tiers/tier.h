@@ -153,6 +153,9 @@ struct wr_tier_ops {
 	int (*usage)(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
 	/* Kill everything, release every resource, free sb. */
 	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
+	/* The host process whose exit means the sandbox is dead (container:
+	 * PID 1; microVM: QEMU); the daemon watches its pidfd. */
+	pid_t (*main_pid)(const struct wr_sandbox *sb);
 };
 
 const struct wr_tier_ops *wr_tier_lookup(const char *name);

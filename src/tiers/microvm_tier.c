@@ -1,0 +1,153 @@
+/* The microVM tier behind struct wr_tier_ops: a sandbox spec becomes a VM
+ * spec, and the sandbox's defaults (env, workdir, user) apply to each
+ * command as in the container tier. The handle is our own struct, passed
+ * through the ops as the opaque struct wr_sandbox pointer. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tiers/microvm.h"
+
+struct mvm_sandbox {
+	struct wr_vm *vm;
+	struct wr_env_kv *env; /* the sandbox's env; strings owned in strs */
+	size_t n_env;
+	char **strs;
+	char *workdir;
+	int user, group;
+};
+
+static struct mvm_sandbox *of(struct wr_sandbox *sb)
+{
+	return (struct mvm_sandbox *)(void *)sb;
+}
+
+static void mvm_free(struct mvm_sandbox *m)
+{
+	for (size_t i = 0; m->strs && i < 2 * m->n_env; i++)
+		free(m->strs[i]);
+	free(m->strs);
+	free(m->env);
+	free(m->workdir);
+	free(m);
+}
+
+static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	if (spec->n_layers > 1)
+		return wr_err_field(err, "layers", "the microvm tier boots one image (no layers)");
+	const char *image = spec->n_layers ? spec->layers[0] : spec->image;
+	struct stat st;
+	if (image == NULL)
+		return wr_err_field(err, "image", "an image is required");
+	if (stat(image, &st) < 0)
+		return wr_err_sys(err, "image %s", image);
+	if (!S_ISREG(st.st_mode))
+		return wr_err_field(
+		    err, "image",
+		    "the microvm tier needs an EROFS image file (store images are); "
+		    "%s is a directory",
+		    image);
+	struct mvm_sandbox *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	m->user = (int)spec->user;
+	m->group = (int)(spec->group ? spec->group : spec->user);
+	m->n_env = spec->n_env;
+	m->env = calloc(spec->n_env + 1, sizeof(*m->env));
+	m->strs = calloc(2 * spec->n_env + 1, sizeof(char *));
+	m->workdir = strdup(spec->workdir ? spec->workdir : "/");
+	if (!m->env || !m->strs || !m->workdir)
+		goto nomem;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		m->strs[2 * i] = strdup(spec->env[i].key);
+		m->strs[2 * i + 1] = strdup(spec->env[i].value ? spec->env[i].value : "");
+		if (!m->strs[2 * i] || !m->strs[2 * i + 1])
+			goto nomem;
+		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
+	}
+	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
+	struct wr_vm_spec vs = {.image = image,
+				.memory_bytes = spec->memory_bytes,
+				.disk_bytes = spec->disk_bytes,
+				.cpus = (unsigned)cpus,
+				.id = spec->id};
+	if (wr_vm_create(&vs, &m->vm, err) < 0) {
+		mvm_free(m);
+		return -1;
+	}
+	*out = (struct wr_sandbox *)(void *)m;
+	return 0;
+nomem:
+	mvm_free(m);
+	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int mvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
+		    struct wr_exec_result *res, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	struct wr_exec_spec spec = *in;
+	/* the sandbox's env first, the command's after it (later wins) */
+	struct wr_env_kv *env = calloc(m->n_env + in->n_env + 1, sizeof(*env));
+	if (env == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	memcpy(env, m->env, m->n_env * sizeof(*env));
+	if (in->n_env)
+		memcpy(env + m->n_env, in->env, in->n_env * sizeof(*env));
+	spec.env = env;
+	spec.n_env = m->n_env + in->n_env;
+	if (spec.cwd == NULL)
+		spec.cwd = m->workdir;
+	if (spec.user < 0)
+		spec.user = m->user;
+	if (spec.group < 0)
+		spec.group = in->user >= 0 ? in->user : m->group;
+	int r = wr_vm_exec(m->vm, &spec, res, err);
+	free(env);
+	return r;
+}
+
+static int mvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
+{
+	(void)sb;
+	(void)out;
+	return wr_err_set(err, ENOTSUP, "the microvm tier has no files API yet");
+}
+
+static int mvm_kill(struct wr_sandbox *sb, wr_err *err)
+{
+	int r = wr_vm_kill(of(sb)->vm);
+	if (r < 0) {
+		errno = -r;
+		return wr_err_sys(err, "kill microvm");
+	}
+	return 0;
+}
+
+static int mvm_destroy(struct wr_sandbox **sb, wr_err *err)
+{
+	if (*sb == NULL)
+		return 0;
+	struct mvm_sandbox *m = of(*sb);
+	*sb = NULL;
+	int r = wr_vm_destroy(&m->vm, err);
+	mvm_free(m);
+	return r;
+}
+
+static pid_t mvm_main_pid(const struct wr_sandbox *sb)
+{
+	return wr_vm_qemu_pid(((const struct mvm_sandbox *)(const void *)sb)->vm);
+}
+
+const struct wr_tier_ops wr_microvm_tier = {
+    .name = "microvm",
+    .create = mvm_create,
+    .exec = mvm_exec,
+    .fs = mvm_fs,
+    .kill = mvm_kill,
+    .destroy = mvm_destroy,
+    .main_pid = mvm_main_pid,
+};
