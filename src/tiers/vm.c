@@ -2,6 +2,7 @@
 #include "tiers/vm.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -40,6 +42,7 @@ struct wr_fullvm {
 	pthread_t con_thread;
 	bool con_started;
 	char *dir, *overlay;
+	unsigned width, height; /* of the last screenshot (pointer scaling) */
 };
 
 static char *find_in_path(const char *name)
@@ -223,6 +226,11 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("virtserialport,chardev=qga,name=org.qemu.guest_agent.0");
 	ARG("-device");
 	ARG("virtio-rng-pci");
+	/* an absolute pointer for computer-use input (input-send-event abs) */
+	ARG("-device");
+	ARG("qemu-xhci,id=xhci");
+	ARG("-device");
+	ARG("usb-tablet,bus=xhci.0");
 	/* the image read-only under a qcow2 overlay, both opened by us */
 	ARG("-add-fd");
 	ARG("fd=%d,set=1", FD_BASE);
@@ -444,6 +452,71 @@ int wr_fullvm_kill(struct wr_fullvm *vm)
 	return 0;
 }
 
+int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms)
+{
+	if (vm->pid <= 0)
+		return 0;
+	if (vm->qmp && deadline_ms > 0) {
+		pthread_mutex_lock(&vm->qmp_lock);
+		/* a paused guest cannot see the button: run it first */
+		wr_qmp_cmd(vm->qmp, "cont", NULL, 2000, NULL, NULL);
+		int r = wr_qmp_cmd(vm->qmp, "system_powerdown", NULL, 2000, NULL, NULL);
+		pthread_mutex_unlock(&vm->qmp_lock);
+		struct pollfd p = {.fd = vm->pidfd, .events = POLLIN};
+		if (r == 0 && vm->pidfd >= 0 && poll(&p, 1, deadline_ms) > 0)
+			return 0;
+	}
+	return wr_fullvm_kill(vm);
+}
+
+int wr_fullvm_pause(struct wr_fullvm *vm, bool paused, wr_err *err)
+{
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = wr_qmp_cmd(vm->qmp, paused ? "stop" : "cont", NULL, 5000, NULL, err);
+	pthread_mutex_unlock(&vm->qmp_lock);
+	return r < 0 ? wr_err_wrap(err, "vm %s", paused ? "pause" : "resume") : 0;
+}
+
+int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err)
+{
+	json_t *ret = NULL;
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = wr_qmp_cmd(vm->qmp, "query-status", NULL, 5000, &ret, err);
+	pthread_mutex_unlock(&vm->qmp_lock);
+	if (r < 0)
+		return wr_err_wrap(err, "vm status");
+	const char *st = json_string_value(json_object_get(ret, "status"));
+	r = st && strcmp(st, "paused") == 0;
+	json_decref(ret);
+	return r;
+}
+
+size_t wr_fullvm_sweep(void)
+{
+	if (!g.ready)
+		return 0;
+	DIR *d = opendir(g.run_dir);
+	size_t n = 0;
+	if (d == NULL)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		static const char *const files[] = {"disk.qcow2", "qemu.log", "screen.png"};
+		char p[700];
+		for (size_t i = 0; i < WR_ARRAY_SIZE(files); i++) {
+			snprintf(p, sizeof(p), "%s/%s/%s", g.run_dir, e->d_name, files[i]);
+			unlink(p);
+		}
+		snprintf(p, sizeof(p), "%s/%s", g.run_dir, e->d_name);
+		if (rmdir(p) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
 pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm)
 {
 	return vm->pid;
@@ -590,6 +663,14 @@ int wr_fullvm_screenshot(struct wr_fullvm *vm, char **png, size_t *len, wr_err *
 	unlink(path);
 	if (n < 0)
 		return wr_err_wrap(err, "screenshot");
+	/* PNG: 8-byte signature, IHDR length and type, width, height */
+	if (n >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
+		const unsigned char *u = (const unsigned char *)data;
+		vm->width =
+		    (unsigned)u[16] << 24 | (unsigned)u[17] << 16 | (unsigned)u[18] << 8 | u[19];
+		vm->height =
+		    (unsigned)u[20] << 24 | (unsigned)u[21] << 16 | (unsigned)u[22] << 8 | u[23];
+	}
 	*png = data;
 	*len = (size_t)n;
 	return 0;
@@ -650,4 +731,119 @@ int wr_fullvm_type(struct wr_fullvm *vm, const char *text, wr_err *err)
 	}
 	pthread_mutex_unlock(&vm->qmp_lock);
 	return r;
+}
+
+int wr_fullvm_keys(struct wr_fullvm *vm, const char *const *keys, size_t n, wr_err *err)
+{
+	static const struct {
+		const char *name, *qcode;
+	} alias[] = {{"ctrl", "ctrl"},	   {"control", "ctrl"},
+		     {"alt", "alt"},	   {"shift", "shift"},
+		     {"super", "meta_l"},  {"meta", "meta_l"},
+		     {"win", "meta_l"},	   {"enter", "ret"},
+		     {"return", "ret"},	   {"escape", "esc"},
+		     {"esc", "esc"},	   {"tab", "tab"},
+		     {"space", "spc"},	   {"backspace", "backspace"},
+		     {"delete", "delete"}, {"up", "up"},
+		     {"down", "down"},	   {"left", "left"},
+		     {"right", "right"},   {"home", "home"},
+		     {"end", "end"},	   {"pageup", "pgup"},
+		     {"pagedown", "pgdn"}, {"insert", "insert"}};
+	if (n == 0 || n > 8)
+		return wr_err_field(err, "keys", "1 to 8 keys pressed together");
+	json_t *arr = json_array();
+	for (size_t i = 0; i < n; i++) {
+		const char *k = keys[i], *q = NULL;
+		char fk[8];
+		for (size_t j = 0; j < WR_ARRAY_SIZE(alias) && !q; j++)
+			if (strcasecmp(alias[j].name, k) == 0)
+				q = alias[j].qcode;
+		if (!q && strlen(k) == 1 && (isalnum((unsigned char)k[0]))) {
+			fk[0] = (char)tolower((unsigned char)k[0]);
+			fk[1] = '\0';
+			q = fk;
+		}
+		if (!q && (k[0] == 'f' || k[0] == 'F') && atoi(k + 1) >= 1 && atoi(k + 1) <= 12 &&
+		    strlen(k) <= 3) {
+			snprintf(fk, sizeof(fk), "f%d", atoi(k + 1));
+			q = fk;
+		}
+		if (!q) {
+			json_decref(arr);
+			return wr_err_field(err, "keys", "unknown key '%s'", k);
+		}
+		json_array_append_new(arr, json_pack("{s:s, s:s}", "type", "qcode", "data", q));
+	}
+	json_t *args = json_pack("{s:o}", "keys", arr);
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = wr_qmp_cmd(vm->qmp, "send-key", args, 10000, NULL, err);
+	pthread_mutex_unlock(&vm->qmp_lock);
+	json_decref(args);
+	return r < 0 ? wr_err_wrap(err, "keys") : 0;
+}
+
+static int send_events(struct wr_fullvm *vm, json_t *events, wr_err *err)
+{
+	json_t *args = json_pack("{s:o}", "events", events);
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = wr_qmp_cmd(vm->qmp, "input-send-event", args, 10000, NULL, err);
+	pthread_mutex_unlock(&vm->qmp_lock);
+	json_decref(args);
+	return r < 0 ? wr_err_wrap(err, "pointer") : 0;
+}
+
+static json_t *abs_events(struct wr_fullvm *vm, unsigned x, unsigned y)
+{
+	/* QEMU's absolute axes run 0..0x7fff over the whole screen */
+	uint64_t ax = vm->width > 1 ? (uint64_t)x * 0x7fff / (vm->width - 1) : 0;
+	uint64_t ay = vm->height > 1 ? (uint64_t)y * 0x7fff / (vm->height - 1) : 0;
+	return json_pack("[{s:s, s:{s:s, s:I}}, {s:s, s:{s:s, s:I}}]", "type", "abs", "data",
+			 "axis", "x", "value", (json_int_t)(ax > 0x7fff ? 0x7fff : ax), "type",
+			 "abs", "data", "axis", "y", "value",
+			 (json_int_t)(ay > 0x7fff ? 0x7fff : ay));
+}
+
+static int screen_size(struct wr_fullvm *vm, wr_err *err)
+{
+	if (vm->width && vm->height)
+		return 0;
+	char *png = NULL;
+	size_t len;
+	if (wr_fullvm_screenshot(vm, &png, &len, err) < 0)
+		return -1;
+	free(png);
+	if (!vm->width || !vm->height)
+		return wr_err_set(err, EIO, "the screen's size is unknown");
+	return 0;
+}
+
+int wr_fullvm_pointer(struct wr_fullvm *vm, const struct wr_fullvm_pointer *p, wr_err *err)
+{
+	if (screen_size(vm, err) < 0)
+		return -1;
+	if (p->x >= vm->width)
+		return wr_err_field(err, "x", "x must be below the screen's width %u", vm->width);
+	if (p->y >= vm->height)
+		return wr_err_field(err, "y", "y must be below the screen's height %u", vm->height);
+	json_t *ev = abs_events(vm, p->x, p->y);
+	if (send_events(vm, ev, err) < 0)
+		return -1;
+	if (p->button) {
+		for (unsigned i = 0; i < (p->double_click ? 2u : 1u); i++)
+			for (int down = 1; down >= 0; down--) {
+				json_t *b = json_pack("[{s:s, s:{s:s, s:b}}]", "type", "btn",
+						      "data", "button", p->button, "down", down);
+				if (send_events(vm, b, err) < 0)
+					return -1;
+			}
+	}
+	for (int i = 0; i < (p->scroll < 0 ? -p->scroll : p->scroll); i++)
+		for (int down = 1; down >= 0; down--) {
+			json_t *b =
+			    json_pack("[{s:s, s:{s:s, s:b}}]", "type", "btn", "data", "button",
+				      p->scroll < 0 ? "wheel-up" : "wheel-down", "down", down);
+			if (send_events(vm, b, err) < 0)
+				return -1;
+		}
+	return 0;
 }

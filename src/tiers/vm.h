@@ -58,8 +58,32 @@ int wr_fullvm_screenshot(struct wr_fullvm *vm, char **png, size_t *len, wr_err *
 /* Types text on the keyboard (ASCII letters, digits, space, newline and
  * common punctuation). */
 int wr_fullvm_type(struct wr_fullvm *vm, const char *text, wr_err *err);
+/* Keys pressed together and released (["ctrl","c"]): names ctrl, alt,
+ * shift, super, enter, escape, tab, space, backspace, delete, arrows,
+ * home, end, pageup, pagedown, insert, f1..f12, letters and digits. */
+int wr_fullvm_keys(struct wr_fullvm *vm, const char *const *keys, size_t n, wr_err *err);
+/* Moves the absolute pointer (USB tablet) to x, y in screen pixels, then
+ * clicks button ("left", "right", "middle"; NULL: none) and scrolls
+ * (negative: up) there. */
+struct wr_fullvm_pointer {
+	unsigned x, y;
+	const char *button;
+	bool double_click;
+	int scroll;
+};
+int wr_fullvm_pointer(struct wr_fullvm *vm, const struct wr_fullvm_pointer *p, wr_err *err);
 pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm);
 int wr_fullvm_kill(struct wr_fullvm *vm);
+/* ACPI power button (QMP system_powerdown), then SIGKILL when QEMU has not
+ * exited within deadline_ms (the guest's own shutdown ends QEMU). */
+int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms);
+/* QMP stop/cont: every vCPU stops, running commands included. */
+int wr_fullvm_pause(struct wr_fullvm *vm, bool paused, wr_err *err);
+/* 1 when stopped by wr_fullvm_pause, 0 when running, negative on error. */
+int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err);
+/* Removes the run directories of VMs a previous daemon run left; returns
+ * how many. */
+size_t wr_fullvm_sweep(void);
 int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
 
 #endif

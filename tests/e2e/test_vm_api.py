@@ -1,0 +1,111 @@
+"""The full VM tier through warrend's API (TCG here): one Debian boot for
+the whole file (create, run, pause, kill), and a disk that boots nothing,
+reported and cleaned up within its boot timeout."""
+import os
+import time
+
+import pytest
+
+
+def vm_image(build):
+    img = build / "tests" / "vm" / "debian-vm.raw"
+    if not img.exists():
+        pytest.fail(f"the VM disk is not built ({img}); ninja builds it with the tests")
+    return img
+
+
+def qemu_pids(sid):
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            if open(f"/proc/{p}/cmdline", "rb").read().find(sid.encode()) >= 0:
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def gone(d, sid, pids, secs=30):
+    for _ in range(secs * 10):
+        if not any(os.path.exists(f"/proc/{p}") for p in pids) and \
+                not (d.run / "vm" / sid).exists():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_vm_create_run_pause_kill(fresh_daemon, build):
+    img = vm_image(build)
+    d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 600,
+                                   "shutdown_timeout": 60},
+                            "images": {"debian-vm": str(img)}}).start()
+    c = d.client()
+    try:
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm", "memory_mb": 512,
+                                     "timeout": 900, "env": {"WHO": "vm"}})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        got = c.get(f"/v1/sandboxes/{sid}").json()
+        assert got["tier"] == "vm" and got["state"] == "running", got
+        out = c.run(sid, ["sh", "-c", "echo $WHO; uname -r; id -u; pwd; exit 4"])
+        assert out["exit_code"] == 4, out
+        lines = out["stdout"].splitlines()
+        assert lines[0] == "vm" and lines[1] != os.uname().release, out
+        assert lines[2] == "0" and lines[3] == "/", out
+        c.run(sid, ["sh", "-c", "echo kept > /root/data"])
+        assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
+        assert c.run(sid, ["id", "-u"], user=1000)["stdout"] == "1000\n"
+        t = c.run(sid, ["sleep", "100"], timeout=2)
+        assert t["reason"] == "timeout", t
+        r = c.get(f"/v1/sandboxes/{sid}/files?path=/root/data")
+        assert r.status == 501 and r.error[0] == "not_implemented", r
+        # pause stops the vCPUs (QMP stop), resume runs them again
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {})
+        assert r.status == 200, r
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        r = c.post(f"/v1/sandboxes/{sid}/resume", {})
+        assert r.status == 200, r
+        assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
+        pids = qemu_pids(sid)
+        assert pids, "no QEMU process names the sandbox"
+        c.kill(sid)
+        assert gone(d, sid, pids), "QEMU or the VM's files outlived the kill"
+    finally:
+        c.close()
+
+
+def test_vm_without_agent_is_reported_and_cleaned(fresh_daemon, build, tmp_path, warrend):
+    # a node without a vm object has no vm tier
+    c = warrend.client()
+    try:
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "busybox"})
+        assert r.status == 400 and r.error == ("invalid_argument", "tier"), r
+    finally:
+        c.close()
+    # a disk of zeros: SeaBIOS finds nothing to boot, no agent ever answers
+    blank = tmp_path / f"blank-{os.getpid()}.raw"
+    with open(blank, "wb") as f:
+        f.truncate(16 << 20)
+    d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 5},
+                            "images": {"blank": str(blank)}}).start()
+    c = d.client()
+    try:
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "busybox"})
+        assert r.status == 400 and r.error[1] == "image", r
+        t0 = time.monotonic()
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "blank", "memory_mb": 256})
+        took = time.monotonic() - t0
+        assert r.status >= 400, r
+        assert "guest-agent" in r.json()["error"]["message"], r
+        assert took < 60, took
+        assert c.get("/v1/sandboxes").json()["sandboxes"] == []
+        # QEMU reaped and the VM's run directory removed
+        left = list((d.run / "vm").iterdir()) if (d.run / "vm").exists() else []
+        assert left == [], left
+        kids = open(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children").read().split()
+        qemus = [k for k in kids if open(f"/proc/{k}/comm").read().startswith("qemu")]
+        assert qemus == [], qemus
+    finally:
+        c.close()
