@@ -53,7 +53,9 @@
 #define P39 "/v1/events"
 #define P40 "/v1/sandboxes/{id}/ports"
 #define P41 "/v1/sandboxes/{id}/ports/{cid}"
-#define P42 "other"
+#define P42 "/v1/sandboxes/{id}/screen"
+#define P43 "/v1/sandboxes/{id}/input"
+#define P44 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -98,7 +100,9 @@ const char *const wrd_route_labels[] = {
     P39, /* 39 */
     P40, /* 40 */
     P41, /* 41 */
-    P42, /* 42: no route */
+    P42, /* 42 */
+    P43, /* 43 */
+    P44, /* 44: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -169,5 +173,8 @@ const struct wrd_route wrd_routes[] = {
     R("POST", 40, WRD_BODY_JSON, WRD_POOL, wrd_api_ports_add),
     R("GET", 40, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_list),
     R("DELETE", 41, WRD_BODY_NONE, WRD_POOL, wrd_api_ports_del),
+    /* screen and input of full VMs (api_vm.c) */
+    R("GET", 42, WRD_BODY_NONE, WRD_LONG, wrd_api_vm_screen),
+    R("POST", 43, WRD_BODY_JSON, WRD_LONG, wrd_api_vm_input),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);
