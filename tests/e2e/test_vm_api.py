@@ -2,9 +2,18 @@
 the whole file (create, run, pause, kill), and a disk that boots nothing,
 reported and cleaned up within its boot timeout."""
 import os
+import struct
+import sys
 import time
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
+
+from warren import Sandbox  # noqa: E402
+from conftest import find_images  # noqa: E402
+from warren.exceptions import WarrenError  # noqa: E402
 
 
 def vm_image(build):
@@ -61,6 +70,7 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
         assert t["reason"] == "timeout", t
         r = c.get(f"/v1/sandboxes/{sid}/files?path=/root/data")
         assert r.status == 501 and r.error[0] == "not_implemented", r
+        screen_and_input(c, d, sid)
         # pause stops the vCPUs (QMP stop), resume runs them again
         r = c.post(f"/v1/sandboxes/{sid}/pause", {})
         assert r.status == 200, r
@@ -76,6 +86,48 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
         c.close()
 
 
+def png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", data[:32]
+    return struct.unpack(">II", data[16:24])
+
+
+def screen_and_input(c, d, sid):
+    r = c.get(f"/v1/sandboxes/{sid}/screen")
+    assert r.status == 200, r
+    w, h = png_size(r.body)
+    assert w >= 640 and h >= 400, (w, h)
+    ok = [{"type": "text", "text": "echo Hi, there!\n"},
+          {"type": "key", "keys": ["ctrl", "c"]},
+          {"type": "key", "keys": ["F2"]},
+          {"type": "move", "x": w // 2, "y": h // 2},
+          {"type": "click", "x": 10, "y": 10, "button": "right"},
+          {"type": "click", "x": 10, "y": 10, "double": True},
+          {"type": "scroll", "x": 1, "y": 1, "dy": -3}]
+    for body in ok:
+        r = c.post(f"/v1/sandboxes/{sid}/input", body)
+        assert r.status == 204, (body, r)
+    bad = [({"type": "jump"}, "type"), ({}, "type"),
+           ({"type": "text"}, "text"), ({"type": "text", "text": "\u00e9"}, "text"),
+           ({"type": "key", "keys": []}, "keys"), ({"type": "key", "keys": ["hyper"]}, "keys"),
+           ({"type": "move", "x": w, "y": 0}, "x"), ({"type": "move", "x": 0}, "y"),
+           ({"type": "click", "x": 1, "y": 1, "button": "fourth"}, "button"),
+           ({"type": "scroll", "x": 1, "y": 1, "dy": 0}, "dy"),
+           ({"type": "move", "x": 1, "y": 1, "speed": 3}, "speed")]
+    for body, field in bad:
+        r = c.post(f"/v1/sandboxes/{sid}/input", body)
+        assert r.status == 400 and r.error[1] == field, (body, r)
+    # the same through the Python SDK
+    sb = Sandbox(sid, socket=str(d.sock))
+    assert png_size(sb.screenshot()) == (w, h)
+    sb.input.type("ls\n")
+    sb.input.key("ctrl", "l")
+    sb.input.move(5, 5)
+    sb.input.click(5, 5)
+    sb.input.scroll(5, 5, 2)
+    with pytest.raises(WarrenError):
+        sb.input.click(5, 5, button="fourth")
+
+
 def test_vm_without_agent_is_reported_and_cleaned(fresh_daemon, build, tmp_path, warrend):
     # a node without a vm object has no vm tier
     c = warrend.client()
@@ -89,18 +141,27 @@ def test_vm_without_agent_is_reported_and_cleaned(fresh_daemon, build, tmp_path,
     with open(blank, "wb") as f:
         f.truncate(16 << 20)
     d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 5},
-                            "images": {"blank": str(blank)}}).start()
+                            "images": {"blank": str(blank),
+                                       "busybox": str(find_images(build) / "busybox")}}).start()
     c = d.client()
     try:
         r = c.post("/v1/sandboxes", {"tier": "vm", "image": "busybox"})
         assert r.status == 400 and r.error[1] == "image", r
+        # a container has no screen
+        r = c.post("/v1/sandboxes", {"image": "busybox"})
+        assert r.status == 201, r
+        cid = r.json()["id"]
+        r = c.get(f"/v1/sandboxes/{cid}/screen")
+        assert r.status == 501 and r.error[0] == "not_implemented", r
+        c.kill(cid)
         t0 = time.monotonic()
         r = c.post("/v1/sandboxes", {"tier": "vm", "image": "blank", "memory_mb": 256})
         took = time.monotonic() - t0
         assert r.status >= 400, r
         assert "guest-agent" in r.json()["error"]["message"], r
         assert took < 60, took
-        assert c.get("/v1/sandboxes").json()["sandboxes"] == []
+        vms = [s for s in c.get("/v1/sandboxes").json()["sandboxes"] if s["tier"] == "vm"]
+        assert vms == [], vms
         # QEMU reaped and the VM's run directory removed
         left = list((d.run / "vm").iterdir()) if (d.run / "vm").exists() else []
         assert left == [], left

@@ -14,6 +14,7 @@ from ._tar import IterReader, build_tar, iter_file, safe_extract
 from .exceptions import (CommandExitError, ConflictError, NotFoundError, RequestTimeoutError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
 from .pty import Pty
+from .screen import Input, screenshot
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "ByteStream"]
 
@@ -445,6 +446,7 @@ class Sandbox:
         self.commands = Commands(self)
         self.files = Files(self)
         self.pty = Pty(self)
+        self.input = Input(self)
 
     @property
     def sandbox_id(self) -> str:
@@ -612,6 +614,10 @@ class Sandbox:
             return True
         except (ConflictError, NotFoundError):
             return False
+
+    def screenshot(self) -> bytes:
+        """The screen of a VM sandbox (tier ``"vm"``) as PNG bytes."""
+        return screenshot(self)
 
     def pause(self) -> SandboxInfo:
         """Freeze every process of the sandbox (memory and files kept; its
