@@ -3,6 +3,7 @@ the whole file (create, run, pause, kill), and a disk that boots nothing,
 reported and cleaned up within its boot timeout."""
 import os
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -126,6 +127,25 @@ def screen_and_input(c, d, sid):
     sb.input.scroll(5, 5, 2)
     with pytest.raises(WarrenError):
         sb.input.click(5, 5, button="fourth")
+    # and through the CLI (libwarren)
+    env = dict(os.environ, WARREN_SOCKET=str(d.sock))
+    warren = str(d.build / "warren")
+    png = d.root / f"screen-{os.getpid()}.png"
+
+    def cli(*a):
+        return subprocess.run([warren, *a], env=env, capture_output=True, text=True, timeout=120)
+    p = cli("screenshot", sid, "-o", str(png))
+    assert p.returncode == 0, p.stderr
+    assert png_size(png.read_bytes()) == (w, h)
+    for a in (["text", "pwd\n"], ["key", "ctrl", "c"], ["move", "3", "4"],
+              ["click", "3", "4", "middle"], ["scroll", "3", "4", "-1"]):
+        p = cli("input", sid, *a)
+        assert p.returncode == 0, (a, p.stderr)
+    p = cli("input", sid, "key", "hyper")
+    assert p.returncode == 125 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "keys" in p.stderr or "hyper" in p.stderr, p.stderr
+    p = cli("screenshot", sid)
+    assert p.returncode != 0 and "-o" in p.stderr, p.stderr
 
 
 def test_vm_without_agent_is_reported_and_cleaned(fresh_daemon, build, tmp_path, warrend):
