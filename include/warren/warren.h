@@ -217,6 +217,20 @@ WARREN_API int warren_sandbox_pause(warren_sandbox *sb, warren_sandbox_info **ou
 WARREN_API int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_info **out,
 				     warren_error **err);
 
+/* ---- screen and input (tier "vm") ------------------------------------ */
+
+/* The screen as PNG, written to fd. */
+WARREN_API int warren_sandbox_screenshot(warren_sandbox *sb, int fd, warren_error **err);
+/* Types text on the VM's keyboard. */
+WARREN_API int warren_sandbox_type_text(warren_sandbox *sb, const char *text, warren_error **err);
+/* Presses keys together and releases them ({"ctrl", "c"}). */
+WARREN_API int warren_sandbox_press_keys(warren_sandbox *sb, const char *const *keys, size_t n,
+					 warren_error **err);
+/* type "move", "click" (button NULL: left) or "scroll" (dy wheel steps,
+ * negative up) at pixel x, y. */
+WARREN_API int warren_sandbox_pointer(warren_sandbox *sb, const char *type, int x, int y,
+				      const char *button, int dy, warren_error **err);
+
 /* ---- leases ----------------------------------------------------------- */
 
 /* A training job's hold on its sandboxes: heartbeats keep them running;

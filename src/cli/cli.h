@@ -19,6 +19,9 @@ int cmd_image(int argc, char **argv);
 /* warren image push|pull (image_remote.c), dispatched from cmd_image */
 int cmd_image_remote(int argc, char **argv);
 int cmd_call(int argc, char **argv);
+/* screen and input of VMs: screen.c */
+int cmd_screenshot(int argc, char **argv);
+int cmd_input(int argc, char **argv);
 /* lifecycle: pause.c, lease.c */
 int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);

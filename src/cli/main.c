@@ -25,6 +25,8 @@ static const struct {
     {"inspect", cmd_inspect, "show a sandbox"},
     {"set-timeout", cmd_set_timeout, "make a sandbox expire DUR from now"},
     {"events", cmd_events, "show a sandbox's event log"},
+    {"screenshot", cmd_screenshot, "save a VM sandbox's screen as PNG"},
+    {"input", cmd_input, "type, press keys, move, click or scroll in a VM sandbox"},
     {"pause", cmd_pause, "freeze sandboxes (memory kept, lifetime stopped)"},
     {"resume", cmd_resume, "resume paused sandboxes"},
     {"snapshot", cmd_snapshot, "capture a sandbox's filesystem as a store image"},

@@ -52,6 +52,9 @@ void wrd_api_metrics(struct wrd_req *r);
 /* lifecycle (api_lifecycle.c): pause, resume, leases */
 void wrd_api_sb_pause(struct wrd_req *r);
 void wrd_api_sb_resume(struct wrd_req *r);
+/* screen and input of full VMs (api_vm.c) */
+void wrd_api_vm_screen(struct wrd_req *r);
+void wrd_api_vm_input(struct wrd_req *r);
 void wrd_api_lease_create(struct wrd_req *r);
 void wrd_api_lease_list(struct wrd_req *r);
 void wrd_api_lease_get(struct wrd_req *r);

@@ -206,7 +206,9 @@ static void poll_once(void)
 		struct cg_watch *w = g_watches;
 		while (w && strcmp(w->id, sb->rec.id) != 0)
 			w = w->next;
-		if (w == NULL && sb->tsb && (w = calloc(1, sizeof(*w))) != NULL) {
+		/* only containers' handles are struct wr_sandbox; VMs' are not */
+		if (w == NULL && sb->tsb && sb->ops && strcmp(sb->ops->name, "container") == 0 &&
+		    (w = calloc(1, sizeof(*w))) != NULL) {
 			snprintf(w->id, sizeof(w->id), "%s", sb->rec.id);
 			/* Created since we started: its counters began at 0, and
 			 * whatever they show is new. Adopted after a restart:

@@ -166,6 +166,36 @@ static int load_microvm(json_t *obj, struct wrd_config *cfg, wr_err *err)
 	return 0;
 }
 
+static int load_vm(json_t *obj, struct wrd_config *cfg, wr_err *err)
+{
+	const char *qemu = NULL, *img = NULL, *accel = NULL;
+	json_int_t boot = 300, shut = 10;
+	json_error_t je;
+	if (json_unpack_ex(obj, &je, JSON_STRICT, "{s?s, s?s, s?s, s?I, s?I}", "qemu", &qemu,
+			   "qemu_img", &img, "accel", &accel, "boot_timeout", &boot,
+			   "shutdown_timeout", &shut) < 0)
+		return wr_err_field(err, "vm",
+				    "vm: must be {[\"qemu\", \"qemu_img\", \"accel\", "
+				    "\"boot_timeout\", \"shutdown_timeout\"]}: %s",
+				    je.text);
+	if (accel && strcmp(accel, "auto") && strcmp(accel, "kvm") && strcmp(accel, "tcg"))
+		return wr_err_field(err, "vm.accel", "vm.accel: auto, kvm or tcg");
+	if (boot < 1 || boot > 3600)
+		return wr_err_field(err, "vm.boot_timeout", "vm.boot_timeout: 1 to 3600 seconds");
+	if (shut < 0 || shut > 600)
+		return wr_err_field(err, "vm.shutdown_timeout",
+				    "vm.shutdown_timeout: 0 to 600 seconds");
+	cfg->vm_on = true;
+	cfg->vm_qemu = qemu ? strdup(qemu) : NULL;
+	cfg->vm_qemu_img = img ? strdup(img) : NULL;
+	cfg->vm_accel = accel ? strdup(accel) : NULL;
+	cfg->vm_boot_timeout_ms = (uint64_t)boot * 1000;
+	cfg->vm_shutdown_timeout_ms = (uint64_t)shut * 1000;
+	if ((qemu && !cfg->vm_qemu) || (img && !cfg->vm_qemu_img) || (accel && !cfg->vm_accel))
+		return wr_err_set(err, ENOMEM, "out of memory");
+	return 0;
+}
+
 static int load_defaults(json_t *obj, struct wrd_limits *d, wr_err *err)
 {
 	if (!json_is_object(obj))
@@ -266,6 +296,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = cfg_uint(v, k, 1, 1024, &cfg->workers, err);
 		else if (strcmp(k, "microvm") == 0)
 			r = load_microvm(v, cfg, err);
+		else if (strcmp(k, "vm") == 0)
+			r = load_vm(v, cfg, err);
 		else if (strcmp(k, "spawners") == 0)
 			r = cfg_uint(v, k, 0, 8, &cfg->spawners, err);
 		else if (strcmp(k, "admission") == 0) {
@@ -402,6 +434,9 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->mvm_qemu);
 	free(cfg->mvm_accel);
 	free(cfg->mvm_templates);
+	free(cfg->vm_qemu);
+	free(cfg->vm_qemu_img);
+	free(cfg->vm_accel);
 	for (size_t i = 0; i < cfg->n_admin_tenants; i++)
 		free(cfg->admin_tenants[i]);
 	free(cfg->admin_tenants);

@@ -59,6 +59,10 @@ struct wrd_config {
 	 * optional qemu binary and accel ("auto", "kvm", "tcg") */
 	char *mvm_kernel, *mvm_initrd, *mvm_qemu, *mvm_accel;
 	char *mvm_templates;	   /* NULL: <run>/microvm-templates; "": off */
+	/* the full VM tier (config key vm): on when vm_on */
+	bool vm_on;
+	char *vm_qemu, *vm_qemu_img, *vm_accel;
+	uint64_t vm_boot_timeout_ms, vm_shutdown_timeout_ms;
 	unsigned spawners;	   /* create processes (spawner.c); 0 = auto */
 	unsigned max_sandboxes;	   /* live sandboxes per node */
 	unsigned max_commands;	   /* threads for commands, waits, streams (256) */

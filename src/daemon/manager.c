@@ -21,6 +21,7 @@
 #include "daemon/network.h"
 #include "tiers/container.h"
 #include "tiers/microvm.h"
+#include "tiers/vm_tier.h"
 
 const struct wrd_config *wrd_mgr_cfg;
 
@@ -310,7 +311,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	if (r == 0)
 		r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
 	if (r == 0) {
-		sb->rec.init_pid = sb->ops->main_pid(sb->tsb);
+		sb->rec.init_pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
 		sb->rec.state = WRD_RUNNING;
 		r = wrd_db_insert(&sb->rec, err);
 	}
@@ -479,6 +480,20 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 			wr_info("microvm: removed the files of %zu VMs a previous run left", left);
 		wr_tier_register(&wr_microvm_tier);
 		wr_info("microvm tier: %s", wr_microvm_accel());
+	}
+	if (cfg->vm_on) {
+		struct wr_vm_tier_config vc = {.qemu = cfg->vm_qemu,
+					       .qemu_img = cfg->vm_qemu_img,
+					       .accel = cfg->vm_accel,
+					       .run_dir = cfg->run_dir,
+					       .boot_timeout_ms = cfg->vm_boot_timeout_ms,
+					       .shutdown_timeout_ms = cfg->vm_shutdown_timeout_ms};
+		if (wr_vm_tier_init(&vc, err) < 0)
+			return -1;
+		size_t left = wr_fullvm_sweep();
+		if (left)
+			wr_info("vm: removed the files of %zu VMs a previous run left", left);
+		wr_tier_register(&wr_vm_tier);
 	}
 	return 0;
 }

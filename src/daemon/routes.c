@@ -56,7 +56,9 @@
 #define P42 "/v1/sandboxes/{id}/network"
 #define P43 "/v1/sandboxes/{id}/snapshot"
 #define P44 "/v1/sandboxes/{id}/fork"
-#define P45 "other"
+#define P45 "/v1/sandboxes/{id}/screen"
+#define P46 "/v1/sandboxes/{id}/input"
+#define P47 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -104,7 +106,9 @@ const char *const wrd_route_labels[] = {
     P42, /* 42 */
     P43, /* 43 */
     P44, /* 44 */
-    P45, /* 45: no route */
+    P45, /* 45 */
+    P46, /* 46 */
+    P47, /* 47: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -181,5 +185,8 @@ const struct wrd_route wrd_routes[] = {
     /* snapshots (api_snapshot.c) */
     R("POST", 43, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_snapshot),
     R("POST", 44, WRD_BODY_JSON, WRD_LONG, wrd_api_sb_fork),
+    /* screen and input of full VMs (api_vm.c) */
+    R("GET", 45, WRD_BODY_NONE, WRD_LONG, wrd_api_vm_screen),
+    R("POST", 46, WRD_BODY_JSON, WRD_LONG, wrd_api_vm_input),
 };
 const size_t wrd_n_routes = WR_ARRAY_SIZE(wrd_routes);

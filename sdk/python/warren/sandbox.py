@@ -15,6 +15,7 @@ from .exceptions import (CommandExitError, ConflictError, NotFoundError, Request
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
 from .network import Network
 from .pty import Pty
+from .screen import Input, screenshot
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Files", "ByteStream"]
 
@@ -447,6 +448,7 @@ class Sandbox:
         self.files = Files(self)
         self.pty = Pty(self)
         self.network = Network(self)
+        self.input = Input(self)
 
     @property
     def sandbox_id(self) -> str:
@@ -619,6 +621,10 @@ class Sandbox:
             return True
         except (ConflictError, NotFoundError):
             return False
+
+    def screenshot(self) -> bytes:
+        """The screen of a VM sandbox (tier ``"vm"``) as PNG bytes."""
+        return screenshot(self)
 
     def pause(self) -> SandboxInfo:
         """Freeze every process of the sandbox (memory and files kept; its

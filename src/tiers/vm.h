@@ -1,0 +1,89 @@
+/* The full VM tier's core: any bootable disk image (raw or qcow2) in a QEMU
+ * q35 machine (SeaBIOS), its own kernel and init, driven only through the
+ * standard QEMU guest agent (src/tiers/qga.h) and QMP (qmp.h).
+ *
+ *   create: qcow2 overlay (qemu-img, sized to the sandbox's disk) over the
+ *           image, which stays read-only (a hundred VMs share one base) →
+ *           socketpairs for QMP, the guest agent and the console → fork+exec
+ *           QEMU with both disk files passed as fds (-add-fd, -blockdev),
+ *           -sandbox on,spawn=deny,... → guest-sync-delimited answered
+ *           (readiness; an image without qemu-guest-agent fails here with
+ *           a clear error after its boot timeout)
+ *   exec:   guest-exec + guest-exec-status polling; the timeout kills the
+ *           process with the guest's kill(1); output arrives at the end
+ *   screen: QMP screendump as PNG; input-send-event for keys and pointer
+ *   destroy: QMP quit, SIGKILL after a grace, reap, remove the overlay
+ *
+ * Exit codes and output are guest-reported. */
+#ifndef WARREN_TIERS_VM_H
+#define WARREN_TIERS_VM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "tiers/tier.h"
+
+struct wr_fullvm_config {
+	const char *qemu;     /* default: qemu-system-x86_64 from PATH */
+	const char *qemu_img; /* default: qemu-img from PATH */
+	const char *run_dir;  /* per-VM files under <run>/vm/<id> */
+	const char *accel;    /* "auto" (default), "kvm" or "tcg" */
+};
+int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err);
+
+struct wr_fullvm_spec {
+	const char *image;	  /* bootable disk: raw or qcow2 */
+	uint64_t memory_bytes;	  /* default 512 MiB */
+	uint64_t disk_bytes;	  /* overlay's virtual size; default: the image's */
+	unsigned cpus;		  /* default 1 */
+	const char *id;		  /* default: random */
+	uint64_t boot_timeout_ms; /* default 300 s (TCG boots of a whole OS) */
+};
+
+struct wr_fullvm;
+
+int wr_fullvm_create(const struct wr_fullvm_spec *spec, struct wr_fullvm **out, wr_err *err);
+/* argv, env, cwd, user, group, timeout_ms, output_cap, stdin_fd (read to
+ * its end first, at most 16 MiB) and on_output (called once per stream at
+ * the end) of wr_exec_spec; pty: -ENOTSUP. */
+int wr_fullvm_exec(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
+		   struct wr_exec_result *res, wr_err *err);
+int wr_fullvm_read_file(struct wr_fullvm *vm, const char *path, size_t max, char **data,
+			size_t *len, wr_err *err);
+int wr_fullvm_write_file(struct wr_fullvm *vm, const char *path, const char *data, size_t len,
+			 wr_err *err);
+/* The screen as PNG (malloc'd). */
+int wr_fullvm_screenshot(struct wr_fullvm *vm, char **png, size_t *len, wr_err *err);
+/* Types text on the keyboard (ASCII letters, digits, space, newline and
+ * common punctuation). */
+int wr_fullvm_type(struct wr_fullvm *vm, const char *text, wr_err *err);
+/* Keys pressed together and released (["ctrl","c"]): names ctrl, alt,
+ * shift, super, enter, escape, tab, space, backspace, delete, arrows,
+ * home, end, pageup, pagedown, insert, f1..f12, letters and digits. */
+int wr_fullvm_keys(struct wr_fullvm *vm, const char *const *keys, size_t n, wr_err *err);
+/* Moves the absolute pointer (USB tablet) to x, y in screen pixels, then
+ * clicks button ("left", "right", "middle"; NULL: none) and scrolls
+ * (negative: up) there. */
+struct wr_fullvm_pointer {
+	unsigned x, y;
+	const char *button;
+	bool double_click;
+	int scroll;
+};
+int wr_fullvm_pointer(struct wr_fullvm *vm, const struct wr_fullvm_pointer *p, wr_err *err);
+pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm);
+int wr_fullvm_kill(struct wr_fullvm *vm);
+/* ACPI power button (QMP system_powerdown), then SIGKILL when QEMU has not
+ * exited within deadline_ms (the guest's own shutdown ends QEMU). */
+int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms);
+/* QMP stop/cont: every vCPU stops, running commands included. */
+int wr_fullvm_pause(struct wr_fullvm *vm, bool paused, wr_err *err);
+/* 1 when stopped by wr_fullvm_pause, 0 when running, negative on error. */
+int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err);
+/* Removes the run directories of VMs a previous daemon run left; returns
+ * how many. */
+size_t wr_fullvm_sweep(void);
+int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
+
+#endif

@@ -1,0 +1,190 @@
+/* The full VM tier behind struct wr_tier_ops: a sandbox spec becomes a VM
+ * spec (the image a bootable disk file), and the sandbox's defaults (env,
+ * workdir, user) apply to each command as in the container tier. The
+ * handle is our own struct, passed through the ops as the opaque struct
+ * wr_sandbox pointer. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tiers/vm.h"
+#include "tiers/vm_tier.h"
+
+static struct wr_vm_tier_config g_cfg;
+
+struct fvm_sandbox {
+	struct wr_fullvm *vm;
+	struct wr_env_kv *env; /* the sandbox's env; strings owned in strs */
+	size_t n_env;
+	char **strs;
+	char *workdir;
+	int user, group;
+};
+
+static struct fvm_sandbox *of(struct wr_sandbox *sb)
+{
+	return (struct fvm_sandbox *)(void *)sb;
+}
+
+static void fvm_free(struct fvm_sandbox *m)
+{
+	for (size_t i = 0; m->strs && i < 2 * m->n_env; i++)
+		free(m->strs[i]);
+	free(m->strs);
+	free(m->env);
+	free(m->workdir);
+	free(m);
+}
+
+int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err)
+{
+	struct wr_fullvm_config fc = {.qemu = cfg->qemu,
+				      .qemu_img = cfg->qemu_img,
+				      .run_dir = cfg->run_dir,
+				      .accel = cfg->accel};
+	if (wr_fullvm_init(&fc, err) < 0)
+		return -1;
+	g_cfg = *cfg;
+	return 0;
+}
+
+static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	if (spec->n_layers > 1)
+		return wr_err_field(err, "layers", "the vm tier boots one disk image (no layers)");
+	const char *image = spec->n_layers ? spec->layers[0] : spec->image;
+	struct stat st;
+	if (image == NULL)
+		return wr_err_field(err, "image", "an image is required");
+	if (stat(image, &st) < 0)
+		return wr_err_sys(err, "image %s", image);
+	if (!S_ISREG(st.st_mode))
+		return wr_err_field(err, "image",
+				    "the vm tier boots a disk image file (raw or qcow2); "
+				    "%s is a directory",
+				    image);
+	struct fvm_sandbox *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	m->user = (int)spec->user;
+	m->group = (int)(spec->group ? spec->group : spec->user);
+	m->n_env = spec->n_env;
+	m->env = calloc(spec->n_env + 1, sizeof(*m->env));
+	m->strs = calloc(2 * spec->n_env + 1, sizeof(char *));
+	m->workdir = strdup(spec->workdir ? spec->workdir : "/");
+	if (!m->env || !m->strs || !m->workdir)
+		goto nomem;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		m->strs[2 * i] = strdup(spec->env[i].key);
+		m->strs[2 * i + 1] = strdup(spec->env[i].value ? spec->env[i].value : "");
+		if (!m->strs[2 * i] || !m->strs[2 * i + 1])
+			goto nomem;
+		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
+	}
+	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
+	struct wr_fullvm_spec vs = {.image = image,
+				    .memory_bytes = spec->memory_bytes,
+				    .disk_bytes = spec->disk_bytes,
+				    .cpus = (unsigned)cpus,
+				    .id = spec->id,
+				    .boot_timeout_ms = g_cfg.boot_timeout_ms};
+	/* a disk smaller than the image cannot hold it: keep the image's */
+	if (vs.disk_bytes && vs.disk_bytes < (uint64_t)st.st_size)
+		vs.disk_bytes = 0;
+	if (wr_fullvm_create(&vs, &m->vm, err) < 0) {
+		fvm_free(m);
+		return -1;
+	}
+	*out = (struct wr_sandbox *)(void *)m;
+	return 0;
+nomem:
+	fvm_free(m);
+	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
+		    struct wr_exec_result *res, wr_err *err)
+{
+	struct fvm_sandbox *m = of(sb);
+	struct wr_exec_spec spec = *in;
+	/* the sandbox's env first, the command's after it (later wins) */
+	struct wr_env_kv *env = calloc(m->n_env + in->n_env + 1, sizeof(*env));
+	if (env == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	memcpy(env, m->env, m->n_env * sizeof(*env));
+	if (in->n_env)
+		memcpy(env + m->n_env, in->env, in->n_env * sizeof(*env));
+	spec.env = env;
+	spec.n_env = m->n_env + in->n_env;
+	if (spec.cwd == NULL)
+		spec.cwd = m->workdir;
+	if (spec.user < 0)
+		spec.user = m->user;
+	if (spec.group < 0)
+		spec.group = in->user >= 0 ? in->user : m->group;
+	int r = wr_fullvm_exec(m->vm, &spec, res, err);
+	free(env);
+	return r;
+}
+
+static int fvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
+{
+	(void)sb;
+	(void)out;
+	return wr_err_set(err, ENOTSUP,
+			  "the vm tier's files go through its guest agent, not the files API yet");
+}
+
+static int fvm_kill(struct wr_sandbox *sb, wr_err *err)
+{
+	int r = wr_fullvm_shutdown(of(sb)->vm, (int)g_cfg.shutdown_timeout_ms);
+	if (r < 0) {
+		errno = -r;
+		return wr_err_sys(err, "kill vm");
+	}
+	return 0;
+}
+
+static int fvm_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
+{
+	return wr_fullvm_pause(of(sb)->vm, frozen, err);
+}
+
+static int fvm_frozen(struct wr_sandbox *sb, wr_err *err)
+{
+	return wr_fullvm_paused(of(sb)->vm, err);
+}
+
+static int fvm_destroy(struct wr_sandbox **sb, wr_err *err)
+{
+	if (*sb == NULL)
+		return 0;
+	struct fvm_sandbox *m = of(*sb);
+	*sb = NULL;
+	int r = wr_fullvm_destroy(&m->vm, err);
+	fvm_free(m);
+	return r;
+}
+
+static pid_t fvm_main_pid(const struct wr_sandbox *sb)
+{
+	return wr_fullvm_qemu_pid(((const struct fvm_sandbox *)(const void *)sb)->vm);
+}
+
+struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb)
+{
+	return of(sb)->vm;
+}
+
+const struct wr_tier_ops wr_vm_tier = {
+    .name = "vm",
+    .create = fvm_create,
+    .exec = fvm_exec,
+    .fs = fvm_fs,
+    .kill = fvm_kill,
+    .freeze = fvm_freeze,
+    .frozen = fvm_frozen,
+    .destroy = fvm_destroy,
+    .main_pid = fvm_main_pid,
+};

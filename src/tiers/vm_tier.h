@@ -1,0 +1,21 @@
+/* The full VM tier as a warrend tier (struct wr_tier_ops "vm"). */
+#ifndef WARREN_TIERS_VM_TIER_H
+#define WARREN_TIERS_VM_TIER_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "tiers/tier.h"
+#include "tiers/vm.h"
+
+struct wr_vm_tier_config {
+	const char *qemu, *qemu_img, *accel, *run_dir;
+	uint64_t boot_timeout_ms;     /* 0: the core's default (300 s) */
+	uint64_t shutdown_timeout_ms; /* ACPI shutdown's deadline at kill */
+};
+int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err);
+/* The VM of a sandbox of this tier (screen and input routes). */
+struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb);
+extern const struct wr_tier_ops wr_vm_tier;
+
+#endif
