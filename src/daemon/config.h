@@ -58,7 +58,7 @@ struct wrd_config {
 	/* microVM tier (absent: the tier is off): guest kernel, initramfs,
 	 * optional qemu binary and accel ("auto", "kvm", "tcg") */
 	char *mvm_kernel, *mvm_initrd, *mvm_qemu, *mvm_accel;
-	char *mvm_templates;	   /* NULL: <run>/microvm-templates; "": off */
+	char *mvm_templates; /* NULL: <run>/microvm-templates; "": off */
 	/* the full VM tier (config key vm): on when vm_on */
 	bool vm_on;
 	char *vm_qemu, *vm_qemu_img, *vm_accel;
