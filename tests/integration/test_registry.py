@@ -151,7 +151,7 @@ MT_CHUNKS = "application/vnd.warren.image.erofs.chunks.v1"
 
 
 def parse_index(raw):
-    """The chunk index format (docs/ARCHITECTURE.md): header, then sums."""
+    """The chunk index format (docs/ARCH-IMAGES.md): header, then sums."""
     assert raw[:8] == b"WRNCHIDX"
     version, grain = int.from_bytes(raw[8:12], "little"), int.from_bytes(raw[12:16], "little")
     size = int.from_bytes(raw[16:24], "little")
