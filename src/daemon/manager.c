@@ -293,10 +293,22 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 		wrd_mgr_put(sb);
 		return wr_err_field(err, "tier", "tier: unknown tier '%s'", rec->tier);
 	}
+	/* Only the container tier has network plumbing and the eBPF filter
+	 * yet (a QEMU of the VM tiers has no interface): other tiers take mode
+	 * none, and their handles are not a container's. */
+	bool container = strcmp(sb->ops->name, "container") == 0;
+	const char *mode =
+	    json_string_value(json_object_get(json_object_get(rec->spec, "network"), "mode"));
+	if (!container && mode && strcmp(mode, "none") != 0) {
+		wrd_mgr_put(sb);
+		return wr_err_field(err, "network.mode",
+				    "network.mode: the %s tier has no network yet; only \"none\"",
+				    rec->tier);
+	}
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = wrd_spec_from_record(&sb->rec, &spec, &env, err);
-	if (r == 0)
+	if (r == 0 && container)
 		r = wrd_net_prepare(sb, &spec, err); /* networked: a pool netns */
 	if (r == 0)
 		r = sb->ops->create(&spec, &sb->tsb, err);
@@ -308,7 +320,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	 * leaves a running record that the next start adopts. */
 	/* The network filter before the record and the answer: no command
 	 * (the first sandbox code that could use the network) runs before. */
-	if (r == 0)
+	if (r == 0 && container)
 		r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
 	if (r == 0) {
 		sb->rec.init_pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
