@@ -292,3 +292,22 @@ int wr_buf_append(struct wr_buf *b, const void *d, size_t n)
 	b->p[b->len] = 0;
 	return 0;
 }
+
+char *wr_find_in_path(const char *name)
+{
+	if (strchr(name, '/'))
+		return access(name, X_OK) == 0 ? strdup(name) : NULL;
+	const char *path = getenv("PATH");
+	char *copy = strdup(path && *path ? path : "/usr/bin:/bin"), *save = NULL;
+	for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
+	     d = strtok_r(NULL, ":", &save)) {
+		char *p = NULL;
+		if (asprintf(&p, "%s/%s", d, name) >= 0 && access(p, X_OK) == 0) {
+			free(copy);
+			return p;
+		}
+		free(p);
+	}
+	free(copy);
+	return NULL;
+}

@@ -41,6 +41,11 @@ uint64_t wr_now_ns(void);
 /* 16 lowercase hex chars of randomness + NUL (sandbox ids). */
 int wr_random_id(char out[17]);
 
+/* The absolute path of an executable: name itself when it has a '/',
+ * else the first match in $PATH (default /usr/bin:/bin). malloc'd, or NULL
+ * when none is executable. */
+char *wr_find_in_path(const char *name);
+
 /* mkdir -p with mode; EEXIST is success. */
 int wr_mkdir_p(const char *path, mode_t mode, wr_err *err);
 

@@ -38,24 +38,6 @@ static uint64_t now_ns(void)
 
 /* ---- process-wide set-up -------------------------------------------------- */
 
-static char *find_in_path(const char *name)
-{
-	if (strchr(name, '/'))
-		return access(name, X_OK) == 0 ? strdup(name) : NULL;
-	const char *path = getenv("PATH");
-	char *copy = strdup(path && *path ? path : "/usr/bin:/bin"), *save = NULL;
-	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		char *p = NULL;
-		if (asprintf(&p, "%s/%s", d, name) >= 0 && access(p, X_OK) == 0) {
-			free(copy);
-			return p;
-		}
-		free(p);
-	}
-	free(copy);
-	return NULL;
-}
-
 /* The host's TSC rate for tsc_early_khz: a guest under TCG that calibrates
  * its TSC itself hangs about one boot in ten (FACTS.md). */
 static unsigned long host_tsc_khz(void)
@@ -87,7 +69,7 @@ int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 		return wr_err_sys(err, "microvm: kernel %s", cfg->kernel);
 	if (access(cfg->initrd, R_OK) < 0)
 		return wr_err_sys(err, "microvm: initramfs %s", cfg->initrd);
-	char *qemu = find_in_path(cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
+	char *qemu = wr_find_in_path(cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
 	if (qemu == NULL)
 		return wr_err_set(err, ENOENT, "microvm: %s not found",
 				  cfg->qemu ? cfg->qemu : "qemu-system-x86_64");

@@ -45,32 +45,15 @@ struct wr_fullvm {
 	unsigned width, height; /* of the last screenshot (pointer scaling) */
 };
 
-static char *find_in_path(const char *name)
-{
-	if (strchr(name, '/'))
-		return access(name, X_OK) == 0 ? strdup(name) : NULL;
-	const char *path = getenv("PATH");
-	_cleanup_free_ char *copy = strdup(path && *path ? path : "/usr/bin:/bin");
-	char *save = NULL;
-	for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d;
-	     d = strtok_r(NULL, ":", &save)) {
-		char *p = NULL;
-		if (asprintf(&p, "%s/%s", d, name) >= 0 && access(p, X_OK) == 0)
-			return p;
-		free(p);
-	}
-	return NULL;
-}
-
 int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err)
 {
 	if (g.ready)
 		return 0;
 	const char *qemu = cfg && cfg->qemu ? cfg->qemu : "qemu-system-x86_64";
 	const char *img = cfg && cfg->qemu_img ? cfg->qemu_img : "qemu-img";
-	if ((g.qemu = find_in_path(qemu)) == NULL)
+	if ((g.qemu = wr_find_in_path(qemu)) == NULL)
 		return wr_err_set(err, ENOENT, "vm tier: %s not found", qemu);
-	if ((g.qemu_img = find_in_path(img)) == NULL)
+	if ((g.qemu_img = wr_find_in_path(img)) == NULL)
 		return wr_err_set(err, ENOENT, "vm tier: %s not found (Debian: qemu-utils)", img);
 	const char *accel = cfg && cfg->accel ? cfg->accel : "auto";
 	int kfd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
