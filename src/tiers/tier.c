@@ -108,3 +108,27 @@ void wr_env_free(char **env)
 		free(env[i]);
 	free(env);
 }
+
+int wr_exec_spec_defaults(const struct wr_exec_spec *in, const struct wr_env_kv *env, size_t n_env,
+			  const char *workdir, int user, int group, struct wr_exec_spec *out,
+			  struct wr_env_kv **env_owned, wr_err *err)
+{
+	*out = *in;
+	struct wr_env_kv *e = calloc(n_env + in->n_env + 1, sizeof(*e));
+	if (e == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	if (n_env)
+		memcpy(e, env, n_env * sizeof(*e));
+	if (in->n_env)
+		memcpy(e + n_env, in->env, in->n_env * sizeof(*e));
+	out->env = e;
+	out->n_env = n_env + in->n_env;
+	if (out->cwd == NULL)
+		out->cwd = workdir;
+	if (out->user < 0)
+		out->user = user;
+	if (out->group < 0)
+		out->group = in->user >= 0 ? in->user : group;
+	*env_owned = e;
+	return 0;
+}

@@ -175,4 +175,12 @@ char **wr_env_merge(const char *const *base, size_t nbase, const struct wr_env_k
 		    size_t *n, wr_err *err);
 void wr_env_free(char **env);
 
+/* For tiers that keep a sandbox's defaults themselves (the VM tiers): *out
+ * is *in with the sandbox's env first and the command's after it (later
+ * wins), and cwd, user and group defaulted. *env_owned (free it after the
+ * exec) holds the merged env array; the strings stay borrowed. */
+int wr_exec_spec_defaults(const struct wr_exec_spec *in, const struct wr_env_kv *env, size_t n_env,
+			  const char *workdir, int user, int group, struct wr_exec_spec *out,
+			  struct wr_env_kv **env_owned, wr_err *err);
+
 #endif

@@ -107,22 +107,11 @@ static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
 		    struct wr_exec_result *res, wr_err *err)
 {
 	struct fvm_sandbox *m = of(sb);
-	struct wr_exec_spec spec = *in;
-	/* the sandbox's env first, the command's after it (later wins) */
-	struct wr_env_kv *env = calloc(m->n_env + in->n_env + 1, sizeof(*env));
-	if (env == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	memcpy(env, m->env, m->n_env * sizeof(*env));
-	if (in->n_env)
-		memcpy(env + m->n_env, in->env, in->n_env * sizeof(*env));
-	spec.env = env;
-	spec.n_env = m->n_env + in->n_env;
-	if (spec.cwd == NULL)
-		spec.cwd = m->workdir;
-	if (spec.user < 0)
-		spec.user = m->user;
-	if (spec.group < 0)
-		spec.group = in->user >= 0 ? in->user : m->group;
+	struct wr_exec_spec spec;
+	struct wr_env_kv *env = NULL;
+	if (wr_exec_spec_defaults(in, m->env, m->n_env, m->workdir, m->user, m->group, &spec, &env,
+				  err) < 0)
+		return -1;
 	int r = wr_fullvm_exec(m->vm, &spec, res, err);
 	free(env);
 	return r;
