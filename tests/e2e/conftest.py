@@ -438,3 +438,8 @@ def tenants(warrend):
     url = f"http://127.0.0.1:{warrend.port}"
     return ({"base_url": url, "api_key": warrend.tokens["alice"]},
             {"base_url": url, "api_key": warrend.tokens["bob"]})
+
+
+# ---- a node with networking on (tests/e2e/netnode.py; imports Daemon above) -
+
+from netnode import fresh_netd, napi, netd, netns, svc_daemon  # noqa: E402,F401

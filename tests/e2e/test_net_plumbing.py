@@ -1,135 +1,22 @@
 """Network plumbing end to end (issue 6): pool namespaces, NAT, the host's
 protection, published ports, and no leftovers after a burst.
 
-The daemon runs in a network namespace made here ("host"), whose uplink is
-a veth into another one ("internet", 198.18.0.2, and the metadata address
-169.254.169.254). Bridge, nftables table, forwarding sysctls and veths all
-live in those namespaces: nothing on the machine's own network changes,
-and nothing is sent to a real network. Everything is removed at the end,
-also when a test fails."""
+The node (fixtures netns, netd, napi) is tests/e2e/netnode.py's: a daemon
+with networking on in a test-made "host" namespace whose uplink leads to a
+test-made "internet" (198.18.0.2, and the metadata address
+169.254.169.254)."""
 import json
 import os
 import socket
 import subprocess
 import time
 
-import pytest
+from netnode import HOST_NS, INET_NS, in_ns, slot_names
 
-from conftest import Daemon
-
-PID = os.getpid()
-HOST_NS = f"wrh{PID}"
-INET_NS = f"wri{PID}"
-UPLINK = f"wru{PID}"
-BRIDGE = f"wrb{PID}"
-TABLE = f"warren-e2e-{PID}"
-RANGE = "10.201.0.0/22"
-GW = "10.201.0.1"
-
-
-def sh(*args, check=True):
-    return subprocess.run(args, check=check, capture_output=True, text=True)
-
-
-def in_ns(ns, *args, check=True):
-    return sh("ip", "netns", "exec", ns, *args, check=check)
-
-
-@pytest.fixture(scope="module")
-def netns():
-    made = []
-    servers = []
-    try:
-        for ns in (HOST_NS, INET_NS):
-            sh("ip", "netns", "add", ns)
-            made.append(ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "link", "add", UPLINK, "netns", HOST_NS, "type", "veth",
-           "peer", "name", "inet0", "netns", INET_NS)
-        sh("ip", "-n", HOST_NS, "addr", "add", "198.18.0.1/24", "dev", UPLINK)
-        sh("ip", "-n", HOST_NS, "link", "set", UPLINK, "up")
-        sh("ip", "-n", HOST_NS, "route", "add", "default", "via", "198.18.0.2")
-        sh("ip", "-n", INET_NS, "addr", "add", "198.18.0.2/24", "dev", "inet0")
-        sh("ip", "-n", INET_NS, "addr", "add", "169.254.169.254/32", "dev", "lo")
-        sh("ip", "-n", INET_NS, "link", "set", "inet0", "up")
-        # the internet's web server, which answers with the client's address
-        code = ("import http.server, socketserver\n"
-                "class H(http.server.BaseHTTPRequestHandler):\n"
-                "    def do_GET(self):\n"
-                "        b = self.client_address[0].encode()\n"
-                "        self.send_response(200); self.send_header('Content-Length', str(len(b)))\n"
-                "        self.end_headers(); self.wfile.write(b)\n"
-                "    def log_message(self, *a): pass\n"
-                "socketserver.TCPServer.allow_reuse_address = True\n"
-                "http.server.ThreadingHTTPServer(('0.0.0.0', 8080), H).serve_forever()\n")
-        servers.append(subprocess.Popen(["ip", "netns", "exec", INET_NS, "/usr/bin/python3",
-                                         "-c", code]))
-        # a server on the "host" itself, on every address
-        servers.append(subprocess.Popen(["ip", "netns", "exec", HOST_NS, "/usr/bin/python3",
-                                         "-c", code.replace("8080", "9099")]))
-        time.sleep(0.5)
-        yield
-    finally:
-        for s in servers:
-            s.kill()
-            s.wait()
-        for ns in made:
-            sh("ip", "netns", "del", ns, check=False)
-
-
-class NetDaemon(Daemon):
-    """A warrend inside the test's "host" namespace, networking on."""
-
-    def __init__(self, build, root, name, **kw):
-        extra = {"network": {"enable": True, "bridge": BRIDGE, "range": RANGE,
-                             "table": TABLE, "uplink": UPLINK, "pool_size": 8,
-                             "teardown_per_sec": 1000,
-                             # the forwarder on the bridge address (dns.c)
-                             "dns": {"upstreams": ["198.18.0.2"]}}}
-        super().__init__(build, root, name, extra=extra, **kw)
-
-    def delete_all(self):
-        # the TCP listener is inside the namespace: the Unix socket only
-        c = self.client()
-        r = c.get("/v1/sandboxes?state=running&limit=1000")
-        for sb in r.json()["sandboxes"]:
-            c.kill(sb["id"])
-        c.close()
-
-    def start(self):
-        # warrend is started through nsenter: only its network namespace
-        # differs (ip netns exec would also remount /sys)
-        orig = subprocess.Popen
-
-        def popen(cmd, **kw):
-            if cmd and str(cmd[0]).endswith("/warrend"):
-                cmd = ["nsenter", f"--net=/run/netns/{HOST_NS}"] + list(cmd)
-            return orig(cmd, **kw)
-        subprocess.Popen = popen
-        try:
-            return super().start()
-        finally:
-            subprocess.Popen = orig
-
-
-@pytest.fixture(scope="module")
-def netd(build, netns, tmp_path_factory):
-    d = NetDaemon(build, tmp_path_factory.mktemp("netd"), "net")
-    d.start()
-    yield d
-    problems = d.finish()
-    # a clean shutdown with no sandbox left removes the bridge and table
-    links = in_ns(HOST_NS, "ip", "-o", "link", "show").stdout
-    tables = in_ns(HOST_NS, "nft", "list", "tables").stdout
-    assert BRIDGE not in links and TABLE not in tables, (links, tables)
-    assert not problems, "\n".join(problems) + "\n" + d.log_text()
-
-
-@pytest.fixture
-def napi(netd):
-    c = netd.client()
-    yield c
-    c.close()
+_names = slot_names(0)  # netd's
+BRIDGE = _names["bridge"]
+TABLE = _names["table"]
+GW = _names["gateway"]
 
 
 def probe(api, sid, addr, port):

@@ -10,22 +10,13 @@ from pathlib import Path
 import pytest
 
 from test_cli_client import Cli, one_error_line
-from test_network import svc_daemon  # noqa: F401 (a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 import warren  # noqa: E402
 from warren import AsyncSandbox, Sandbox  # noqa: E402
 
-NEEDS_NET_NODE = ("needs a node with networking on (modes other than none take a pool netns since the netplumb merge); to be ported to test_net_plumbing's NetDaemon")
 
-
-@pytest.fixture
-def cli(warrend):
-    return Cli(warrend)
-
-
-@pytest.mark.skip(reason=NEEDS_NET_NODE)
 def test_cli_create_and_network_verb(svc_daemon):
     cli = Cli(svc_daemon)
     sid = cli("create", "--image", "busybox", "--allow", "10.1.2.0/24:80/tcp",
@@ -62,7 +53,6 @@ def test_cli_create_and_network_verb(svc_daemon):
         cli("rm", "-f", sid)
 
 
-@pytest.mark.skip(reason=NEEDS_NET_NODE)
 def test_sdk_sync(svc_daemon, image):
     conn = {"socket": str(svc_daemon.sock)}
     with Sandbox.create(image=image, timeout=120,
@@ -86,8 +76,9 @@ def test_sdk_sync(svc_daemon, image):
     assert e.value.field == "network.allow[0].cidr"
 
 
-@pytest.mark.skip(reason=NEEDS_NET_NODE)
-def test_sdk_async(conn, image):
+def test_sdk_async(netd, image):
+    conn = {"socket": str(netd.sock)}
+
     async def main():
         sb = await AsyncSandbox.create(image=image, timeout=120, network={"mode": "open"},
                                        **conn)
