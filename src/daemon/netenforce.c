@@ -34,8 +34,8 @@ struct wrd_nf {
 	uint64_t cgid;
 	struct wr_netfilter_att *att;
 	struct wrd_netpolicy pol;
-	bool has_gw4, has_gw6;
-	uint8_t gw4[4], gw6[16];
+	bool has_gw4, has_gw6, has_self4;
+	uint8_t gw4[4], gw6[16], self4[4];
 	uint64_t reported; /* sum of the counts of the events received */
 	struct wr_net_refusal last[WRD_NET_LAST];
 	unsigned nlast, head;
@@ -342,6 +342,8 @@ static void to_filter(const struct wrd_nf *n, const struct wrd_netpolicy *p,
 	np->has_gw6 = n->has_gw6;
 	memcpy(np->gw4, n->gw4, 4);
 	memcpy(np->gw6, n->gw6, 16);
+	np->has_self4 = n->has_self4;
+	memcpy(np->self4, n->self4, 4);
 }
 
 int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
@@ -355,6 +357,15 @@ int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 	uint8_t gw4[4];
 	if (gw && inet_pton(AF_INET, gw, gw4) == 1)
 		wrd_nf_set_gateway(sb, gw4, NULL);
+	/* its own address, which the deny set's bridge subnet covers */
+	const char *self = json_string_value(json_object_get(rec, "address"));
+	uint8_t self4[4];
+	if (self && inet_pton(AF_INET, self, self4) == 1 && net_of(sb)) {
+		pthread_mutex_lock(&g_lock);
+		sb->nf->has_self4 = true;
+		memcpy(sb->nf->self4, self4, 4);
+		pthread_mutex_unlock(&g_lock);
+	}
 	if (pol) {
 		json_object_del(pol, "address");
 		json_object_del(pol, "gateway");

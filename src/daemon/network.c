@@ -16,6 +16,7 @@
 #include "daemon/dns.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
 #include "daemon/network_internal.h"
 #include "isolate/rtnl.h"
 
@@ -192,6 +193,19 @@ int wrd_net_start(const struct wrd_config *cfg, wr_err *err)
 	free(adopted);
 	if (r < 0)
 		return -1;
+	/* The filter's second layer under the table's forward rules: the
+	 * sandboxes' own range (each other, the bridge address but its DNS on
+	 * port 53, whatever is published there) in every mode, and all of
+	 * IPv6, which this plumbing never gives a sandbox (the forward chain
+	 * drops it too): refused at connect/sendmsg with an event. In place
+	 * before the first networked create is served; adopted sandboxes'
+	 * filters read the same deny map, so they get it at once too. */
+	const char *const deny[] = {s->cfg.range, "::/0"};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(deny); i++)
+		if (wrd_nf_deny_add(deny[i], err) < 0) {
+			wr_netpool_stop(&s->pool, false);
+			return wr_err_wrap(err, "network: deny set");
+		}
 	/* The DNS forwarder (started after us) listens on the bridge address. */
 	struct sockaddr_in gws = {.sin_family = AF_INET, .sin_addr = wr_netpool_gateway(s->pool)};
 	wrd_dns_set_gateway((struct sockaddr *)&gws);

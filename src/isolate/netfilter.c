@@ -336,8 +336,10 @@ static int policy_trie(const struct wr_net_policy *p, wr_err *err)
 		 : p->mode == WR_NET_ALLOWLIST ? NF_MODE_ALLOWLIST
 					       : NF_MODE_NONE;
 	h.flags = (p->allow_raw ? NF_F_RAW : 0) | (p->cut_established ? NF_F_CUT : 0) |
-		  (p->has_gw4 ? NF_F_GW4 : 0) | (p->has_gw6 ? NF_F_GW6 : 0);
+		  (p->has_gw4 ? NF_F_GW4 : 0) | (p->has_gw6 ? NF_F_GW6 : 0) |
+		  (p->has_self4 ? NF_F_SELF4 : 0);
 	memcpy(h.gw4, p->gw4, 4);
+	memcpy(h.self4, p->self4, 4);
 	memcpy(h.gw6, p->gw6, 16);
 	if (trie_fill(fd, p->allow, n, &h, err) < 0)
 		return wr_err_wrap(err, "policy trie");

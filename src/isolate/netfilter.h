@@ -51,6 +51,10 @@ struct wr_net_policy {
 	 * allowlist and open modes, although the bridge subnet is denied. */
 	bool has_gw4, has_gw6;
 	uint8_t gw4[4], gw6[16];
+	/* The sandbox's own address (in the bridge subnet, which the deny set
+	 * holds): traffic to it stays in the sandbox's namespace. */
+	bool has_self4;
+	uint8_t self4[4];
 };
 
 /* Parse "10.1.2.0/24", "2001:db8::/32", "10.1.2.3" (a host) into r

@@ -291,6 +291,10 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 	}
 	if (is_gateway_dns(h, d))
 		return 1;
+	/* its own address: it never leaves the sandbox's namespace (the
+	 * bridge subnet around it is in the deny set) */
+	if (d->family == 4 && (h->flags & NF_F_SELF4) && same(h->self4, d->addr, 4))
+		return 1;
 	__u32 block = ((__u32)d->addr[0] << 8 | d->addr[1]) & 0xffff;
 	if (deny_blocks[d->family == 6][block >> 6] & (1ull << (block & 63))) {
 		struct nf_key dk = {};

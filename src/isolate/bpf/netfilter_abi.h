@@ -33,10 +33,11 @@
 #define NF_MODE_OPEN 2
 
 /* Header flags. */
-#define NF_F_RAW 1u /* SOCK_RAW sockets allowed (their packets still filtered) */
-#define NF_F_GW4 2u /* gw4 is set */
-#define NF_F_GW6 4u /* gw6 is set */
-#define NF_F_CUT 8u /* established TCP is re-checked per packet too */
+#define NF_F_RAW 1u    /* SOCK_RAW sockets allowed (their packets still filtered) */
+#define NF_F_GW4 2u    /* gw4 is set */
+#define NF_F_GW6 4u    /* gw6 is set */
+#define NF_F_CUT 8u    /* established TCP is re-checked per packet too */
+#define NF_F_SELF4 16u /* self4 is set: the sandbox's own address */
 
 /* Protocols of a rule: IP protocol numbers; ICMP covers ICMPv6. */
 #define NF_P_ANY 0
@@ -76,6 +77,7 @@ struct nf_val {
 	__u32 mode;
 	__u32 flags;
 	__u8 gw4[4];
+	__u8 self4[4]; /* its own address, reached through its loopback */
 	__u8 gw6[16];
 	struct nf_port_rule r[NF_PORT_RULES];
 };
