@@ -1,10 +1,16 @@
-/* bench_net_connect N ROUNDS: connect()+close() latency to a TCP listener
- * in another network namespace (veth), from a process in a cgroup with the
- * network filter attached (allowlist, 16 rules, the match the most
- * specific) against one in a cgroup without it; interleaved rounds, same
- * namespaces. Prints one JSON line (bench/run_net.sh writes
- * bench/results/net.md). Everything made here carries the pid in its name
- * and is removed on exit. */
+/* bench_net_connect N ROUNDS: connect() latency to a TCP listener in
+ * another network namespace (veth), from processes in three cgroups, same
+ * namespaces, interleaved rounds:
+ *   plain     no program
+ *   floor     programs on the same six hooks that allow at once (two
+ *             instructions): what running cgroup hooks at all costs
+ *   filtered  the network filter (allowlist, 16 rules, the match the most
+ *             specific; a deny set like the daemon's)
+ * then a profiling pass (BPF_ENABLE_STATS: the kernel's run_time_ns and
+ * run_cnt of each program attached to the filtered cgroup), outside the
+ * timed rounds since the statistics cost time themselves. Prints one JSON
+ * line (bench/run_net_connect.sh writes bench/results/net.md). Everything
+ * made here carries the pid in its name and is removed on exit. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +25,9 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <linux/bpf.h>
 
 #include "common/util.h"
 #include "isolate/cgroup.h"
@@ -95,6 +104,58 @@ static int run(struct wr_cgroup *leaf, int n, uint64_t *out)
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/* The six hooks of the filter, with programs that return "allow" at once. */
+static const struct {
+	enum bpf_prog_type type;
+	enum bpf_attach_type at;
+} hooks[6] = {{BPF_PROG_TYPE_CGROUP_SOCK, BPF_CGROUP_INET_SOCK_CREATE},
+	      {BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_CGROUP_INET4_CONNECT},
+	      {BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_CGROUP_INET6_CONNECT},
+	      {BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_CGROUP_UDP4_SENDMSG},
+	      {BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_CGROUP_UDP6_SENDMSG},
+	      {BPF_PROG_TYPE_CGROUP_SKB, BPF_CGROUP_INET_EGRESS}};
+
+static int floor_attach(int cgfd, int *links)
+{
+	struct bpf_insn allow[2] = {
+	    {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 1},
+	    {.code = BPF_JMP | BPF_EXIT}};
+	for (int i = 0; i < 6; i++) {
+		LIBBPF_OPTS(bpf_prog_load_opts, o, .expected_attach_type = hooks[i].at);
+		int fd = bpf_prog_load(hooks[i].type, "wrnb_allow", "GPL", allow, 2, &o);
+		if (fd < 0)
+			return -1;
+		links[i] = bpf_link_create(fd, cgfd, hooks[i].at, NULL);
+		close(fd); /* the link holds the program */
+		if (links[i] < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Average run time (ns) of the programs on cgfd's hooks, from the kernel's
+ * statistics; the count of runs into cnt. */
+static void prog_stats(int cgfd, double *avg, uint64_t *cnt)
+{
+	for (int i = 0; i < 6; i++) {
+		__u32 ids[4], n = 4;
+		avg[i] = 0;
+		cnt[i] = 0;
+		if (bpf_prog_query(cgfd, hooks[i].at, 0, NULL, ids, &n) < 0 || n == 0)
+			continue;
+		int fd = bpf_prog_get_fd_by_id(ids[0]);
+		struct bpf_prog_info info;
+		__u32 len = sizeof(info);
+		memset(&info, 0, sizeof(info));
+		if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && info.run_cnt) {
+			avg[i] = (double)info.run_time_ns / (double)info.run_cnt;
+			cnt[i] = info.run_cnt;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 20000;
@@ -117,11 +178,12 @@ int main(int argc, char **argv)
 	wr_err err = NULL;
 	struct wr_cgroup_root *root = NULL;
 	struct wr_netfilter *nf = NULL;
-	struct wr_cgroup *cg[2] = {0}, *leaf[2] = {0};
+	struct wr_cgroup *cg[3] = {0}, *leaf[3] = {0};
+	int floor_links[6] = {-1, -1, -1, -1, -1, -1};
 	struct wr_netfilter_att *att = NULL;
 	/* shared with the forked clients, which write their latencies here */
-	uint64_t *lat[2];
-	for (int i = 0; i < 2; i++)
+	uint64_t *lat[3];
+	for (int i = 0; i < 3; i++)
 		lat[i] = mmap(NULL, (size_t)n * 8, PROT_READ | PROT_WRITE,
 			      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh(cmd) != 0)
@@ -155,27 +217,47 @@ int main(int argc, char **argv)
 	}
 	if (err || wr_netfilter_set_deny(nf, deny, 8, &err) < 0)
 		goto out;
-	const char *names[2] = {"plain", "filtered"};
-	for (int i = 0; i < 2; i++)
+	const char *names[3] = {"plain", "floor", "filtered"};
+	for (int i = 0; i < 3; i++)
 		if (wr_cgroup_create(root, names[i], NULL, &cg[i], &err) < 0 ||
 		    wr_cgroup_create_leaf(cg[i], "init", &leaf[i], &err) < 0)
 			goto out;
-	if (wr_netfilter_attach(nf, wr_cgroup_v2_fd(cg[1]), &p, &att, &err) < 0)
+	if (wr_netfilter_attach(nf, wr_cgroup_v2_fd(cg[2]), &p, &att, &err) < 0)
 		goto out;
+	if (floor_attach(wr_cgroup_v2_fd(cg[1]), floor_links) < 0) {
+		perror("bench_net_connect: floor programs");
+		goto out;
+	}
 	uint64_t warm[200];
-	run(leaf[0], 200, warm);
-	run(leaf[1], 200, warm);
+	for (int m = 0; m < 3; m++)
+		run(leaf[m], 200, warm);
 	for (int r = 0; r < rounds; r++)
-		for (int m = 0; m < 2; m++) {
-			int mm = (r % 2) ? 1 - m : m; /* alternate which goes first */
+		for (int m = 0; m < 3; m++) {
+			int mm = (m + r) % 3; /* rotate which goes first */
 			if (run(leaf[mm], per, lat[mm] + r * per) < 0) {
 				fprintf(stderr, "bench_net_connect: connect failed (%s)\n",
 					names[mm]);
 				goto out;
 			}
 		}
-	double p50[2], mean[2], p99[2];
-	for (int m = 0; m < 2; m++) {
+	/* the profile, untimed: 5000 connects with the statistics on */
+	double avg[6] = {0}, favg[6] = {0};
+	uint64_t cnt[6] = {0}, fcnt[6] = {0};
+	int stats = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (stats >= 0) {
+		uint64_t *prof =
+		    mmap(NULL, 5000 * 8, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (prof != MAP_FAILED) {
+			run(leaf[2], 5000, prof);
+			run(leaf[1], 5000, prof);
+			munmap(prof, 5000 * 8);
+		}
+		prog_stats(wr_cgroup_v2_fd(cg[2]), avg, cnt);
+		prog_stats(wr_cgroup_v2_fd(cg[1]), favg, fcnt);
+		close(stats);
+	}
+	double p50[3], mean[3], p99[3];
+	for (int m = 0; m < 3; m++) {
 		int tot = per * rounds;
 		double sum = 0;
 		for (int i = 0; i < tot; i++)
@@ -185,17 +267,30 @@ int main(int argc, char **argv)
 		p99[m] = (double)lat[m][tot * 99 / 100] / 1000.0;
 		mean[m] = sum / tot / 1000.0;
 	}
-	printf("{\"n\": %d, \"rounds\": %d, \"plain_p50_us\": %.2f, \"filtered_p50_us\": %.2f, "
-	       "\"plain_mean_us\": %.2f, \"filtered_mean_us\": %.2f, \"plain_p99_us\": %.2f, "
-	       "\"filtered_p99_us\": %.2f, \"overhead_p50\": %.4f, \"overhead_mean\": %.4f}\n",
-	       per * rounds, rounds, p50[0], p50[1], mean[0], mean[1], p99[0], p99[1],
-	       p50[1] / p50[0] - 1, mean[1] / mean[0] - 1);
+	printf("{\"n\": %d, \"rounds\": %d", per * rounds, rounds);
+	for (int m = 0; m < 3; m++)
+		printf(", \"%s_p50_us\": %.3f, \"%s_mean_us\": %.3f, \"%s_p99_us\": %.3f", names[m],
+		       p50[m], names[m], mean[m], names[m], p99[m]);
+	printf(", \"overhead_p50\": %.4f, \"overhead_mean\": %.4f, \"floor_overhead_p50\": %.4f, "
+	       "\"floor_overhead_mean\": %.4f, \"programs\": {",
+	       p50[2] / p50[0] - 1, mean[2] / mean[0] - 1, p50[1] / p50[0] - 1,
+	       mean[1] / mean[0] - 1);
+	static const char *const hn[6] = {"sock_create", "connect4", "connect6",
+					  "sendmsg4",	 "sendmsg6", "egress"};
+	for (int i = 0; i < 6; i++)
+		printf(
+		    "%s\"%s\": {\"ns_per_run\": %.1f, \"runs\": %llu, \"floor_ns_per_run\": %.1f}",
+		    i ? ", " : "", hn[i], avg[i], (unsigned long long)cnt[i], favg[i]);
+	printf("}}\n");
 	status = 0;
 out:
 	if (err)
 		fprintf(stderr, "bench_net_connect: %s\n", err->msg);
 	wr_netfilter_detach(nf, &att);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 6; i++)
+		if (floor_links[i] >= 0)
+			close(floor_links[i]);
+	for (int i = 0; i < 3; i++) {
 		wr_cgroup_close(leaf[i]);
 		if (cg[i])
 			wr_cgroup_destroy(&cg[i], &err);

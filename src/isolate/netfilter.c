@@ -346,6 +346,70 @@ static int policy_trie(const struct wr_net_policy *p, wr_err *err)
 	return steal_fd(&fd);
 }
 
+/* The policy in the sandbox cgroup's local storage (the programs' fast
+ * path, see nf_local): flat when it has at most NF_FLAT_RULES rules. If
+ * the flat value cannot be written, the header without NF_F_FLAT is: the
+ * hooks then read the trie, which already holds p (callers swap the trie
+ * first). Only if that fails too is it an error. */
+static int local_write(struct wr_netfilter *nf, uint64_t cgid, const struct wr_net_policy *p,
+		       wr_err *err)
+{
+	struct nf_local l;
+	memset(&l, 0, sizeof(l));
+	size_t n = p->mode == WR_NET_ALLOWLIST ? p->n_allow : 0;
+	l.cgid = cgid;
+	l.mode = p->mode == WR_NET_OPEN	       ? NF_MODE_OPEN
+		 : p->mode == WR_NET_ALLOWLIST ? NF_MODE_ALLOWLIST
+					       : NF_MODE_NONE;
+	l.flags = (p->allow_raw ? NF_F_RAW : 0) | (p->cut_established ? NF_F_CUT : 0) |
+		  (p->has_gw4 ? NF_F_GW4 : 0) | (p->has_gw6 ? NF_F_GW6 : 0) |
+		  (p->has_self4 ? NF_F_SELF4 : 0);
+	memcpy(l.gw4, p->gw4, 4);
+	memcpy(l.gw6, p->gw6, 16);
+	memcpy(l.self4, p->self4, 4);
+	bool flat = true;
+	for (size_t i = 0; i < n && flat; i++) {
+		const struct wr_net_rule *r = &p->allow[i];
+		uint8_t mask[16] = {0};
+		for (int b = 0; b < r->prefix; b++)
+			mask[b / 8] |= (uint8_t)(0x80 >> (b % 8));
+		uint32_t a[4], m[4];
+		memcpy(a, r->addr, 16);
+		memcpy(m, mask, 16);
+		if (r->family == 4 && l.n4 < NF_FLAT_RULES) {
+			struct nf_flat4 *f = &l.r4[l.n4++];
+			*f = (struct nf_flat4){.net = a[0] & m[0],
+					       .mask = m[0],
+					       .lo = r->port_lo,
+					       .hi = r->port_hi,
+					       .proto = r->proto};
+		} else if (r->family == 6 && l.n6 < NF_FLAT_RULES) {
+			struct nf_flat6 *f = &l.r6[l.n6++];
+			for (int w = 0; w < 4; w++) {
+				f->net[w] = a[w] & m[w];
+				f->mask[w] = m[w];
+			}
+			f->lo = r->port_lo;
+			f->hi = r->port_hi;
+			f->proto = r->proto;
+		} else {
+			flat = false; /* more than the storage holds: the trie */
+		}
+	}
+	if (flat)
+		l.flags |= NF_F_FLAT;
+	else
+		l.n4 = l.n6 = 0;
+	int fd = bpf_map__fd(nf->skel->maps.local);
+	if (bpf_map_update_elem(fd, &cgid, &l, BPF_ANY) == 0)
+		return 0;
+	l.flags &= ~NF_F_FLAT;
+	l.n4 = l.n6 = 0;
+	if (bpf_map_update_elem(fd, &cgid, &l, BPF_ANY) == 0)
+		return 0;
+	return wr_err_sys(err, "policy: local storage");
+}
+
 /* ---- load ----------------------------------------------------------------- */
 
 static const char *hook_name(uint8_t layer)
@@ -707,6 +771,11 @@ int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
 			return r;
 		}
 	}
+	/* after the links: their attachment made the storage */
+	if (local_write(nf, cgid, p, err) < 0) {
+		wr_netfilter_detach_keep_pins(nf, &att);
+		return wr_err_wrap(err, "netfilter attach");
+	}
 	if (pin_name && nf->pin_dir && pin_links(nf, att, pin_name, err) < 0) {
 		/* the old pins, if any, stay: they still hold the old filter */
 		wr_netfilter_detach_keep_pins(nf, &att);
@@ -728,7 +797,12 @@ int wr_netfilter_update(struct wr_netfilter *nf, struct wr_netfilter_att *att,
 	 * it (the kernel frees an inner map after an RCU grace period). */
 	if (bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &att->cgid, &trie, BPF_EXIST) < 0)
 		return wr_err_sys(err, "netfilter update: policy map");
+	/* Trie first, storage second: whichever a hook reads meanwhile (a
+	 * flat storage is complete; one without NF_F_FLAT sends it to the
+	 * trie), it sees the old policy or the new one. */
 	cut_ref(nf, att, p->cut_established);
+	if (local_write(nf, att->cgid, p, err) < 0)
+		return wr_err_wrap(err, "netfilter update");
 	return 0;
 }
 

@@ -303,3 +303,31 @@ def test_burst_leaves_no_link(netd, napi):
             break
         time.sleep(0.05)
     assert not any(cg in links for cg in ids.values()), links
+
+
+def test_allowlists_small_and_large_decide_alike(napi):
+    """Up to 16 rules a family the hooks read the policy from the cgroup's
+    local storage; beyond, from the sandbox's trie. Same answers, also
+    across PATCHes that move a policy from one to the other."""
+    many = [{"cidr": f"10.{i}.0.0/16", "ports": "443", "protocol": "tcp"} for i in range(20)]
+    target = {"cidr": f"{INET_ADDR}/32", "ports": "8080", "protocol": "tcp"}
+    sid = napi.create(network={"mode": "allowlist", "allow": many + [target]})
+    try:
+        def check(total):
+            assert probe(napi, sid, "connect-tcp", INET_ADDR, "8080").startswith(
+                "connect-tcp ok")
+            assert "errno=EPERM" in probe(napi, sid, "connect-tcp", INET_ADDR, "8081")
+            assert "errno=EPERM" in probe(napi, sid, "send-udp", INET_ADDR, "8080")
+            assert "errno=EPERM" in probe(napi, sid, "connect-tcp", "10.21.0.1", "443")
+            assert net(napi, sid)["refusals"]["total"] == total
+        check(3)  # 21 rules: the trie
+        patch(napi, sid, {"allow_remove": many[:10]})
+        check(6)  # 11 rules: the storage
+        patch(napi, sid, {"allow_add": many[:10]})
+        check(9)  # the trie again
+        patch(napi, sid, {"allow": [target]})
+        check(12)
+        patch(napi, sid, {"mode": "none"})
+        assert "errno=EPERM" in probe(napi, sid, "connect-tcp", INET_ADDR, "8080")
+    finally:
+        napi.kill(sid)

@@ -91,6 +91,12 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } events SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
+	__type(key, __u64); /* the cgroup id only: shared by the six programs */
+	__type(value, struct nf_local);
+} local SEC(".maps");
+
 struct nf_conf conf = {};
 __u64 deny_blocks[2][NF_DENY_BLOCKS] = {};
 
@@ -202,13 +208,64 @@ static __always_inline int same(const __u8 *a, const __u8 *b, int n)
 	return acc == 0;
 }
 
-static __always_inline int is_gateway_dns(const struct nf_val *h, const struct dest *d)
+static __always_inline int is_gateway_dns(__u32 flags, const __u8 *gw4, const __u8 *gw6,
+					  const struct dest *d)
 {
 	if (d->port != 53 || (d->proto != NF_P_UDP && d->proto != NF_P_TCP))
 		return 0;
 	if (d->family == 4)
-		return (h->flags & NF_F_GW4) && same(h->gw4, d->addr, 4);
-	return (h->flags & NF_F_GW6) && same(h->gw6, d->addr, 16);
+		return (flags & NF_F_GW4) && same(gw4, d->addr, 4);
+	return (flags & NF_F_GW6) && same(gw6, d->addr, 16);
+}
+
+/* In the node's deny set (whatever the sandbox's policy). */
+static __always_inline int denied(const struct dest *d)
+{
+	__u32 block = ((__u32)d->addr[0] << 8 | d->addr[1]) & 0xffff;
+	if (!(deny_blocks[d->family == 6][block >> 6] & (1ull << (block & 63))))
+		return 0;
+	struct nf_key dk = {};
+	dk.tag = bpf_htonl(d->family == 4 ? NF_TAG_V4 : NF_TAG_V6);
+	dk.prefixlen = 32 + (d->family == 4 ? 32 : 128);
+	__builtin_memcpy(dk.addr, d->addr, 16);
+	struct nf_val *dv = bpf_map_lookup_elem(&deny, &dk);
+	return dv && ports_match(dv->r, dv->n, d);
+}
+
+/* Any flat rule allowing d (what the trie's longest match answers too:
+ * every entry carries the rules of the prefixes around it). */
+static __always_inline int flat_match(const struct nf_local *l, const struct dest *d)
+{
+	__u32 a[4];
+	__builtin_memcpy(a, d->addr, 16);
+	if (d->family == 4) {
+		__u32 n = l->n4;
+		for (__u32 i = 0; i < NF_FLAT_RULES; i++) {
+			if (i >= n)
+				break;
+			const struct nf_flat4 *r = &l->r4[i];
+			if ((a[0] & r->mask) != r->net ||
+			    (r->proto != NF_P_ANY && r->proto != d->proto))
+				continue;
+			if (d->any_port || r->proto == NF_P_ICMP ||
+			    (d->port >= r->lo && d->port <= r->hi))
+				return 1;
+		}
+		return 0;
+	}
+	__u32 n = l->n6;
+	for (__u32 i = 0; i < NF_FLAT_RULES; i++) {
+		if (i >= n)
+			break;
+		const struct nf_flat6 *r = &l->r6[i];
+		if ((a[0] & r->mask[0]) != r->net[0] || (a[1] & r->mask[1]) != r->net[1] ||
+		    (a[2] & r->mask[2]) != r->net[2] || (a[3] & r->mask[3]) != r->net[3] ||
+		    (r->proto != NF_P_ANY && r->proto != d->proto))
+			continue;
+		if (d->any_port || r->proto == NF_P_ICMP || (d->port >= r->lo && d->port <= r->hi))
+			return 1;
+	}
+	return 0;
 }
 
 static __always_inline void refuse_event(__u64 cgid, const struct dest *d, __u8 reason)
@@ -269,9 +326,37 @@ static __always_inline void refuse_event(__u64 cgid, const struct dest *d, __u8 
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* decide() from the local storage: no map lookup on the way to an allow
+ * (but the deny set's when the destination's /16 block is in it, and the
+ * DNS-learned addresses' in allowlist mode). */
+static __always_inline int decide_flat(const struct nf_local *l, const struct dest *d)
+{
+	if (is_loopback(d))
+		return 1;
+	if (l->mode == NF_MODE_NONE) {
+		refuse_event(l->cgid, d, NF_R_POLICY);
+		return 0;
+	}
+	if (is_gateway_dns(l->flags, l->gw4, l->gw6, d))
+		return 1;
+	if (d->family == 4 && (l->flags & NF_F_SELF4) && same(l->self4, d->addr, 4))
+		return 1;
+	if (denied(d)) {
+		refuse_event(l->cgid, d, NF_R_DENYSET);
+		return 0;
+	}
+	if (l->mode == NF_MODE_OPEN || flat_match(l, d) || dyn_match(l->cgid, d))
+		return 1;
+	refuse_event(l->cgid, d, NF_R_POLICY);
+	return 0;
+}
+
 /* 1 allow, 0 refuse (and report). */
 static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 {
+	struct nf_local *l = bpf_get_local_storage(&local, 0);
+	if (l->flags & NF_F_FLAT)
+		return decide_flat(l, d);
 	__u64 cgid = 0;
 	void *trie = find_trie(&cgid, skb);
 	if (!trie) {
@@ -289,23 +374,15 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 		refuse_event(cgid, d, NF_R_POLICY);
 		return 0;
 	}
-	if (is_gateway_dns(h, d))
+	if (is_gateway_dns(h->flags, h->gw4, h->gw6, d))
 		return 1;
 	/* its own address: it never leaves the sandbox's namespace (the
 	 * bridge subnet around it is in the deny set) */
 	if (d->family == 4 && (h->flags & NF_F_SELF4) && same(h->self4, d->addr, 4))
 		return 1;
-	__u32 block = ((__u32)d->addr[0] << 8 | d->addr[1]) & 0xffff;
-	if (deny_blocks[d->family == 6][block >> 6] & (1ull << (block & 63))) {
-		struct nf_key dk = {};
-		dk.tag = bpf_htonl(d->family == 4 ? NF_TAG_V4 : NF_TAG_V6);
-		dk.prefixlen = 32 + (d->family == 4 ? 32 : 128);
-		__builtin_memcpy(dk.addr, d->addr, 16);
-		struct nf_val *dv = bpf_map_lookup_elem(&deny, &dk);
-		if (dv && ports_match(dv->r, dv->n, d)) {
-			refuse_event(cgid, d, NF_R_DENYSET);
-			return 0;
-		}
+	if (denied(d)) {
+		refuse_event(cgid, d, NF_R_DENYSET);
+		return 0;
 	}
 	if (h->mode == NF_MODE_OPEN)
 		return 1;
@@ -387,12 +464,19 @@ int wr_sock_create(struct bpf_sock *sk)
 {
 	if (sk->type != SOCK_RAW)
 		return 1;
-	__u64 cgid = 0;
-	void *trie = find_trie(&cgid, 0);
 	struct dest d = {};
 	d.family = sk->family == AF_INET6_ ? 6 : 4;
 	d.proto = sk->protocol;
 	d.layer = NF_L_SOCK_CREATE;
+	struct nf_local *l = bpf_get_local_storage(&local, 0);
+	if (l->flags & NF_F_FLAT) {
+		if (l->flags & NF_F_RAW)
+			return 1;
+		refuse_event(l->cgid, &d, NF_R_SOCKTYPE);
+		return 0;
+	}
+	__u64 cgid = 0;
+	void *trie = find_trie(&cgid, 0);
 	if (trie) {
 		struct nf_val *h = trie_lookup(trie, 4, d.addr);
 		if (h && (h->flags & NF_F_RAW))
@@ -488,6 +572,12 @@ int wr_egress(struct __sk_buff *skb)
 		if (stream && syn)
 			return 1;
 		if (stream) {
+			struct nf_local *l = bpf_get_local_storage(&local, 0);
+			if (l->flags & NF_F_FLAT) {
+				if (!(l->flags & NF_F_CUT))
+					return 1;
+				return decide_flat(l, &d);
+			}
 			__u64 cgid = 0;
 			void *trie = find_trie(&cgid, skb);
 			if (!trie)

@@ -10,6 +10,10 @@
  *   rl      hash: cgroup id -> refusal counters and event token bucket
  *   events  ring buffer of refusal events
  *
+ *   local   cgroup local storage (one per sandbox cgroup, shared by its six
+ *           programs): the policy again, flat, when it has at most
+ *           NF_FLAT_RULES rules: the fast path (no lookup at all)
+ *
  * A sandbox's rule trie holds its whole policy: one header entry (mode,
  * flags, DNS gateway) under tag NF_TAG_HDR and its allow rules under
  * NF_TAG_V4 / NF_TAG_V6. A policy change builds a new trie and swaps the
@@ -33,11 +37,14 @@
 #define NF_MODE_OPEN 2
 
 /* Header flags. */
-#define NF_F_RAW 1u    /* SOCK_RAW sockets allowed (their packets still filtered) */
-#define NF_F_GW4 2u    /* gw4 is set */
-#define NF_F_GW6 4u    /* gw6 is set */
-#define NF_F_CUT 8u    /* established TCP is re-checked per packet too */
-#define NF_F_SELF4 16u /* self4 is set: the sandbox's own address */
+#define NF_F_RAW 1u /* SOCK_RAW sockets allowed (their packets still filtered) */
+#define NF_F_GW4 2u /* gw4 is set */
+#define NF_F_GW6 4u /* gw6 is set */
+#define NF_F_CUT 8u /* established TCP is re-checked per packet too */
+#define NF_F_SELF4 16u
+#define NF_F_FLAT                                                                                  \
+	32u /* local storage: the whole policy is here */ /* self4 is set: the sandbox's own       \
+							     address */
 
 /* Protocols of a rule: IP protocol numbers; ICMP covers ICMPv6. */
 #define NF_P_ANY 0
@@ -80,6 +87,44 @@ struct nf_val {
 	__u8 self4[4]; /* its own address, reached through its loopback */
 	__u8 gw6[16];
 	struct nf_port_rule r[NF_PORT_RULES];
+};
+
+/* The fast path. A sandbox cgroup's local storage (bpf_get_local_storage:
+ * no map lookup; the kernel hands the program its attachment's storage).
+ * Zero when the links are made; the loader writes it after them, and on
+ * every change after the trie: a write replaces the whole value at once
+ * (the kernel swaps a new buffer in under RCU), so a hook sees the old
+ * policy or the new one. Without NF_F_FLAT (not written yet, or more than
+ * NF_FLAT_RULES rules of a family) the hooks take the trie path. IPv4
+ * rules are 16 bytes each: a scan of all of them reads 4 cache lines. */
+#define NF_FLAT_RULES 16
+
+struct nf_flat4 {
+	__u32 net;    /* network order, host bits zero */
+	__u32 mask;   /* network order */
+	__u16 lo, hi; /* host order, inclusive */
+	__u8 proto;   /* NF_P_* */
+	__u8 pad[3];
+};
+
+struct nf_flat6 {
+	__u32 net[4];
+	__u32 mask[4];
+	__u16 lo, hi;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct nf_local {
+	__u64 cgid;
+	__u32 mode;
+	__u32 flags; /* NF_F_* */
+	__u8 gw4[4];
+	__u8 self4[4];
+	__u32 n4, n6; /* rules used */
+	struct nf_flat4 r4[NF_FLAT_RULES];
+	__u8 gw6[16];
+	struct nf_flat6 r6[NF_FLAT_RULES];
 };
 
 struct nf_dyn_key {
