@@ -293,6 +293,27 @@ WARREN_API int warren_sandbox_network_get(warren_sandbox *sb, char **json_out, w
 WARREN_API int warren_sandbox_network_patch(warren_sandbox *sb, const char *patch_json,
 					    char **json_out, warren_error **err);
 
+/* Published ports (docs/API-NETWORK.md, "Published ports"; src/client/ports.c):
+ * a TCP port of a networked sandbox made reachable from the host. */
+#define WARREN_PORT_OPTS_VERSION 1
+typedef struct {
+	unsigned int version;	/* WARREN_PORT_OPTS_VERSION */
+	unsigned int port;	/* the sandbox's port, 1-65535 (required) */
+	const char *host;	/* NULL: 127.0.0.1; 0.0.0.0 or an address of the host */
+	unsigned int host_port; /* 0: a free port, chosen by the daemon */
+	bool unix_socket;	/* a Unix socket of the daemon's instead of host/host_port */
+} warren_port_opts;
+/* *json_out (free with warren_free) receives the publication:
+ * {"port", "host", "host_port", "via": "nat"|"relay"} or {"port", "unix",
+ * "via": "relay"}. */
+WARREN_API int warren_sandbox_port_publish(warren_sandbox *sb, const warren_port_opts *opts,
+					   char **json_out, warren_error **err);
+/* *json_out: {"ports": [publication, ...]}. */
+WARREN_API int warren_sandbox_port_list(warren_sandbox *sb, char **json_out, warren_error **err);
+/* Every publication of the sandbox's port `port`. */
+WARREN_API int warren_sandbox_port_unpublish(warren_sandbox *sb, unsigned int port,
+					     warren_error **err);
+
 #define WARREN_LIST_OPTS_VERSION 1
 typedef struct {
 	unsigned int version;

@@ -27,6 +27,7 @@ int cmd_pause(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
 int cmd_network(int argc, char **argv);
+int cmd_ports(int argc, char **argv);
 /* snapshot.c */
 int cmd_snapshot(int argc, char **argv);
 int cmd_fork(int argc, char **argv);

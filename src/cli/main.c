@@ -33,6 +33,7 @@ static const struct {
     {"fork", cmd_fork, "start N new sandboxes from a sandbox's current filesystem"},
     {"lease", cmd_lease, "leases of training jobs: create, heartbeat, suspend, release"},
     {"network", cmd_network, "show or change a sandbox's network policy"},
+    {"ports", cmd_ports, "list, publish or unpublish a sandbox's ports on the host"},
     {"rm", cmd_rm, "kill sandboxes, or remove files with SANDBOX:PATH"},
     {"image", cmd_image, "the node's images: import, ls, inspect, tag, rm, pin, gc"},
 };

@@ -19,6 +19,7 @@ Fixtures (registered in conftest.py):
 Names carry the test process's pid: helpers running the suite at the same
 time never share a namespace, bridge or table."""
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -225,3 +226,32 @@ def refusals(api, sid, want, timeout=5.0):
         if len(rf["recent"]) >= want or time.time() > deadline:
             return rf
         time.sleep(0.1)
+
+
+# A sandbox's server in these tests is a shell loop restarting `nc -l` after
+# each connection: a connection in the gap between two finds no listener.
+# Up to five tries, so a test checks what it means to, not that gap.
+def tcp_read(ns, host, port):
+    """What the server at host:port says, from namespace ns."""
+    got = ""
+    for _ in range(5):
+        got = in_ns(ns, "/usr/bin/python3", "-c",
+                    f"import socket; s = socket.create_connection(('{host}', {port}), 3);"
+                    "print(s.recv(100).decode().strip())", check=False).stdout.strip()
+        if got:
+            break
+        time.sleep(0.3)
+    return got
+
+
+def unix_read(path):
+    got = ""
+    for _ in range(5):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(3)
+            s.connect(path)
+            got = s.recv(100).decode().strip()
+        if got:
+            break
+        time.sleep(0.3)
+    return got

@@ -7,11 +7,10 @@ test-made "internet" (198.18.0.2, and the metadata address
 169.254.169.254)."""
 import json
 import os
-import socket
 import subprocess
 import time
 
-from netnode import HOST_NS, INET_NS, in_ns, slot_names
+from netnode import HOST_NS, INET_NS, in_ns, slot_names, tcp_read, unix_read
 
 _names = slot_names(0)  # netd's
 BRIDGE = _names["bridge"]
@@ -139,34 +138,6 @@ def test_networking_disabled_refuses_networked_creates(fresh_daemon):
     r = c.post("/v1/sandboxes", {"image": "busybox", "network": {"mode": "open"}})
     assert r.status == 400 and r.json()["error"]["field"] == "network.mode"
     c.close()
-
-
-# The sandbox's server is a shell loop restarting `nc -l` after each
-# connection: a connection in the gap between two finds no listener. Up to
-# five tries, so the test checks the publication, not that gap.
-def tcp_read(ns, host, port):
-    got = ""
-    for _ in range(5):
-        got = in_ns(ns, "/usr/bin/python3", "-c",
-                    f"import socket; s = socket.create_connection(('{host}', {port}), 3);"
-                    "print(s.recv(100).decode().strip())", check=False).stdout.strip()
-        if got:
-            break
-        time.sleep(0.3)
-    return got
-
-
-def unix_read(path):
-    got = ""
-    for _ in range(5):
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(3)
-            s.connect(path)
-            got = s.recv(100).decode().strip()
-        if got:
-            break
-        time.sleep(0.3)
-    return got
 
 
 def test_publish_ports(napi, netd):

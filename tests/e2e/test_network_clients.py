@@ -2,13 +2,17 @@
 --network/--allow/--domain/--service`, `warren network` (libwarren's
 warren_sandbox_network_get/patch underneath), and the Python SDK's
 Sandbox.create(network=...), sb.network.get() and sb.network.update(),
-sync and async."""
+sync and async; and the published ports from every client: `warren ports`
+(warren_sandbox_port_publish/list/unpublish) and sb.ports, sync and async."""
 import asyncio
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from netnode import HOST_ADDR, HOST_NS, INET_NS, tcp_read, unix_read
 from test_cli_client import Cli, one_error_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
@@ -89,3 +93,94 @@ def test_sdk_async(netd, image):
         finally:
             await sb.kill()
     asyncio.run(main())
+
+
+# ---- published ports: warren ports, sb.ports (libwarren's warren_sandbox_port_*)
+
+def serve(api, sid, port, text):
+    api.run(sid, ["sh", "-c", f"while true; do echo {text} | nc -l -p {port}; done "
+                              ">/dev/null 2>&1 &"])
+    time.sleep(0.3)
+
+
+def test_cli_ports(netd, napi):
+    cli = Cli(netd)
+    sid = napi.create(network={"mode": "open"})
+    off = napi.create()
+    try:
+        serve(napi, sid, 8000, "hello")
+        p = cli.json("ports", sid, "--publish", "8000")
+        assert p["port"] == 8000 and p["host"] == "127.0.0.1" and p["via"] == "relay", p
+        assert tcp_read(HOST_NS, "127.0.0.1", p["host_port"]) == "hello"
+        out = cli("ports", sid, "--publish", "8000", "--host", HOST_ADDR, "--host-port",
+                  "18100", check=0).out
+        assert out == f"8000\t{HOST_ADDR}:18100\tnat\n", out
+        assert tcp_read(INET_NS, HOST_ADDR, 18100) == "hello"
+        u = cli.json("ports", sid, "--publish", "8000", "--unix")
+        assert u["via"] == "relay" and unix_read(u["unix"]) == "hello", u
+        lst = cli.json("ports", sid)["ports"]
+        assert sorted(x.get("host_port", 0) for x in lst) == sorted([0, p["host_port"], 18100])
+        lines = cli("ports", sid, check=0).out.splitlines()
+        assert f"8000\t{HOST_ADDR}:18100\tnat" in lines and len(lines) == 3, lines
+        # errors: one line, naming the option or the daemon's field
+        one_error_line(cli("ports", sid, "--publish", "0"), "--publish")
+        one_error_line(cli("ports", sid, "--publish", "80x"), "--publish")
+        one_error_line(cli("ports", sid, "--host", HOST_ADDR), "--host", "--publish")
+        one_error_line(cli("ports", sid, "--publish", "8000", "--host", "192.0.2.9"), "host")
+        one_error_line(cli("ports", sid, "--publish", "8000", "--host", HOST_ADDR,
+                           "--host-port", "18100"), "18100")
+        one_error_line(cli("ports", off, "--publish", "8000"), off)
+        one_error_line(cli("ports", "nosuchsandbox1"), "nosuchsandbox1")
+        assert len(cli.json("ports", sid)["ports"]) == 3  # nothing changed
+        cli("ports", sid, "--unpublish", "8000", check=0)
+        assert cli.json("ports", sid)["ports"] == []
+        assert not os.path.exists(u["unix"])
+        one_error_line(cli("ports", sid, "--unpublish", "70000"), "--unpublish")
+    finally:
+        napi.kill(sid)
+        napi.kill(off)
+
+
+def test_sdk_ports_sync(netd, napi):
+    sid = napi.create(network={"mode": "open"})
+    try:
+        serve(napi, sid, 8000, "hello")
+        sb = Sandbox.connect(sid, socket=str(netd.sock))
+        p = sb.ports.publish(8000, host=HOST_ADDR, host_port=18200)
+        assert (p.port, p.host, p.host_port, p.via) == (8000, HOST_ADDR, 18200, "nat"), p
+        assert tcp_read(INET_NS, HOST_ADDR, 18200) == "hello"
+        u = sb.ports.publish(8000, unix=True)
+        assert u.unix and u.host is None and unix_read(u.unix) == "hello"
+        assert sorted(x.via for x in sb.ports.list()) == ["nat", "relay"]
+        with pytest.raises(warren.ConflictError):
+            sb.ports.publish(8000, host=HOST_ADDR, host_port=18200)
+        with pytest.raises(warren.InvalidArgumentError) as e:
+            sb.ports.publish(8000, host="192.0.2.9")
+        assert e.value.field == "host"
+        with pytest.raises(TypeError):
+            sb.ports.publish("8000")
+        sb.ports.unpublish(8000)
+        assert sb.ports.list() == []
+    finally:
+        napi.kill(sid)
+
+
+def test_sdk_ports_async(netd, napi):
+    sid = napi.create(network={"mode": "open"})
+
+    async def main():
+        sb = await AsyncSandbox.connect(sid, socket=str(netd.sock))
+        p = await sb.ports.publish(8000)
+        assert p.host == "127.0.0.1" and p.host_port > 0 and p.via == "relay"
+        assert [x.host_port for x in await sb.ports.list()] == [p.host_port]
+        await sb.ports.unpublish(8000)
+        assert await sb.ports.list() == []
+        with pytest.raises(warren.InvalidArgumentError) as e:
+            await sb.ports.publish(0)
+        assert e.value.field == "port"
+        return p.host_port
+    try:
+        serve(napi, sid, 8000, "hello")
+        asyncio.run(main())
+    finally:
+        napi.kill(sid)

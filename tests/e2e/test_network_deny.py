@@ -10,7 +10,8 @@ import json
 import os
 import time
 
-from netnode import HOST_ADDR, HOST_NS, INET_ADDR, INET_NS, in_ns, probe, refusals, sh
+from netnode import (HOST_ADDR, HOST_NS, INET_ADDR, INET_NS, in_ns, probe, refusals, sh,
+                     tcp_read)
 
 FAKE_NS = f"wrs{os.getpid()}"
 FAKE_VETH = f"wrx{os.getpid()}"
@@ -34,20 +35,6 @@ def connects(api, sid, host, port):
             return out
         time.sleep(0.2)
     return out
-
-
-def tcp_read(ns, host, port):
-    """What the server at host:port says, from namespace ns (a few tries:
-    the sandbox's `nc -l` loop has a gap between two connections)."""
-    got = ""
-    for _ in range(5):
-        got = in_ns(ns, "/usr/bin/python3", "-c",
-                    f"import socket; s = socket.create_connection(('{host}', {port}), 3);"
-                    "print(s.recv(100).decode().strip())", check=False).stdout.strip()
-        if got:
-            break
-        time.sleep(0.3)
-    return got
 
 
 def test_sandbox_cannot_reach_another_in_open_mode(napi, netd):

@@ -35,6 +35,7 @@ from . import registry  # noqa: E402
 from .images import AsyncImages, ImageInfo, Images  # noqa: E402
 from .lease import AsyncLease, Lease, LeaseInfo  # noqa: E402
 from .network import AsyncNetwork, Network  # noqa: E402
+from .ports import AsyncPorts, PortInfo, Ports  # noqa: E402
 from .pty import AsyncPty, AsyncPtyHandle, Pty, PtyHandle  # noqa: E402
 from .sandbox import ByteStream, CommandHandle, Commands, Files, Sandbox  # noqa: E402
 from .sandbox_async import (AsyncByteStream, AsyncCommandHandle, AsyncCommands,  # noqa: E402
@@ -46,6 +47,7 @@ from .events import AsyncEvents, AuditEvent, Events  # noqa: E402
 __all__ = [
     "__version__", "functions", "events", "Events", "AsyncEvents", "AuditEvent",
     "Sandbox", "AsyncSandbox", "Lease", "AsyncLease", "LeaseInfo",
+    "Ports", "AsyncPorts", "PortInfo",
     "Commands", "AsyncCommands", "CommandHandle", "AsyncCommandHandle",
     "Files", "AsyncFiles", "ByteStream", "AsyncByteStream",
     "Pty", "AsyncPty", "PtyHandle", "AsyncPtyHandle",

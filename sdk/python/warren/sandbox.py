@@ -14,6 +14,7 @@ from ._tar import IterReader, build_tar, iter_file, safe_extract
 from .exceptions import (CommandExitError, ConflictError, NotFoundError, RequestTimeoutError)
 from .models import (CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult)
 from .network import Network
+from .ports import Ports
 from .pty import Pty
 from .screen import Input, screenshot
 
@@ -448,6 +449,7 @@ class Sandbox:
         self.files = Files(self)
         self.pty = Pty(self)
         self.network = Network(self)
+        self.ports = Ports(self)
         self.input = Input(self)
 
     @property

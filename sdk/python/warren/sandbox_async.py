@@ -18,6 +18,7 @@ from ._tar import build_tar, safe_extract
 from .exceptions import CommandExitError, ConflictError, NotFoundError, RequestTimeoutError
 from .models import CommandInfo, CommandResult, EntryInfo, Event, SandboxInfo, UploadResult
 from .network import AsyncNetwork
+from .ports import AsyncPorts
 from .pty import AsyncPty
 from .sandbox import WAIT_POLL, _cmd_timeout
 
@@ -397,6 +398,7 @@ class AsyncSandbox:
         self.files = AsyncFiles(self)
         self.pty = AsyncPty(self)
         self.network = AsyncNetwork(self)
+        self.ports = AsyncPorts(self)
 
     @property
     def sandbox_id(self) -> str:
