@@ -10,7 +10,8 @@ import os
 import subprocess
 import time
 
-from netnode import HOST_NS, INET_NS, in_ns, slot_names, tcp_read, unix_read
+from netnode import (HOST_NS, INET_NS, create_patiently, in_ns, slot_names, tcp_read,
+                     unix_read)
 
 _names = slot_names(0)  # netd's
 BRIDGE = _names["bridge"]
@@ -185,6 +186,11 @@ def test_publish_ports(napi, netd):
         assert r.status == 201
     finally:
         napi.kill(sid)
+    # released right after the kill's answer (API.md, Kill), not before it
+    deadline = time.time() + 10
+    while time.time() < deadline and \
+            "18001" in in_ns(HOST_NS, "nft", "list", "table", "inet", TABLE).stdout:
+        time.sleep(0.1)
     assert "18001" not in in_ns(HOST_NS, "nft", "list", "table", "inet", TABLE).stdout
 
 
@@ -243,9 +249,7 @@ def test_burst_leaves_nothing_behind(napi, netd):
     ids = []
     try:
         for _ in range(n):
-            r = napi.post("/v1/sandboxes", {"image": "busybox", "network": {"mode": "open"}})
-            assert r.status == 201, r
-            ids.append(r.json()["id"])
+            ids.append(create_patiently(napi, network={"mode": "open"}))
         assert len(host_ports()) >= n
     finally:
         for sid in ids:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from netnode import INET_ADDR, refusals
+from netnode import INET_ADDR, create_patiently, refusals
 
 
 def net(c, sid):
@@ -208,10 +208,20 @@ def test_other_tenant_sees_nothing(alice, bob):
         alice.kill(sid)
 
 
+def bpftool(*args):
+    """bpftool -j ARGS; again when it fails: it walks every program and link
+    of the machine, and other daemons' may go away while it does."""
+    for _ in range(5):
+        p = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True)
+        if p.returncode == 0:
+            return p
+        time.sleep(0.2)
+    raise AssertionError(f"bpftool {args}: {p.stderr}")
+
+
 def attached(d, sid):
     """Names of the BPF programs on the sandbox's v2 cgroup."""
-    p = subprocess.run(["bpftool", "-j", "cgroup", "show", str(d.v2_cgroup(sid))],
-                       capture_output=True, text=True, check=True)
+    p = bpftool("cgroup", "show", str(d.v2_cgroup(sid)))
     return sorted(x["name"] for x in json.loads(p.stdout or "[]"))
 
 
@@ -278,8 +288,7 @@ def test_policy_survives_restart(fresh_netd):
 
 def cgroup_links():
     """cgroup id -> number of BPF links attached to it (as bpftool lists them)."""
-    p = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True,
-                       check=True)
+    p = bpftool("link", "show")
     out = {}
     for x in json.loads(p.stdout or "[]"):
         if x.get("type") == "cgroup":
@@ -291,7 +300,7 @@ def test_burst_leaves_no_link(netd, napi):
     api = napi
     ids = {}
     for i in range(40):
-        sid = api.create(network={"mode": "open"} if i % 2 else None)
+        sid = create_patiently(api, network={"mode": "open"} if i % 2 else {"mode": "none"})
         ids[sid] = os.stat(netd.v2_cgroup(sid)).st_ino
     links = cgroup_links()
     assert all(links.get(cg) == 6 for cg in ids.values()), links
