@@ -67,7 +67,7 @@ WORK=$(mktemp -d /tmp/warren-benchapi.XXXXXX)
 chmod 0755 "$WORK"
 CG=warren-benchapi-$$ # cgroup bases: $CG-d (the daemon), $CG-lib (in-process)
 SOCK=$WORK/d/run/warren.sock
-DLOG=$WORK/warrend.log
+DLOG=${BENCH_API_DLOG:-$WORK/warrend.log}
 DPID=""
 
 # daemon_call health|delete-all|metrics: a few raw requests on the socket.
@@ -248,10 +248,6 @@ if kill -0 "$DPID" 2>/dev/null; then
 else
 	LEFT="$LEFT warrend died (log: $(tail -n 5 "$DLOG" | tr '\n' ' '));"
 fi
-while read -r d; do
-	n=$(find "$d" -mindepth 1 -type d | wc -l)
-	[ "$n" = 0 ] || LEFT="$LEFT $n cgroups left under $d;"
-done < <(find /sys/fs/cgroup -mindepth 2 -type d -name "$CG-*" -prune 2>/dev/null)
 # Stop the daemon now (it must exit 0 on SIGTERM); cleanup() does the rest.
 DSTATUS=gone
 if kill -0 "$DPID" 2>/dev/null; then
@@ -261,6 +257,12 @@ if kill -0 "$DPID" 2>/dev/null; then
 fi
 DPID=""
 [ "$DSTATUS" = 0 ] || LEFT="$LEFT warrend exited with status $DSTATUS on SIGTERM;"
+# No cgroup may remain under either base once the daemon is gone (while it
+# runs it holds <base>/bpf-anchor, src/daemon/hookwarm.c).
+while read -r d; do
+	n=$(find "$d" -mindepth 1 -type d | wc -l)
+	[ "$n" = 0 ] || LEFT="$LEFT $n cgroups left under $d;"
+done < <(find /sys/fs/cgroup -mindepth 2 -type d -name "$CG-*" -prune 2>/dev/null)
 # At log_level warning the log holds only warnings and errors.
 grep -v '^$' "$DLOG" | head -n 20 >"$OUT/daemon-log.txt" || true
 
