@@ -25,6 +25,7 @@
 #include "daemon/images.h"
 #include "daemon/db.h"
 #include "daemon/dns.h"
+#include "daemon/hookwarm.h"
 #include "daemon/manager.h"
 #include "daemon/netpolicy.h"
 #include "daemon/metrics.h"
@@ -131,6 +132,8 @@ int main(int argc, char **argv)
 	if (wr_audit_kernel_unavailable())
 		wr_warn("audit: %s", wr_audit_kernel_unavailable());
 	wrd_nf_sweep(); /* pinned links of sandboxes recovery did not keep */
+	/* after recovery's sweep, which removes a crashed run's anchor */
+	wrd_hookwarm_start(cfg.cgroup_base);
 	if (wrd_images_open_config(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
@@ -166,6 +169,7 @@ int main(int argc, char **argv)
 	wrd_net_stop();
 	status = 0;
 out:
+	wrd_hookwarm_stop();
 	wrd_dns_stop();
 	wrd_images_close();
 	wr_audit_stop();

@@ -469,9 +469,14 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 	};
 	if (wr_container_init(&cc, err) < 0)
 		return -1;
-	/* Now, while the daemon is small: creates then never copy it. */
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int n = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (int)ncpu;
+	/* Now, while the daemon is small: creates then never copy it. One
+	 * spawner per create-lane worker (pool.c, `workers`), up to 8: a
+	 * create that reached a worker then never waits a second time for a
+	 * spawner, and creates overlap their waits on the kernel (child setup,
+	 * cgroup and mount locks). One per CPU up to 4 left them queueing at
+	 * concurrency 64: API/library throughput 1.27x-1.57x there with 2 on
+	 * the 2-CPU host, 1.05x-1.15x with 8 (bench/results/api.md). */
+	int n = cfg->workers < 1 ? 1 : cfg->workers > 8 ? 8 : (int)cfg->workers;
 	if (cfg->spawners)
 		n = (int)cfg->spawners;
 	if (wr_container_spawners_start(n, err) < 0)

@@ -421,6 +421,21 @@ int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 	return 0;
 }
 
+int wrd_nf_attach_idle(int cgroup_fd, struct wr_netfilter_att **out, wr_err *err)
+{
+	*out = NULL;
+	if (!g_nf)
+		return 0;
+	struct wr_net_policy p = {.mode = WR_NET_NONE};
+	return wr_netfilter_attach(g_nf, cgroup_fd, &p, out, err);
+}
+
+void wrd_nf_detach_idle(struct wr_netfilter_att **att)
+{
+	if (g_nf && *att)
+		wr_netfilter_detach(g_nf, att);
+}
+
 void wrd_nf_detach(struct wrd_sbx *sb)
 {
 	struct wrd_nf *n = sb->nf;

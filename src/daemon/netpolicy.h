@@ -79,6 +79,12 @@ int wrd_nf_deny_add(const char *cidr, wr_err *err);
 int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err);
 /* Detach and free (destroy; also for a create that failed). */
 void wrd_nf_detach(struct wrd_sbx *sb);
+/* hookwarm.c: the filter (mode none) on an empty cgroup of the daemon's,
+ * so the kernel's cgroup hooks stay on between sandboxes. 0 and *out NULL
+ * without a filter. */
+struct wr_netfilter_att;
+int wrd_nf_attach_idle(int cgroup_fd, struct wr_netfilter_att **out, wr_err *err);
+void wrd_nf_detach_idle(struct wr_netfilter_att **att);
 /* Replace the policy (validated) atomically, durable first. */
 int wrd_nf_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err);
 /* PATCH: merge (wrd_netpolicy_patch) and apply, one at a time. */

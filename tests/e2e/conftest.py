@@ -300,7 +300,9 @@ class Daemon:
             found += [f"uid range {p.name}" for p in idmap.iterdir()]
         for d in own_cgroup_dirs(self.cg_base):
             if d.exists():
-                found += [f"cgroup {c}" for c in d.iterdir() if c.is_dir()]
+                # bpf-anchor: the daemon's own while it runs (hookwarm.c)
+                found += [f"cgroup {c}" for c in d.iterdir()
+                          if c.is_dir() and c.name != "bpf-anchor"]
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
                 continue
