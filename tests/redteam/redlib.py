@@ -10,6 +10,7 @@ a missing binary can never look like a refusal.
 ctx.expect_event(layer, action) asserts the refusal audit recorded the
 refusal the probe just met (GET /v1/events, the audit branch).
 """
+import json
 import time
 
 import pytest
@@ -217,6 +218,12 @@ def expect_event(rt, conn, layer, action, subject=None, sandbox=None, since=0.0)
         if found is None:
             time.sleep(0.3)
     if found is not None:
+        # the attacking tenant's own event: its tenant, never '' (function
+        # pools were recorded without one) or another's
+        tenants = [n for n, t in rt.d.tokens.items() if t == conn.get("api_key")]
+        assert tenants and found.get("tenant") == tenants[0], found
+        # and nothing of the host in it (Landlock's paths outside the root)
+        rt.check_output(f"{layer} event", json.dumps(found))
         assert event_gap is None, \
             f"refusal events of {key[1]} are recorded now: remove the 'events' gap"
         return found
