@@ -3,12 +3,14 @@ agent opened, read, wrote and executed, as events of layer "file" with the
 path as the sandbox sees it, the process, and never a host path."""
 import json
 import os
+import subprocess
 import time
 
 import pytest
 
 import warren
 from warren._http import ConnectionConfig, SyncHTTP
+from conftest import BUILD
 from redlib import probe
 
 
@@ -65,6 +67,16 @@ def test_x_file_trail(ctx):
     assert ex["process"]["comm"], ex
     # nothing of the host: no store, overlay or daemon path, no canary
     rt.check_output("file trail events", json.dumps(evs))
+    # the CLI shows the same trail (the Unix socket: an admin)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARREN_")}
+    env["WARREN_SOCKET"] = str(rt.d.sock)
+    p = subprocess.run([str(BUILD / "warren"), "events", "--layer", "file", "--sandbox",
+                        sb.sandbox_id, "--last", "1000", "--json"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    out = json.loads(p.stdout)
+    cli = out["events"] if isinstance(out, dict) else out
+    assert ("exec", "/usr/bin/wr-probe") in {(e["action"], e["subject"]) for e in cli}, cli[:5]
     # what it does right before its kill is still recorded (drained at the end)
     sb.commands.run(["sh", "-c", "echo last > /tmp/trail-last"], user=ctx.uid)
     assert sb.kill()
