@@ -30,7 +30,10 @@ ROWS = [
 TIER_COLUMNS = ["container/uid0", "container/uid1000", "function/uid0", "function/uid1000"]
 # container sandboxes on a networked node (test_d_network.py), per mode
 NET_COLUMNS = ["allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000"]
-COLUMNS = TIER_COLUMNS + ["api", "host"] + NET_COLUMNS
+# the microVM tier (test_h_microvm.py): the probes that run through exec,
+# with the guest as the boundary (its own kernel: host invariants, not errnos)
+MICROVM_COLUMNS = ["microvm/uid0", "microvm/uid1000"]
+COLUMNS = TIER_COLUMNS + ["api", "host"] + NET_COLUMNS + MICROVM_COLUMNS
 
 # Why a column does not apply (shown as n/a).
 NOT_APPLICABLE = {

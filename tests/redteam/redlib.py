@@ -80,26 +80,37 @@ class Ctx:
     def container(self):
         return self.tier == "container"
 
+    @property
+    def microvm(self):
+        return self.tier == "microvm"
+
+    def _create(self, **opts):
+        if self.microvm:
+            # the guest mounts the store's EROFS image (wr-probe baked in)
+            opts = {"memory_mb": 256, "disk_mb": 64, **opts}
+            return warren.Sandbox.create(image="busybox-erofs", tier="microvm", timeout=600,
+                                         **opts, **self.rt.alice)
+        return warren.Sandbox.create(image="busybox", timeout=600, **opts, **self.rt.alice)
+
     # ---- sandboxes and runs
     def sandbox(self, **opts):
         """The column's sandbox (container tier), made on first use."""
-        assert self.container
+        assert self.container or self.microvm
         if self.sb is None or (opts and opts != self.sb_opts):
-            self.sb = warren.Sandbox.create(image="busybox", timeout=600, **opts,
-                                            **self.rt.alice)
+            self.sb = self._create(**opts)
             self.sb_opts = opts
             self.made.append(self.sb)
         return self.sb
 
     def fresh_sandbox(self, **opts):
-        sb = warren.Sandbox.create(image="busybox", timeout=600, **opts, **self.rt.alice)
+        sb = self._create(**opts)
         self.made.append(sb)
         return sb
 
     def run(self, argv, timeout=120, limits=None, user=None, output_cap=None, sb=None,
             **kw):
         limits = dict(limits or {})
-        if self.container:
+        if self.container or self.microvm:
             s = sb or self.sandbox(**limits)
             r = s.commands.run(argv, user=self.uid if user is None else user, timeout=timeout,
                                output_cap=output_cap, request_timeout=timeout + 60, **kw)
