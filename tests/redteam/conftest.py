@@ -216,6 +216,9 @@ def rt(tmp_path_factory):
     root = tmp_path_factory.mktemp("redteam")
     d = harness.Daemon(BUILD, root, "rt", extra={"images": {}})
     cfg = json.loads(d.config.read_text())
+    # Admission by node pressure refuses creates on a machine other suites
+    # load (429): the suite tests isolation, not admission (tests/e2e does)
+    cfg["admission"] = {"cpu_pressure_max": 1, "memory_pressure_max": 1}
     # the microVM tier (TCG here): the guest ninja builds with the tests
     guest = BUILD / "tests" / "guest"
     cfg["microvm"] = {"kernel": str(guest / "vmlinux"), "initrd": str(guest / "initramfs.cpio")}

@@ -56,7 +56,9 @@ class NetDaemon(harness.Daemon):
         extra = {"network": {"enable": True, "bridge": BRIDGE, "range": RANGE,
                              "table": TABLE, "uplink": UPLINK, "pool_size": 8,
                              "teardown_per_sec": 1000,
-                             "dns": {"upstreams": [INET]}}}
+                             "dns": {"upstreams": [INET]}},
+                 # isolation, not admission: no 429 on a loaded machine
+                 "admission": {"cpu_pressure_max": 1, "memory_pressure_max": 1}}
         super().__init__(build, root, name, extra=extra)
 
     def delete_all(self):
