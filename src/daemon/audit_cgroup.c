@@ -274,10 +274,11 @@ void wrd_audit_sandbox_end(struct wrd_sbx *sb)
 {
 	if (sb == NULL)
 		return;
-	wrd_trail_stop(sb->rec.id); /* what it did up to the kill, then no more */
 	if (wr_audit_global == NULL || sb->tsb == NULL || sb->ops == NULL ||
-	    strcmp(sb->ops->name, "container") != 0)
+	    strcmp(sb->ops->name, "container") != 0) {
+		wrd_trail_stop(sb->rec.id);
 		return;
+	}
 	pthread_mutex_lock(&g_watch_lock);
 	struct cg_watch *w = g_watches;
 	while (w && strcmp(w->id, sb->rec.id) != 0)
@@ -308,6 +309,9 @@ void wrd_audit_sandbox_end(struct wrd_sbx *sb)
 	}
 	if (w)
 		w->ended = true;
+	/* Under the watch lock, after ended is set: a poll cannot start the
+	 * trail again. What it did up to the kill is drained, then no more. */
+	wrd_trail_stop(sb->rec.id);
 	pthread_mutex_unlock(&g_watch_lock);
 }
 
