@@ -23,6 +23,7 @@
 
 #include "common/cleanup.h"
 #include "common/util.h"
+#include "daemon/audit.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
 #include "tiers/function.h"
@@ -547,8 +548,11 @@ static void maybe_reap(void)
 static void run_call(struct call *c)
 {
 	struct wr_function_pool *p;
-	if (wr_function_pools_get(g_pools, &c->pool, &p, &c->err) == 0)
+	if (wr_function_pools_get(g_pools, &c->pool, &p, &c->err) == 0) {
+		/* the tenant of the pool's refusal events (audit.h) */
+		wr_audit_owner(wr_function_pool_id(p), c->pool.tenant);
 		wr_function_call(p, &c->spec, &c->res, &c->err);
+	}
 	c->done = true;
 }
 

@@ -13,6 +13,7 @@
 #include "tiers/tier.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
+#include "daemon/trail.h"
 #include "daemon/lease.h"
 #include "daemon/metrics.h"
 #include "daemon/network.h"
@@ -129,7 +130,7 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 static const char *const create_keys[] = {
     "tier",    "image",		"cpu",	   "memory_mb", "disk_mb",	"pids",	      "env",
     "workdir", "user",		"labels",  "timeout",	"idle_timeout", "on_timeout", "layers",
-    "pull",    "registry_auth", "on_idle", "lease",	"network",	NULL};
+    "pull",    "registry_auth", "on_idle", "lease",	"network",	"file_trail", NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -283,6 +284,14 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 		wrd_netpolicy_clear(&np);
 		if (nr < 0)
 			goto bad;
+	}
+	/* the file-access trail (trail.c), off unless asked for */
+	{
+		json_t *trail = NULL;
+		if (wrd_trail_parse(json_object_get(b, "file_trail"), *tier, &trail, &err) < 0)
+			goto bad;
+		if (trail)
+			json_object_set_new(spec, "file_trail", trail);
 	}
 	/* pull policy and credentials of registry references (images_pull.c);
 	 * the credentials never reach the spec, the database or the log */

@@ -12,6 +12,7 @@
 #include "daemon/audit_internal.h"
 #include "daemon/config.h"
 #include "daemon/jsonutil.h"
+#include "daemon/trail.h"
 #include "isolate/seccomp.h"
 
 struct wr_audit {
@@ -40,10 +41,63 @@ static int64_t now_ns(void)
 	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
+/* ---- owners that are not sandboxes (function pools) ----------------------- */
+
+#define NOWNERS 1024
+static pthread_mutex_t g_owner_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char owner[40];
+	char tenant[130];
+	uint64_t used;
+} g_owners[NOWNERS];
+static uint64_t g_owner_tick;
+
+void wr_audit_owner(const char *owner, const char *tenant)
+{
+	if (owner == NULL || tenant == NULL || strlen(owner) >= sizeof(g_owners[0].owner) ||
+	    strlen(tenant) >= sizeof(g_owners[0].tenant))
+		return;
+	pthread_mutex_lock(&g_owner_lock);
+	unsigned slot = 0;
+	for (unsigned i = 0; i < NOWNERS; i++) {
+		if (strcmp(g_owners[i].owner, owner) == 0) {
+			slot = i;
+			break;
+		}
+		if (g_owners[i].used < g_owners[slot].used)
+			slot = i; /* free (0) or least recently said */
+	}
+	snprintf(g_owners[slot].owner, sizeof(g_owners[slot].owner), "%s", owner);
+	snprintf(g_owners[slot].tenant, sizeof(g_owners[slot].tenant), "%s", tenant);
+	g_owners[slot].used = ++g_owner_tick;
+	pthread_mutex_unlock(&g_owner_lock);
+}
+
+static bool owner_tenant(const char *owner, char *out, size_t n)
+{
+	bool found = false;
+	pthread_mutex_lock(&g_owner_lock);
+	for (unsigned i = 0; i < NOWNERS && !found; i++)
+		if (g_owners[i].used && strcmp(g_owners[i].owner, owner) == 0) {
+			snprintf(out, n, "%s", g_owners[i].tenant);
+			found = true;
+		}
+	pthread_mutex_unlock(&g_owner_lock);
+	return found;
+}
+
 void wr_audit_emit(struct wr_audit *a, const struct wr_audit_event *ev)
 {
 	if (a == NULL || ev == NULL)
 		return;
+	struct wr_audit_event owned;
+	char tenant[130];
+	if (ev->tenant == NULL && ev->sandbox_id && strncmp(ev->sandbox_id, "fn-", 3) == 0 &&
+	    owner_tenant(ev->sandbox_id, tenant, sizeof(tenant))) {
+		owned = *ev;
+		owned.tenant = tenant;
+		ev = &owned;
+	}
 	int64_t now = now_ns();
 	pthread_mutex_lock(&a->lock);
 	bool was_dirty = wra_core_dirty(&a->core);
@@ -332,6 +386,7 @@ void wr_audit_stop(void)
 	struct wr_audit *a = &g_audit;
 	wra_kernel_stop();
 	wra_cgroup_stop();
+	wrd_trail_shutdown();
 	wr_audit_global = NULL; /* emitters from now on are ignored */
 	if (a->writer_running) {
 		pthread_mutex_lock(&a->lock);

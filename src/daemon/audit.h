@@ -114,6 +114,13 @@ extern struct wr_audit *wr_audit_global;
  * (audit off) ignores the call. */
 void wr_audit_emit(struct wr_audit *a, const struct wr_audit_event *ev);
 
+/* Owners of uid ranges that are not sandboxes (function pools, "fn-...")
+ * have no record to take the tenant from: whoever knows it says so here
+ * (any thread; idempotent and cheap, so it may be said on every call).
+ * Events of such an owner that carry no tenant get this one. The map is
+ * bounded (the least recently said owner goes first). */
+void wr_audit_owner(const char *owner, const char *tenant);
+
 /* Shorthand for sources that do not build a struct: layer, sandbox, action,
  * subject and a detail object (stolen, may be NULL), denied. */
 void wr_audit_note(enum wr_audit_layer layer, const char *sandbox_id, const char *tenant,
@@ -137,6 +144,17 @@ void wr_audit_net(enum wr_audit_layer layer, const char *sandbox_id, const char 
 struct wr_exec_result;
 void wrd_audit_command(const char *sandbox_id, const char *tenant, const char *cmd_id,
 		       const struct wr_exec_result *res);
+
+/* A sandbox is about to lose its cgroups (manager.c, after its processes
+ * were killed, before the tier's destroy): the last reading of its OOM and
+ * pids.max counters, so that a limit hit less than one poll before the end
+ * is still recorded. Later polls leave the sandbox alone. */
+struct wrd_sbx;
+void wrd_audit_sandbox_end(struct wrd_sbx *sb);
+/* A sandbox was created (manager.c, before its first command): its
+ * file-access trail, when its spec asks for one (trail.c). Failures are
+ * logged, never fail the create. */
+void wrd_audit_sandbox_start(struct wrd_sbx *sb);
 
 /* Counters for /metrics (cumulative since start). */
 struct wr_audit_stats {

@@ -23,9 +23,11 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "daemon/audit_internal.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "daemon/trail.h"
 #include "tiers/container.h"
 
 struct cg_watch {
@@ -35,7 +37,9 @@ struct cg_watch {
 	long long oom, pmax;
 	bool seen;
 	bool mem_v1;
-	bool live; /* in this round's snapshot */
+	bool live;  /* in this round's snapshot */
+	bool ended; /* its last reading was taken (wrd_audit_sandbox_end) */
+	bool trail_checked;
 	struct cg_watch *next;
 };
 
@@ -221,8 +225,17 @@ static void poll_once(void)
 			w->next = g_watches;
 			g_watches = w;
 		}
-		if (w) {
+		if (w)
 			w->live = true;
+		if (w && !w->ended && w->trail_checked == false) {
+			/* a trail the sandbox asked for at create, also after a
+			 * restart (adoption) */
+			_cleanup_err_ wr_err terr = NULL;
+			if (wrd_trail_start(sb, &terr) < 0)
+				wr_warn("sandbox %s: %s", sb->rec.id, terr->msg);
+			w->trail_checked = true;
+		}
+		if (w && !w->ended) {
 			long long oom = counter(w->mem_file, "oom_kill");
 			long long pmax = counter(w->pids_file, "max");
 			if (w->seen && oom > w->oom)
@@ -250,6 +263,63 @@ static void poll_once(void)
 		}
 	}
 	pthread_mutex_unlock(&g_watch_lock);
+}
+
+/* Ordering: called after the tier's kill (no process left to fork or
+ * allocate) and before its destroy (the counters' files still exist). The
+ * watch stays, marked ended, until the sandbox leaves the table, so that a
+ * poll in between neither reads it again nor makes a new watch whose
+ * first reading would report the totals a second time. */
+void wrd_audit_sandbox_end(struct wrd_sbx *sb)
+{
+	if (sb == NULL)
+		return;
+	if (wr_audit_global == NULL || sb->tsb == NULL || sb->ops == NULL ||
+	    strcmp(sb->ops->name, "container") != 0) {
+		wrd_trail_stop(sb->rec.id);
+		return;
+	}
+	pthread_mutex_lock(&g_watch_lock);
+	struct cg_watch *w = g_watches;
+	while (w && strcmp(w->id, sb->rec.id) != 0)
+		w = w->next;
+	if (w == NULL && (w = calloc(1, sizeof(*w))) != NULL) {
+		/* Younger than one poll: never read. Its counters began at 0
+		 * unless it was adopted (then our predecessor read them). The
+		 * files come from the tier's usage (PID 1 is gone): pids only,
+		 * since without a watch its commands reported their own OOM
+		 * kills (wrd_audit_command). */
+		snprintf(w->id, sizeof(w->id), "%s", sb->rec.id);
+		w->live = true;
+		w->next = g_watches;
+		g_watches = w;
+		struct wr_cgroup_stats st;
+		_cleanup_err_ wr_err err = NULL;
+		if (sb->rec.created_ms >= g_start_ms && sb->ops->usage &&
+		    sb->ops->usage(sb->tsb, &st, &err) == 0 && st.pids_max_hits > 0)
+			emit(w->id, "pids.max", "pids", (long long)st.pids_max_hits,
+			     (long long)st.pids_max_hits);
+	} else if (w && !w->ended && w->seen) {
+		long long oom = counter(w->mem_file, "oom_kill");
+		long long pmax = counter(w->pids_file, "max");
+		if (oom > w->oom)
+			emit(w->id, "oom_kill", "memory", oom - w->oom, oom);
+		if (pmax > w->pmax)
+			emit(w->id, "pids.max", "pids", pmax - w->pmax, pmax);
+	}
+	if (w)
+		w->ended = true;
+	/* Under the watch lock, after ended is set: a poll cannot start the
+	 * trail again. What it did up to the kill is drained, then no more. */
+	wrd_trail_stop(sb->rec.id);
+	pthread_mutex_unlock(&g_watch_lock);
+}
+
+void wrd_audit_sandbox_start(struct wrd_sbx *sb)
+{
+	_cleanup_err_ wr_err err = NULL;
+	if (sb && wr_audit_global && wrd_trail_start(sb, &err) < 0)
+		wr_warn("sandbox %s: %s", sb->rec.id, err->msg);
 }
 
 static void *poller_main(void *arg)

@@ -43,6 +43,7 @@
 #include "common/cleanup.h"
 #include "common/compat.h"
 #include "daemon/audit_internal.h"
+#include "daemon/manager.h"
 #include "isolate/idmap.h"
 #include "isolate/seccomp.h"
 
@@ -567,6 +568,112 @@ static void on_ll_access(const char *rec, int64_t now)
 	ll_access_of(rec, i);
 }
 
+static int64_t mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* ---- Landlock paths as the sandbox sees them ----------------------------
+ *
+ * The kernel writes a denied file's path as d_path() from the refused
+ * task's root. A file beneath the sandbox's root reads as the sandbox sees
+ * it; one outside it (reached through a magic link: /proc/self/exe, a
+ * /proc/1/fd entry of PID 1's upper-layer directory) reads as the HOST's
+ * path (warrend's binary, the store, the overlay's upper dir), which its
+ * tenant must never learn. So a path is shown only after it was checked:
+ * resolved beneath the sandbox's root (openat2 RESOLVE_IN_ROOT, no magic
+ * links, from /proc/<pid>/root of a process of the sandbox), it must name
+ * the record's inode. Anything else, including a sandbox gone before the
+ * check, is shown without path, dev and inode (what.path_hidden says why). */
+
+/* /proc/<pid>/root of a process that belongs to sandbox sb (its host uid
+ * lies in sb's range): the directory fd pins the process, so a pid reused
+ * after the open cannot lend us another root. -1 if none. */
+static int root_of(pid_t pid, const char *sb, int64_t now)
+{
+	if (pid <= 0)
+		return -1;
+	char path[64], owner[40];
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	_cleanup_close_ int dir = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	struct stat st;
+	if (dir < 0 || fstat(dir, &st) < 0)
+		return -1;
+	if (!owner_of_uid((long)st.st_uid, owner, sizeof(owner), now) || strcmp(owner, sb) != 0)
+		return -1;
+	return openat(dir, "root", O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* PID 1 of a container sandbox from the daemon's table (0 if none). */
+static pid_t init_of(const char *sb)
+{
+	size_t n = 0;
+	struct wrd_sbx **all = wrd_table_snapshot(&n);
+	pid_t pid = 0;
+	for (size_t i = 0; all && i < n; i++) {
+		if (pid == 0 && strcmp(all[i]->rec.id, sb) == 0)
+			pid = all[i]->rec.init_pid;
+		wrd_mgr_put(all[i]);
+	}
+	free(all);
+	return pid;
+}
+
+/* Verdicts of recent checks: a flood of one denial costs one check. */
+#define NPATHV 32
+static struct {
+	char sb[40];
+	unsigned long ino;
+	uint64_t hash;
+	int64_t at;
+	const char *hidden;
+} g_pathv[NPATHV];
+static unsigned g_pathvnext;
+
+static uint64_t fnv(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+/* NULL: the path is the sandbox's view; else why it is hidden. */
+static const char *ll_path_hidden(const char *sb, pid_t creator, const char *path,
+				  unsigned long ino, int64_t now)
+{
+	uint64_t h = fnv(path);
+	for (unsigned i = 0; i < NPATHV; i++)
+		if (g_pathv[i].hash == h && g_pathv[i].ino == ino &&
+		    strcmp(g_pathv[i].sb, sb) == 0 && now - g_pathv[i].at < 1000000000LL)
+			return g_pathv[i].hidden;
+	const char *hidden = NULL;
+	_cleanup_close_ int root = root_of(creator, sb, now);
+	if (root < 0 && strncmp(sb, "fn-", 3) != 0)
+		root = root_of(init_of(sb), sb, now);
+	if (root < 0) {
+		hidden = "the sandbox was gone before the path could be checked";
+	} else if (path[0] != '/') {
+		hidden = "not beneath the sandbox's root";
+	} else {
+		struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+				       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+		_cleanup_close_ int fd = wr_openat2(root, path, &how);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0 || (unsigned long)st.st_ino != ino)
+			hidden = "not beneath the sandbox's root";
+	}
+	unsigned i = g_pathvnext++ % NPATHV;
+	snprintf(g_pathv[i].sb, sizeof(g_pathv[i].sb), "%s", sb);
+	g_pathv[i].ino = ino;
+	g_pathv[i].hash = h;
+	g_pathv[i].at = now;
+	g_pathv[i].hidden = hidden;
+	return hidden;
+}
+
 static void ll_access_of(const char *rec, unsigned i)
 {
 	char dom[24], blockers[128] = "", path[1024] = "", opid[16] = "", ocomm[64] = "";
@@ -574,17 +681,25 @@ static void ll_access_of(const char *rec, unsigned i)
 	field(rec, "blockers", blockers, sizeof(blockers));
 	bool has_path = field(rec, "path", path, sizeof(path));
 	json_t *what = json_pack("{s:s, s:s}", "access", blockers, "domain", dom);
+	const char *hidden = NULL;
+	if (has_path) {
+		hidden = ll_path_hidden(g_doms[i].sb, g_doms[i].pid, path,
+					(unsigned long)num(rec, "ino", 10, 0), mono_ns());
+		has_path = hidden == NULL;
+	}
 	if (what && has_path)
 		json_object_set_new(what, "path", json_string(path));
+	if (what && hidden)
+		json_object_set_new(what, "path_hidden", json_string(hidden));
 	if (what && field(rec, "opid", opid, sizeof(opid))) {
 		json_object_set_new(what, "target_pid", json_integer(atoi(opid)));
 		if (field(rec, "ocomm", ocomm, sizeof(ocomm)))
 			json_object_set_new(what, "target_comm", json_string(ocomm));
 	}
 	char dev[64], ino[32];
-	if (what && field(rec, "dev", dev, sizeof(dev)))
+	if (what && !hidden && field(rec, "dev", dev, sizeof(dev)))
 		json_object_set_new(what, "dev", json_string(dev));
-	if (what && field(rec, "ino", ino, sizeof(ino)))
+	if (what && !hidden && field(rec, "ino", ino, sizeof(ino)))
 		json_object_set_new(what, "ino", json_string(ino));
 	struct wr_audit_event ev = {
 	    .sandbox_id = g_doms[i].sb,
@@ -602,13 +717,6 @@ static void ll_access_of(const char *rec, unsigned i)
 }
 
 /* ---- the reader thread --------------------------------------------------------- */
-
-static int64_t mono_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 static void *reader_main(void *arg)
 {

@@ -10,6 +10,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "daemon/audit.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
 
@@ -259,6 +260,9 @@ static void refused(void *ctx, const struct wr_dns_refusal *ev)
 		json_object_set_new(d, "name", json_string(ev->name));
 	if (d != NULL)
 		wrd_sbx_event(sb, "network_refused", d);
+	/* and the refusal audit's dns layer (GET /v1/events) */
+	wr_audit_net(WR_AUDIT_DNS, ev->sandbox_id, tenant, "resolve", NULL, 0, "udp", ev->name,
+		     ev->reason, ev->name ? 1 : ev->suppressed, ev->time_ms);
 	wrd_mgr_put(sb);
 }
 

@@ -14,6 +14,7 @@
 #include "common/compat.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/audit.h"
 #include "daemon/commands.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
@@ -343,6 +344,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	sb->pidfd = wr_pidfd_open(sb->rec.init_pid, 0);
 	sb->state = WRD_RUNNING;
 	wrd_table_insert(sb);
+	wrd_audit_sandbox_start(sb); /* its file trail, before any command */
 	wrd_monitor_watch(sb);
 	json_t *d = json_object();
 	json_object_set_new(d, "image", json_string(sb->rec.image));
@@ -416,6 +418,8 @@ int wrd_mgr_kill(struct wrd_sbx *sb, enum wrd_state why, json_t *detail, void (*
 	while (sb->busy > 0)
 		pthread_cond_wait(&sb->cv, &sb->lock);
 	pthread_mutex_unlock(&sb->lock);
+	/* its last limit counters and file trail: the cgroup goes next */
+	wrd_audit_sandbox_end(sb);
 	wrd_nf_detach(sb); /* its links and map entries: the cgroup goes next */
 	int r = sb->ops->destroy(&sb->tsb, err);
 	wrd_net_release(sb); /* its namespace to teardown, off this path */

@@ -735,6 +735,11 @@ int wr_function_pool_park(struct wr_function_pool *p, wr_err *err)
 	return 0;
 }
 
+const char *wr_function_pool_id(const struct wr_function_pool *p)
+{
+	return p->id; /* immutable after create */
+}
+
 pid_t wr_function_pool_zygote_pid(struct wr_function_pool *p)
 {
 	pthread_mutex_lock(&p->lock);

@@ -120,6 +120,9 @@ extern const struct wr_tier_ops wr_function_tier;
 void wr_function_tier_cleanup(void);
 
 /* Pool state, for tests and the daemon's pool manager. */
+/* The pool's id ("fn-..."): the owner named by its uid range, which the
+ * refusal audit maps its calls' kernel records to. */
+const char *wr_function_pool_id(const struct wr_function_pool *pool);
 pid_t wr_function_pool_zygote_pid(struct wr_function_pool *pool); /* 0 when none runs */
 uint64_t wr_function_pool_idle_ns(struct wr_function_pool *pool);
 unsigned wr_function_pool_restarts(struct wr_function_pool *pool);

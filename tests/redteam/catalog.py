@@ -18,17 +18,22 @@ ROWS = [
     "b-bpf-perf", "b-cgroupfs", "b-clock", "b-mknod", "b-modules",
     # C. resource exhaustion
     "c-forkbomb", "c-membomb", "c-disk", "c-fds", "c-cpu", "c-linger",
-    # D. network (mode none today; allowlist variants with issue 6)
+    # D. network (mode none; allowlist and open on a networked node)
     "d-metadata", "d-dns-exfil", "d-egress-bypass", "d-abstract-unix", "d-lateral",
     # F. platform API abuse
     "f-idor", "f-token-steal", "f-path-traversal", "f-symlink-read", "f-log-inject",
     # beyond the catalog rows: the brief's cross-tenant pairs, canaries, host
-    "x-cross-tenant", "x-audit", "x-audit-flood", "x-canaries", "x-host-invariants",
+    "x-cross-tenant", "x-audit", "x-audit-flood", "x-canaries", "x-host-invariants", "x-file-trail",
 ]
 
 # tier/uid columns, then the API and host columns
 TIER_COLUMNS = ["container/uid0", "container/uid1000", "function/uid0", "function/uid1000"]
-COLUMNS = TIER_COLUMNS + ["api", "host"]
+# container sandboxes on a networked node (test_d_network.py), per mode
+NET_COLUMNS = ["allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000"]
+# the microVM tier (test_h_microvm.py): the probes that run through exec,
+# with the guest as the boundary (its own kernel: host invariants, not errnos)
+MICROVM_COLUMNS = ["microvm/uid0", "microvm/uid1000"]
+COLUMNS = TIER_COLUMNS + ["api", "host"] + NET_COLUMNS + MICROVM_COLUMNS
 
 # Why a column does not apply (shown as n/a).
 NOT_APPLICABLE = {
@@ -39,20 +44,28 @@ NOT_APPLICABLE = {
 # The row "events" stands for the refusal-event check of every probe in
 # that column: its outcome checks still run and must pass; only a missing
 # event is reported as the gap (the cell shows KNOWN-GAP).
+_OPEN_LATERAL = (
+    "mode open: the host's bridge address (warrend's TCP port on it too) and other "
+    "sandboxes are not refused by the eBPF filter: the bridge subnet is never put in the "
+    "deny set (wrd_nf_deny_add in src/daemon/netenforce.c has no caller; adding it needs "
+    "an exception for the sandbox's own address). nftables drops them instead: ETIMEDOUT, "
+    "no event (issue 6)")
+_OPEN_DNS = (
+    "mode open allows every destination outside the deny set, port 53 included: DNS to "
+    "another resolver is not refused and has no event (issue 6, netfilter.bpf.c would "
+    "need a rule for port 53 beside the gateway's)")
+_RAW_EVENT = (
+    "raw and packet sockets are refused by the kernel (no CAP_NET_RAW) before the "
+    "filter's sock_create hook runs: EPERM, but no platform layer records it (a seccomp "
+    "argument rule for SOCK_RAW/AF_PACKET with its log would; src/isolate/seccomp.c, "
+    "issue 7)")
 KNOWN_GAPS = {
-    ("events", "function/uid1000"):
-        "a function call's refusals are recorded with tenant '' (sandbox fn-<pool>), so "
-        "its tenant cannot query them; only an admin sees them (issue 7, audit branch)",
-    ("x-audit", "container/uid0"):
-        "a pids.max hit less than one poll (1 s) before the sandbox ends is never "
-        "recorded: the cgroup poller takes no last reading at kill (issue 7, "
-        "src/daemon/audit_cgroup.c)",
-    ("x-audit", "container/uid1000"):
-        "as container/uid0: pids.max hit right before the kill is lost (issue 7)",
-    ("x-canaries", "api"):
-        "a Landlock event names the HOST path of a file outside the sandbox root that "
-        "an exec was refused on (the daemon's binary, reached through /proc/self/exe): "
-        "the tenant reading its events learns host paths (issue 7, audit_kernel.c)",
+    ("d-lateral", "open/uid0"): _OPEN_LATERAL,
+    ("d-lateral", "open/uid1000"): _OPEN_LATERAL,
+    ("d-dns-exfil", "open/uid0"): _OPEN_DNS,
+    ("d-dns-exfil", "open/uid1000"): _OPEN_DNS,
+    **{("d-egress-bypass", c): _RAW_EVENT for c in
+       ("allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000")},
 }
 
 # (row, column) -> PASS | FAIL | KNOWN-GAP | n/a, filled by conftest's hook

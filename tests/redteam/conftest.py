@@ -192,7 +192,8 @@ class Session:
 
 @pytest.fixture(scope="session")
 def rt(tmp_path_factory):
-    for f in ("warrend", "warren-init", "tests/wr-probe"):
+    for f in ("warrend", "warren-init", "tests/wr-probe", "tests/guest/vmlinux",
+              "tests/guest/initramfs.cpio"):
         assert (BUILD / f).exists(), f"{BUILD / f} missing: run ninja -C {BUILD} first"
     tag = f"wr-rt-{PID}-{uuid.uuid4().hex[:6]}"
     canaries = {k: f"CANARY-{k}-{uuid.uuid4().hex}" for k in
@@ -215,7 +216,14 @@ def rt(tmp_path_factory):
     root = tmp_path_factory.mktemp("redteam")
     d = harness.Daemon(BUILD, root, "rt", extra={"images": {}})
     cfg = json.loads(d.config.read_text())
+    # Admission by node pressure refuses creates on a machine other suites
+    # load (429): the suite tests isolation, not admission (tests/e2e does)
+    cfg["admission"] = {"cpu_pressure_max": 1, "memory_pressure_max": 1}
+    # the microVM tier (TCG here): the guest ninja builds with the tests
+    guest = BUILD / "tests" / "guest"
+    cfg["microvm"] = {"kernel": str(guest / "vmlinux"), "initrd": str(guest / "initramfs.cpio")}
     cfg["images"] = {"busybox": str(d.images / "busybox"),
+                     "busybox-erofs": str(d.images / "busybox.erofs"),
                      f"cfg-{canaries['config'].lower()}": str(d.images / "busybox")}
     d.config.write_text(json.dumps(cfg, indent=1))
     d.env["WARREN_RT_CANARY"] = canaries["daemon-env"]

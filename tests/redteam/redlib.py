@@ -10,6 +10,7 @@ a missing binary can never look like a refusal.
 ctx.expect_event(layer, action) asserts the refusal audit recorded the
 refusal the probe just met (GET /v1/events, the audit branch).
 """
+import json
 import time
 
 import pytest
@@ -79,26 +80,37 @@ class Ctx:
     def container(self):
         return self.tier == "container"
 
+    @property
+    def microvm(self):
+        return self.tier == "microvm"
+
+    def _create(self, **opts):
+        if self.microvm:
+            # the guest mounts the store's EROFS image (wr-probe baked in)
+            opts = {"memory_mb": 256, "disk_mb": 64, **opts}
+            return warren.Sandbox.create(image="busybox-erofs", tier="microvm", timeout=600,
+                                         **opts, **self.rt.alice)
+        return warren.Sandbox.create(image="busybox", timeout=600, **opts, **self.rt.alice)
+
     # ---- sandboxes and runs
     def sandbox(self, **opts):
         """The column's sandbox (container tier), made on first use."""
-        assert self.container
+        assert self.container or self.microvm
         if self.sb is None or (opts and opts != self.sb_opts):
-            self.sb = warren.Sandbox.create(image="busybox", timeout=600, **opts,
-                                            **self.rt.alice)
+            self.sb = self._create(**opts)
             self.sb_opts = opts
             self.made.append(self.sb)
         return self.sb
 
     def fresh_sandbox(self, **opts):
-        sb = warren.Sandbox.create(image="busybox", timeout=600, **opts, **self.rt.alice)
+        sb = self._create(**opts)
         self.made.append(sb)
         return sb
 
     def run(self, argv, timeout=120, limits=None, user=None, output_cap=None, sb=None,
             **kw):
         limits = dict(limits or {})
-        if self.container:
+        if self.container or self.microvm:
             s = sb or self.sandbox(**limits)
             r = s.commands.run(argv, user=self.uid if user is None else user, timeout=timeout,
                                output_cap=output_cap, request_timeout=timeout + 60, **kw)
@@ -217,6 +229,12 @@ def expect_event(rt, conn, layer, action, subject=None, sandbox=None, since=0.0)
         if found is None:
             time.sleep(0.3)
     if found is not None:
+        # the attacking tenant's own event: its tenant, never '' (function
+        # pools were recorded without one) or another's
+        tenants = [n for n, t in rt.d.tokens.items() if t == conn.get("api_key")]
+        assert tenants and found.get("tenant") == tenants[0], found
+        # and nothing of the host in it (Landlock's paths outside the root)
+        rt.check_output(f"{layer} event", json.dumps(found))
         assert event_gap is None, \
             f"refusal events of {key[1]} are recorded now: remove the 'events' gap"
         return found

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon/audit.h"
 #include "daemon/dns.h"
 #include "daemon/manager.h"
 
@@ -47,6 +48,23 @@ void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail)
 	json_decref(g_ev_detail);
 	g_ev_detail = detail;
 	g_events++;
+}
+
+/* ---- the refusal audit's dns layer ---------------------------------------- */
+static char g_audit_name[256], g_audit_tenant[64];
+static int g_audits;
+
+void wr_audit_net(enum wr_audit_layer layer, const char *sandbox_id, const char *tenant,
+		  const char *action, const char *ip, unsigned port, const char *proto,
+		  const char *name, const char *reason, uint64_t count, int64_t time_ms)
+{
+	(void)ip, (void)port, (void)proto, (void)reason, (void)time_ms;
+	if (layer != WR_AUDIT_DNS || strcmp(sandbox_id, "s1") != 0 || strcmp(action, "resolve") ||
+	    count != 1)
+		return;
+	snprintf(g_audit_name, sizeof(g_audit_name), "%s", name ? name : "");
+	snprintf(g_audit_tenant, sizeof(g_audit_tenant), "%s", tenant);
+	g_audits++;
 }
 
 /* ---- allow hook ------------------------------------------------------------ */
@@ -200,6 +218,9 @@ static void test_glue(void **st)
 	assert_string_equal(json_string_value(json_object_get(g_ev_detail, "name")),
 			    "leak.attacker.example");
 	assert_int_equal(json_integer_value(json_object_get(g_ev_detail, "total")), 1);
+	assert_int_equal(g_audits, 1); /* and the audit event, with its tenant */
+	assert_string_equal(g_audit_name, "leak.attacker.example");
+	assert_string_equal(g_audit_tenant, "team");
 	struct wr_dns_stats stt;
 	wrd_dns_stats("s1", &stt);
 	assert_int_equal(stt.refused, 1);
