@@ -603,6 +603,7 @@ typedef struct {
 	char **refs; /* names pointing at it */
 	size_t n_refs;
 	char *json; /* the image object as received */
+	char *kind; /* "rootfs", or "vm-disk" (a bootable disk for tier "vm") */
 } warren_image;
 WARREN_API void warren_image_free(warren_image *img);
 

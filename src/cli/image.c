@@ -19,6 +19,9 @@ static void image_usage(FILE *f)
 		"                    a docker/podman save archive; a file or '-' (stdin) is sent\n"
 		"                    to the daemon, a directory (or --node PATH) is read on the\n"
 		"                    daemon's node (Unix socket only)\n"
+		"  import --vm-disk [--ref REF] [--node] FILE|-\n"
+		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
+		"                    (the same as --format vm-disk)\n"
 		"  ls                list images\n"
 		"  inspect REF...    show images (name:tag, name@sha256:..., sha256:...)\n"
 		"  tag REF NEWREF    point NEWREF (name[:tag]) at REF's image\n"
@@ -33,7 +36,7 @@ static void image_usage(FILE *f)
 		"options:\n" CLI_CONN_HELP);
 }
 
-enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE };
+enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK };
 
 static void print_image(const warren_image *img, bool json)
 {
@@ -98,8 +101,9 @@ static int do_ls(warren_client *cl, bool json)
 		for (size_t i = 0; i < l->count; i++) {
 			const warren_image *m = &l->images[i];
 			char flags[64];
-			snprintf(flags, sizeof(flags), "%s%s%s", m->pinned ? "pinned " : "",
-				 m->holders ? "in-use " : "", m->complete ? "" : "remote");
+			snprintf(flags, sizeof(flags), "%s%s%s%s", m->pinned ? "pinned " : "",
+				 m->holders ? "in-use " : "", m->complete ? "" : "remote ",
+				 m->kind && strcmp(m->kind, "vm-disk") == 0 ? "vm-disk" : "");
 			size_t n = m->n_refs ? m->n_refs : 1;
 			for (size_t j = 0; j < n; j++)
 				printf("%-40s %.19s %10lld %-25s %s\n",
@@ -155,6 +159,7 @@ int cmd_image(int argc, char **argv)
 	    {"ref", required_argument, NULL, OPT_REF},
 	    {"format", required_argument, NULL, OPT_FORMAT},
 	    {"node", no_argument, NULL, OPT_NODE},
+	    {"vm-disk", no_argument, NULL, OPT_VM_DISK},
 	    {"dry-run", no_argument, NULL, OPT_DRY},
 	    {"prune", no_argument, NULL, OPT_PRUNE},
 	    {"force", no_argument, NULL, 'f'},
@@ -182,7 +187,7 @@ int cmd_image(int argc, char **argv)
 		    NULL, "unknown image command '%s' (see 'warren image --help')", verb);
 	struct cli_conn cc = {0};
 	const char *ref = NULL, *fmt = NULL;
-	bool node = false, dry = false, prune = false, force = false;
+	bool node = false, dry = false, prune = false, force = false, vm_disk = false;
 	int c;
 	argc--;
 	argv++;
@@ -194,6 +199,7 @@ int cmd_image(int argc, char **argv)
 		case OPT_REF: ref = optarg; break;
 		case OPT_FORMAT: fmt = optarg; break;
 		case OPT_NODE: node = true; break;
+		case OPT_VM_DISK: vm_disk = true; break;
 		case OPT_DRY: dry = true; break;
 		case OPT_PRUNE: prune = true; break;
 		case 'f': force = true; break;
@@ -203,6 +209,11 @@ int cmd_image(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	if (vm_disk && (strcmp(verb, "import") != 0 || (fmt && strcmp(fmt, "vm-disk") != 0)))
+		return cli_usage_error(
+		    NULL, "--vm-disk: only with import, and not with --format %s", fmt ? fmt : "");
+	if (vm_disk)
+		fmt = "vm-disk";
 	if (strcmp(verb, "tag") == 0 && argc != 2)
 		return cli_usage_error(NULL, "tag: REF and NEWREF are needed");
 	if ((strcmp(verb, "ls") == 0 || strcmp(verb, "gc") == 0) && argc != 0)

@@ -18,6 +18,7 @@ static void image_clear(warren_image *img)
 		free(img->refs[i]);
 	free(img->refs);
 	free(img->json);
+	free(img->kind);
 	memset(img, 0, sizeof(*img));
 }
 
@@ -52,6 +53,8 @@ static int parse_image(struct wc_call *c, json_t *o, warren_image *img)
 	img->pinned = wc_jbool(o, "pinned");
 	img->complete = wc_jbool(o, "complete");
 	img->holders = wc_jint(o, "holders", 0);
+	img->kind =
+	    json_is_string(json_object_get(o, "kind")) ? wc_jstr(o, "kind") : strdup("rootfs");
 	json_t *refs = json_object_get(o, "refs");
 	size_t n = json_array_size(refs);
 	img->refs = calloc(n ? n : 1, sizeof(char *));

@@ -39,6 +39,11 @@ json_t *wrd_image_json(const struct wr_image *img)
 		      "pinned", img->pinned, "complete", img->complete, "holders",
 		      (int)img->holders, "refs", strv_json(img->refs, img->n_refs), "layers",
 		      strv_json(img->layers, img->n_layers), "config", cfg);
+	json_object_set_new(j, "kind", json_string(wr_image_kind_name(img->kind)));
+	if (img->kind == WR_IMAGE_KIND_VM_DISK)
+		json_object_set_new(j, "disk",
+				    json_pack("{s:s, s:I}", "format", img->disk_format,
+					      "virtual_size", (json_int_t)img->virtual_size));
 	if (img->remote.reference)
 		json_object_set_new(
 		    j, "remote",
@@ -120,7 +125,8 @@ void wrd_api_img_import(struct wrd_req *r)
 	struct wr_image_import_opts o = {.ref = wrd_query(r, "ref")};
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
-	json_t *j = json_body(r);
+	/* A disk body may begin with '{' as well: no JSON guess for it. */
+	json_t *j = fmt_s && strcmp(fmt_s, "vm-disk") == 0 ? NULL : json_body(r);
 	int rc;
 	if (j) {
 		static const char *const keys[] = {"path", "format", "ref", NULL};
@@ -155,14 +161,15 @@ void wrd_api_img_import(struct wrd_req *r)
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
 					"format: one of auto, dir, tar, oci-layout, oci-archive, "
-					"docker-archive");
+					"docker-archive, vm-disk");
 			goto out;
 		}
 		rc = wr_image_import(wrd_images(), path, &o, &img, &err);
 	} else {
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
-					"format: one of auto, tar, oci-archive, docker-archive");
+					"format: one of auto, tar, oci-archive, docker-archive, "
+					"vm-disk");
 			goto out;
 		}
 		if (r->upload_fd < 0 || r->upload_len == 0) {

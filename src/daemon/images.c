@@ -314,6 +314,24 @@ int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, 
 	int a = wrd_images_acquire_for_create(image, store_path, &img, h->holder[h->n], err);
 	if (a <= 0)
 		return a;
+	/* A disk boots only on the vm tier, and the vm tier boots only disks
+	 * (no tier: the container tier). */
+	const char *tier = json_string_value(json_object_get(body, "tier"));
+	bool vm = tier && strcmp(tier, "vm") == 0;
+	if ((img->kind == WR_IMAGE_KIND_VM_DISK) != vm) {
+		int r = wr_err_field(
+		    err, "image", "image: '%s' is a %s image; the %s tier boots %s images", image,
+		    wr_image_kind_name(img->kind),
+		    vm	   ? "vm"
+		    : tier ? tier
+			   : "container",
+		    vm ? "vm-disk (warren image import --vm-disk, image build-vm)" : "rootfs");
+		wrd_images_drop(img->digest, h->holder[h->n]);
+		wr_image_free(&img);
+		free(*store_path);
+		*store_path = NULL;
+		return r;
+	}
 	snprintf(h->digest[h->n], sizeof(h->digest[0]), "%s", img->digest);
 	h->n++;
 	wrd_images_apply_defaults(img, body, spec);

@@ -55,6 +55,10 @@ class ImageInfo:
     layers: List[str]
     config: Dict[str, Any]
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+    #: ``"rootfs"``, or ``"vm-disk"``: a bootable disk for ``tier="vm"``
+    kind: str = "rootfs"
+    #: vm-disk only: ``{"format": "raw"|"qcow2", "virtual_size": bytes}``
+    disk: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "ImageInfo":
@@ -63,7 +67,8 @@ class ImageInfo:
                    pinned=bool(d.get("pinned")), complete=bool(d.get("complete", True)),
                    holders=int(d.get("holders", 0)), refs=builtins.list(d.get("refs") or []),
                    layers=builtins.list(d.get("layers") or []),
-                   config=dict(d.get("config") or {}), raw=d)
+                   config=dict(d.get("config") or {}), raw=d,
+                   kind=d.get("kind") or "rootfs", disk=d.get("disk"))
 
 
 def _canon(ref: str) -> str:
@@ -129,6 +134,12 @@ class Images(RegistryOps):
                                 timeout=None)
         return ImageInfo.from_json(d)
 
+    def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
+                       node_path: bool = False) -> ImageInfo:
+        """Import a bootable disk (raw or qcow2) for ``tier="vm"``: the
+        same as ``import_(..., format="vm-disk")``."""
+        return self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
+
     def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
         q.update(kw.pop("params", {}))
@@ -191,6 +202,11 @@ class AsyncImages(AsyncRegistryOps):
         d = await self._http.json("POST", "/images/import", params=rq["params"],
                                   content=content, headers=rq.get("headers"), timeout=None)
         return ImageInfo.from_json(d)
+
+    async def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
+                             node_path: bool = False) -> ImageInfo:
+        """See :meth:`Images.import_vm_disk`."""
+        return await self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
 
     async def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
