@@ -22,6 +22,10 @@ static void image_usage(FILE *f)
 		"  import --vm-disk [--ref REF] [--node] FILE|-\n"
 		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
 		"                    (the same as --format vm-disk)\n"
+		"  build-vm [--ref REF] [--size SIZE] IMAGE\n"
+		"                    build a bootable disk (vm-disk image) from rootfs image\n"
+		"                    IMAGE (with systemd and qemu-guest-agent) and Debian's\n"
+		"                    cloud kernel; SIZE default 4G\n"
 		"  ls                list images\n"
 		"  inspect REF...    show images (name:tag, name@sha256:..., sha256:...)\n"
 		"  tag REF NEWREF    point NEWREF (name[:tag]) at REF's image\n"
@@ -36,7 +40,7 @@ static void image_usage(FILE *f)
 		"options:\n" CLI_CONN_HELP);
 }
 
-enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK };
+enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK, OPT_SIZE };
 
 static void print_image(const warren_image *img, bool json)
 {
@@ -160,6 +164,7 @@ int cmd_image(int argc, char **argv)
 	    {"format", required_argument, NULL, OPT_FORMAT},
 	    {"node", no_argument, NULL, OPT_NODE},
 	    {"vm-disk", no_argument, NULL, OPT_VM_DISK},
+	    {"size", required_argument, NULL, OPT_SIZE},
 	    {"dry-run", no_argument, NULL, OPT_DRY},
 	    {"prune", no_argument, NULL, OPT_PRUNE},
 	    {"force", no_argument, NULL, 'f'},
@@ -177,8 +182,8 @@ int cmd_image(int argc, char **argv)
 	}
 	if (strcmp(verb, "push") == 0 || strcmp(verb, "pull") == 0)
 		return cmd_image_remote(argc, argv); /* image_remote.c */
-	static const char *const verbs[] = {"import", "ls",  "inspect", "tag",
-					    "rm",     "pin", "unpin",	"gc"};
+	static const char *const verbs[] = {"import", "ls",    "inspect", "tag",     "rm",
+					    "pin",    "unpin", "gc",	  "build-vm"};
 	bool known = false;
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
 		known |= strcmp(verb, verbs[i]) == 0;
@@ -186,7 +191,7 @@ int cmd_image(int argc, char **argv)
 		return cli_usage_error(
 		    NULL, "unknown image command '%s' (see 'warren image --help')", verb);
 	struct cli_conn cc = {0};
-	const char *ref = NULL, *fmt = NULL;
+	const char *ref = NULL, *fmt = NULL, *size = NULL;
 	bool node = false, dry = false, prune = false, force = false, vm_disk = false;
 	int c;
 	argc--;
@@ -200,6 +205,7 @@ int cmd_image(int argc, char **argv)
 		case OPT_FORMAT: fmt = optarg; break;
 		case OPT_NODE: node = true; break;
 		case OPT_VM_DISK: vm_disk = true; break;
+		case OPT_SIZE: size = optarg; break;
 		case OPT_DRY: dry = true; break;
 		case OPT_PRUNE: prune = true; break;
 		case 'f': force = true; break;
@@ -214,6 +220,10 @@ int cmd_image(int argc, char **argv)
 		    NULL, "--vm-disk: only with import, and not with --format %s", fmt ? fmt : "");
 	if (vm_disk)
 		fmt = "vm-disk";
+	if (size && strcmp(verb, "build-vm") != 0)
+		return cli_usage_error(NULL, "--size: only with build-vm");
+	if (strcmp(verb, "build-vm") == 0 && argc != 1)
+		return cli_usage_error(NULL, "build-vm: one IMAGE (a rootfs image) is needed");
 	if (strcmp(verb, "tag") == 0 && argc != 2)
 		return cli_usage_error(NULL, "tag: REF and NEWREF are needed");
 	if ((strcmp(verb, "ls") == 0 || strcmp(verb, "gc") == 0) && argc != 0)
@@ -227,6 +237,14 @@ int cmd_image(int argc, char **argv)
 		r = do_import(cl, argc, argv, ref, fmt, node, cc.json);
 	} else if (strcmp(verb, "ls") == 0) {
 		r = do_ls(cl, cc.json);
+	} else if (strcmp(verb, "build-vm") == 0) {
+		warren_image *img = NULL;
+		if (warren_image_build_vm(cl, argv[0], ref, size, &img, &err) < 0) {
+			r = cli_fail(err);
+		} else {
+			print_image(img, cc.json);
+			warren_image_free(img);
+		}
 	} else if (strcmp(verb, "tag") == 0) {
 		warren_image *img = NULL;
 		if (warren_image_tag(cl, argv[0], argv[1], &img, &err) < 0) {

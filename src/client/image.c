@@ -184,6 +184,26 @@ int warren_image_tag(warren_client *cl, const char *ref, const char *new_ref, wa
 	return wc_finish(&c, r < 0 ? r : 0, errp, "tag image %s", ref ? ref : "");
 }
 
+int warren_image_build_vm(warren_client *cl, const char *image, const char *ref, const char *size,
+			  warren_image **out, warren_error **errp)
+{
+	struct wc_call c = {.client = cl};
+	_cleanup_json_ json_t *ans = NULL, *req = NULL;
+	if (out)
+		*out = NULL;
+	int r = 0;
+	if (image == NULL || image[0] == '\0')
+		r = wc_fail_field(&c, "image", "image: the rootfs image to build from is required");
+	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?}", "image", image, "ref", ref, "size",
+				       size)) == NULL)
+		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
+	if (r == 0)
+		r = wc_json(&c, "POST", "/v1/images/build-vm", req, &ans);
+	if (r >= 0)
+		r = image_out(&c, ans, out);
+	return wc_finish(&c, r < 0 ? r : 0, errp, "build-vm %s", image ? image : "");
+}
+
 int warren_image_remove(warren_client *cl, const char *ref, bool force, bool *removed,
 			warren_error **errp)
 {

@@ -390,3 +390,58 @@ void wrd_api_img_events(struct wrd_req *r)
 	}
 	wrd_reply_json(r, 200, json_pack("{s:o}", "events", arr));
 }
+
+void wrd_api_img_build_vm(struct wrd_req *r)
+{
+	if (!wrd_api_image_admin(r, "image build-vm") || !store_ready(r))
+		return;
+	static const char *const keys[] = {"image", "ref", "size", NULL};
+	json_t *j = r->json;
+	if (j == NULL) {
+		wrd_reply_error(r, "invalid_argument", "image",
+				"image: the rootfs image to build from is required");
+		return;
+	}
+	if (wrd_api_known_keys(r, j, keys) < 0)
+		return;
+	_cleanup_err_ wr_err err = NULL;
+	struct wr_image_build_vm_opts o = {.script = wrd_images_vm_script(),
+					   .kernel_root = wrd_images_vm_kernel_root()};
+	json_t *v;
+	if ((v = json_object_get(j, "image")) == NULL) {
+		wrd_reply_error(r, "invalid_argument", "image",
+				"image: the rootfs image to build from is required");
+		return;
+	}
+	if (wrd_j_str(v, "image", 255, false, &o.image, &err) < 0 ||
+	    ((v = json_object_get(j, "ref")) &&
+	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0)) {
+		wrd_reply_err(r, err);
+		return;
+	}
+	if ((v = json_object_get(j, "size")) &&
+	    !(json_is_integer(v) && json_integer_value(v) > 0 &&
+	      (o.size = (uint64_t)json_integer_value(v))) &&
+	    !(json_is_string(v) && wr_parse_size(json_string_value(v), &o.size) == 0)) {
+		wrd_reply_error(r, "invalid_argument", "size",
+				"size: a byte count or a size like \"4G\"");
+		return;
+	}
+	if (o.script == NULL) {
+		wrd_reply_error(r, "unavailable", NULL,
+				"build-vm: no mkvmimage.sh found; set image_store.vm_build_script");
+		return;
+	}
+	struct wr_image *img = NULL;
+	if (wr_image_build_vm(wrd_images(), &o, &img, &err) < 0) {
+		reply_store_err(r, err, NULL);
+		return;
+	}
+	wrd_images_event("image_imported",
+			 json_pack("{s:s, s:I, s:s, s:o}", "digest", img->digest, "size",
+				   (json_int_t)img->size, "source", img->source, "refs",
+				   strv_json(img->refs, img->n_refs)));
+	wrd_images_gc_auto_keep(img->digest);
+	wrd_reply_json(r, 201, wrd_image_json(img));
+	wr_image_free(&img);
+}

@@ -204,6 +204,25 @@ int wr_image_import_upper(struct wr_image_store *s, int upper_fd, uid_t id_base,
 			  const char *config_json, const struct wr_image_import_opts *o,
 			  struct wr_image **out, wr_err *err);
 
+/* A bootable vm-disk image from a rootfs image of the store (vmbuild.c):
+ * the image's tree on an ext4 partition of a fresh disk (MBR), Debian's
+ * cloud kernel, initrd and modules from kernel_root, extlinux, written as
+ * qcow2 by `script` (scripts/mkvmimage.sh, run with a fixed argv: it needs
+ * loop devices, mkfs.ext4 and extlinux, host tools all) and imported as
+ * with format vm-disk. The source image is held meanwhile. Errors name
+ * "image" (not a complete rootfs image, or no init or qemu-ga in it),
+ * "size" or "ref". */
+struct wr_image_build_vm_opts {
+	const char *image;	 /* source: a rootfs image ref (required) */
+	const char *ref;	 /* name[:tag] for the result, or NULL */
+	uint64_t size;		 /* the disk's virtual size; 0 = 4 GiB */
+	const char *kernel_root; /* Debian tree with the cloud kernel (required;
+				  * debootstrapped there when it has none) */
+	const char *script;	 /* mkvmimage.sh (required) */
+};
+int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_opts *o,
+		      struct wr_image **out, wr_err *err);
+
 /* Building blocks for the registry module. */
 struct wr_image_layer {
 	int fd;			/* a layer blob, read from offset 0 (pread) */

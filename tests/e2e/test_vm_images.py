@@ -193,3 +193,81 @@ def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
             Images(socket=str(vmd.sock)).import_(b"", format="vm-disk")
     finally:
         c.close()
+
+
+def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
+    """The one boot of this file: a Debian rootfs image (the tests' own
+    debootstrap tree, streamed as a tar through the CLI) becomes a disk with
+    build-vm, boots to a ready agent from its store name, writes to its disk,
+    and the base's bytes still hash to its digest afterwards."""
+    kroot = build / "tests" / "vm" / "debian-vm.root"
+    if not (kroot / ".complete").exists():
+        pytest.fail(f"the VM tree is not built ({kroot}); ninja builds it with the tests")
+    d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 900,
+                                   "shutdown_timeout": 60},
+                            "images": {"busybox": str(find_images(build) / "busybox")},
+                            "image_store": {"vm_build_script": str(ROOT / "scripts/mkvmimage.sh"),
+                                            "vm_kernel_root": str(kroot)}}).start()
+    c = d.client()
+    c.timeout = 1800
+    sid = None
+    try:
+        # device nodes stay out (an import refuses them; the guest's /dev is devtmpfs)
+        tar = subprocess.Popen(["tar", "-C", str(kroot), "--exclude=./dev/*",
+                                "--exclude=./.complete", "-cf", "-", "."],
+                               stdout=subprocess.PIPE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WARREN_")}
+        env["WARREN_SOCKET"] = str(d.sock)
+        p = subprocess.run([str(build / "warren"), "image", "import", "--ref", "debian:vm", "-"],
+                           stdin=tar.stdout, capture_output=True, env=env, timeout=1200)
+        tar.wait()
+        assert p.returncode == 0, p.stderr
+        # a rootfs without qemu-guest-agent: refused, naming image
+        busy = subprocess.run(["tar", "-C", str(find_images(build) / "busybox"), "-cf", "-",
+                               "."], check=True, capture_output=True).stdout
+        assert c.request("POST", "/v1/images/import?format=tar&ref=busy:1",
+                         body=busy).status == 201
+        r = c.post("/v1/images/build-vm", {"image": "busy:1", "ref": "busy:vm"})
+        assert r.status == 400 and r.error == ("invalid_argument", "image"), r
+        assert "qemu-guest-agent" in r.json()["error"]["message"], r
+        r = c.post("/v1/images/build-vm", {"image": "debian:vm", "size": "1M"})
+        assert r.status == 400 and r.error[1] == "size", r
+        r = c.post("/v1/images/build-vm", {"image": "nosuch:1"})
+        assert r.status == 404, r
+        # the build, through the CLI
+        rc, out, err = cli(d, "image", "build-vm", "--ref", "debian-vm:built", "--size", "2G",
+                           "debian:vm")
+        assert rc == 0, err
+        img = c.get("/v1/images/debian-vm:built").json()
+        assert img["kind"] == "vm-disk" and img["digest"] == out.strip(), img
+        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30}, img
+        src = c.get("/v1/images/debian:vm").json()
+        assert img["source"] == "build-vm:" + src["digest"] and src["holders"] == 0, (img, src)
+        blob = d.state / "images/blobs/sha256" / img["digest"][7:]
+        assert oct(blob.stat().st_mode & 0o777) == "0o444"
+        # boot it from the store
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm:built",
+                                     "memory_mb": 512, "timeout": 1800})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        assert c.get("/v1/images/debian-vm:built").json()["holders"] == 1
+        out = c.run(sid, ["sh", "-c", "uname -r; test -x /usr/sbin/qemu-ga && echo ga; "
+                          "dd if=/dev/urandom of=/root/junk bs=1M count=8 2>/dev/null; "
+                          "echo kept > /root/data; sync; cat /etc/hostname"])
+        assert out["exit_code"] == 0, out
+        lines = out["stdout"].splitlines()
+        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm"], out
+        assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
+        # an image in use is not removed
+        r = c.delete(f"/v1/images/{img['digest']}?force=1")
+        assert r.status == 409, r
+        c.kill(sid)
+        sid = None
+        assert c.get("/v1/images/debian-vm:built").json()["holders"] == 0
+        # the VM wrote to its overlay only: the base hashes to its digest
+        assert sha_file(blob) == img["digest"]
+        assert c.get("/v1/images/debian-vm:built").json()["digest"] == img["digest"]
+    finally:
+        if sid:
+            c.kill(sid)
+        c.close()

@@ -103,6 +103,16 @@ def _import_request(source: Source, ref: Optional[str], format: Optional[str],
     return {"params": params, "path": path}
 
 
+def _build_vm_body(image: str, ref: Optional[str],
+                   size: Optional[Union[int, str]]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"image": image}
+    if ref is not None:
+        body["ref"] = ref
+    if size is not None:
+        body["size"] = size
+    return body
+
+
 class Images(RegistryOps):
     """Synchronous access to the image store of one daemon."""
 
@@ -147,6 +157,15 @@ class Images(RegistryOps):
 
     def get(self, ref: str) -> ImageInfo:
         return ImageInfo.from_json(self._call("GET", ref))
+
+    def build_vm(self, image: str, *, ref: Optional[str] = None,
+                 size: Optional[Union[int, str]] = None) -> ImageInfo:
+        """Build a bootable disk (a ``vm-disk`` image for ``tier="vm"``) on
+        the node from the rootfs image ``image`` (it must bring systemd and
+        qemu-guest-agent) and Debian's cloud kernel; ``size`` in bytes or
+        like ``"20G"`` (default 4G). Takes minutes."""
+        return ImageInfo.from_json(self._http.json(
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
 
     def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(self._call("POST", ref, "/tag", json={"ref": new_ref}))
@@ -215,6 +234,12 @@ class AsyncImages(AsyncRegistryOps):
 
     async def get(self, ref: str) -> ImageInfo:
         return ImageInfo.from_json(await self._call("GET", ref))
+
+    async def build_vm(self, image: str, *, ref: Optional[str] = None,
+                       size: Optional[Union[int, str]] = None) -> ImageInfo:
+        """See :meth:`Images.build_vm`."""
+        return ImageInfo.from_json(await self._http.json(
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
 
     async def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(await self._call("POST", ref, "/tag",
