@@ -60,8 +60,8 @@ def vmd(fresh_daemon, build):
     """A daemon with the vm tier (TCG) and a configured rootfs image."""
     return fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 900,
                                       "shutdown_timeout": 60},
-                               "images": {"busybox": str(find_images(build) / "busybox")}}
-                        ).start()
+                               "images": {"busybox": str(find_images(build) / "busybox")},
+                               "image_store": {"grace": 0}}).start()
 
 
 def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
@@ -104,11 +104,21 @@ def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
             assert c.delete(f"/v1/images/{ref}").status == 200
         assert c.get(f"/v1/images/{img['digest']}").status == 404
         assert not (vmd.state / "images/blobs/sha256" / img["digest"][7:]).exists()
-        # gc reclaims an unnamed disk
-        for ref in ("disk:qcow2", "disk:sdk"):
-            r = c.delete(f"/v1/images/{ref}")
-            assert r.status == 200, r
+        # names go, the disk stays while named; unnamed, gc reclaims it
+        r = c.delete("/v1/images/disk:qcow2")
+        assert r.status == 200 and r.json()["removed"] is False, r
+        r = c.post("/v1/images/disk:sdk/tag", {"ref": "disk:gone"})
+        assert r.status == 200, r
+        for ref in ("disk:sdk", "disk:gone"):
+            assert c.request("DELETE", f"/v1/images/{ref}").status == 200
         assert c.get(f"/v1/images/{got['digest']}").status == 404
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=qc.read_bytes())
+        assert r.status == 201 and r.json()["refs"] == [], r
+        r = c.request("POST", "/v1/images/gc?prune_untagged=1")
+        assert r.status == 200, r
+        assert [x["digest"] for x in r.json()["removed"]] == [got["digest"]], r.json()
+        assert c.get(f"/v1/images/{got['digest']}").status == 404
+        assert os.listdir(vmd.state / "images/blobs/sha256") == []
     finally:
         c.close()
 
