@@ -112,6 +112,6 @@ def test_sdk_push_pull(warrend, registry):
     imgs.push("sdkreg:1", remote2)
     assert remote2 not in {ref for i in imgs.list() for ref in i.refs}
     with Sandbox.create(image=remote2, socket=str(warrend.sock), timeout=120) as sb:
-        assert sb.run(["echo", "pulled"]).stdout == "pulled\n"
+        assert sb.commands.run(["echo", "pulled"]).stdout == "pulled\n"
     got3 = imgs.get(remote2)
     assert got3.digest == img.digest and remote2 in got3.refs
