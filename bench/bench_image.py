@@ -184,7 +184,8 @@ def main():
     os.chmod(work, 0o755)
     reg = None
     nodes = []
-    res = {"trials": [], "par": {}}
+    # the machine is shared: the load goes next to the numbers (the brief's rule)
+    res = {"trials": [], "par": {}, "load_start": os.getloadavg()}
     try:
         log(f"generating a {SIZE_MB} MiB image in {work}")
         t = time.monotonic()
@@ -269,7 +270,9 @@ def report(res):
            f"kernel {platform.release()}; {cpu}; commit {git}; image: "
            f"{res['image']['files']} files, EROFS blob {blob / 2**30:.2f} GiB; registry: "
            f"docker-registry on loopback; median of {TRIALS} trials, "
-           f"each on a fresh warrend and store")
+           f"each on a fresh warrend and store; load average (1/5/15 min) "
+           f"{'/'.join(f'{x:.1f}' for x in res['load_start'])} at the start, "
+           f"{'/'.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     mib = 1 << 20
     table = [
         "| mode | first exec (s) | pull (s) | create (s) | exec (s) | fetched (MiB) | of image |",

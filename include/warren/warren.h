@@ -624,6 +624,7 @@ typedef struct {
 	char **refs; /* names pointing at it */
 	size_t n_refs;
 	char *json; /* the image object as received */
+	char *kind; /* "rootfs", or "vm-disk" (a bootable disk for tier "vm") */
 } warren_image;
 WARREN_API void warren_image_free(warren_image *img);
 
@@ -656,7 +657,8 @@ typedef struct {
 	unsigned int version;
 	const char *ref;    /* name[:tag] to point at the result, or NULL */
 	const char *format; /* NULL/"auto", "dir", "tar", "oci-layout", "oci-archive",
-			       "docker-archive" */
+			       "docker-archive", "vm-disk" (a raw or qcow2 disk for
+			       tier "vm") */
 	/* One of: a path on the daemon's node (Unix socket only), or a file
 	 * descriptor streamed as the body (a tar, plain/gz/zstd, or an
 	 * archive), read to EOF. */
@@ -681,6 +683,12 @@ WARREN_API int warren_image_remove(warren_client *client, const char *ref, bool 
 				   bool *removed, warren_error **err);
 WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pinned,
 				warren_image **out, warren_error **err);
+/* A bootable vm-disk image (tier "vm") built on the node from the rootfs
+ * image `image` (it must bring systemd and qemu-guest-agent) and Debian's
+ * cloud kernel: named ref (may be NULL), a disk of size (NULL: "4G"; bytes
+ * or "20G"). Takes minutes; out may be NULL. */
+WARREN_API int warren_image_build_vm(warren_client *client, const char *image, const char *ref,
+				     const char *size, warren_image **out, warren_error **err);
 /* One reclamation pass; *report_json (free with warren_free) is the API's
  * answer (removed images, freed bytes, skips). */
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,

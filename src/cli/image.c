@@ -19,6 +19,13 @@ static void image_usage(FILE *f)
 		"                    a docker/podman save archive; a file or '-' (stdin) is sent\n"
 		"                    to the daemon, a directory (or --node PATH) is read on the\n"
 		"                    daemon's node (Unix socket only)\n"
+		"  import --vm-disk [--ref REF] [--node] FILE|-\n"
+		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
+		"                    (the same as --format vm-disk)\n"
+		"  build-vm [--ref REF] [--size SIZE] IMAGE\n"
+		"                    build a bootable disk (vm-disk image) from rootfs image\n"
+		"                    IMAGE (with systemd and qemu-guest-agent) and Debian's\n"
+		"                    cloud kernel; SIZE default 4G\n"
 		"  ls                list images\n"
 		"  inspect REF...    show images (name:tag, name@sha256:..., sha256:...)\n"
 		"  tag REF NEWREF    point NEWREF (name[:tag]) at REF's image\n"
@@ -33,7 +40,7 @@ static void image_usage(FILE *f)
 		"options:\n" CLI_CONN_HELP);
 }
 
-enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE };
+enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK, OPT_SIZE };
 
 static void print_image(const warren_image *img, bool json)
 {
@@ -98,8 +105,9 @@ static int do_ls(warren_client *cl, bool json)
 		for (size_t i = 0; i < l->count; i++) {
 			const warren_image *m = &l->images[i];
 			char flags[64];
-			snprintf(flags, sizeof(flags), "%s%s%s", m->pinned ? "pinned " : "",
-				 m->holders ? "in-use " : "", m->complete ? "" : "remote");
+			snprintf(flags, sizeof(flags), "%s%s%s%s", m->pinned ? "pinned " : "",
+				 m->holders ? "in-use " : "", m->complete ? "" : "remote ",
+				 m->kind && strcmp(m->kind, "vm-disk") == 0 ? "vm-disk" : "");
 			size_t n = m->n_refs ? m->n_refs : 1;
 			for (size_t j = 0; j < n; j++)
 				printf("%-40s %.19s %10lld %-25s %s\n",
@@ -155,6 +163,8 @@ int cmd_image(int argc, char **argv)
 	    {"ref", required_argument, NULL, OPT_REF},
 	    {"format", required_argument, NULL, OPT_FORMAT},
 	    {"node", no_argument, NULL, OPT_NODE},
+	    {"vm-disk", no_argument, NULL, OPT_VM_DISK},
+	    {"size", required_argument, NULL, OPT_SIZE},
 	    {"dry-run", no_argument, NULL, OPT_DRY},
 	    {"prune", no_argument, NULL, OPT_PRUNE},
 	    {"force", no_argument, NULL, 'f'},
@@ -172,8 +182,8 @@ int cmd_image(int argc, char **argv)
 	}
 	if (strcmp(verb, "push") == 0 || strcmp(verb, "pull") == 0)
 		return cmd_image_remote(argc, argv); /* image_remote.c */
-	static const char *const verbs[] = {"import", "ls",  "inspect", "tag",
-					    "rm",     "pin", "unpin",	"gc"};
+	static const char *const verbs[] = {"import", "ls",    "inspect", "tag",     "rm",
+					    "pin",    "unpin", "gc",	  "build-vm"};
 	bool known = false;
 	for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
 		known |= strcmp(verb, verbs[i]) == 0;
@@ -181,8 +191,8 @@ int cmd_image(int argc, char **argv)
 		return cli_usage_error(
 		    NULL, "unknown image command '%s' (see 'warren image --help')", verb);
 	struct cli_conn cc = {0};
-	const char *ref = NULL, *fmt = NULL;
-	bool node = false, dry = false, prune = false, force = false;
+	const char *ref = NULL, *fmt = NULL, *size = NULL;
+	bool node = false, dry = false, prune = false, force = false, vm_disk = false;
 	int c;
 	argc--;
 	argv++;
@@ -194,6 +204,8 @@ int cmd_image(int argc, char **argv)
 		case OPT_REF: ref = optarg; break;
 		case OPT_FORMAT: fmt = optarg; break;
 		case OPT_NODE: node = true; break;
+		case OPT_VM_DISK: vm_disk = true; break;
+		case OPT_SIZE: size = optarg; break;
 		case OPT_DRY: dry = true; break;
 		case OPT_PRUNE: prune = true; break;
 		case 'f': force = true; break;
@@ -203,6 +215,15 @@ int cmd_image(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	if (vm_disk && (strcmp(verb, "import") != 0 || (fmt && strcmp(fmt, "vm-disk") != 0)))
+		return cli_usage_error(
+		    NULL, "--vm-disk: only with import, and not with --format %s", fmt ? fmt : "");
+	if (vm_disk)
+		fmt = "vm-disk";
+	if (size && strcmp(verb, "build-vm") != 0)
+		return cli_usage_error(NULL, "--size: only with build-vm");
+	if (strcmp(verb, "build-vm") == 0 && argc != 1)
+		return cli_usage_error(NULL, "build-vm: one IMAGE (a rootfs image) is needed");
 	if (strcmp(verb, "tag") == 0 && argc != 2)
 		return cli_usage_error(NULL, "tag: REF and NEWREF are needed");
 	if ((strcmp(verb, "ls") == 0 || strcmp(verb, "gc") == 0) && argc != 0)
@@ -216,6 +237,14 @@ int cmd_image(int argc, char **argv)
 		r = do_import(cl, argc, argv, ref, fmt, node, cc.json);
 	} else if (strcmp(verb, "ls") == 0) {
 		r = do_ls(cl, cc.json);
+	} else if (strcmp(verb, "build-vm") == 0) {
+		warren_image *img = NULL;
+		if (warren_image_build_vm(cl, argv[0], ref, size, &img, &err) < 0) {
+			r = cli_fail(err);
+		} else {
+			print_image(img, cc.json);
+			warren_image_free(img);
+		}
 	} else if (strcmp(verb, "tag") == 0) {
 		warren_image *img = NULL;
 		if (warren_image_tag(cl, argv[0], argv[1], &img, &err) < 0) {

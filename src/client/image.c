@@ -18,6 +18,7 @@ static void image_clear(warren_image *img)
 		free(img->refs[i]);
 	free(img->refs);
 	free(img->json);
+	free(img->kind);
 	memset(img, 0, sizeof(*img));
 }
 
@@ -52,6 +53,8 @@ static int parse_image(struct wc_call *c, json_t *o, warren_image *img)
 	img->pinned = wc_jbool(o, "pinned");
 	img->complete = wc_jbool(o, "complete");
 	img->holders = wc_jint(o, "holders", 0);
+	img->kind =
+	    json_is_string(json_object_get(o, "kind")) ? wc_jstr(o, "kind") : strdup("rootfs");
 	json_t *refs = json_object_get(o, "refs");
 	size_t n = json_array_size(refs);
 	img->refs = calloc(n ? n : 1, sizeof(char *));
@@ -179,6 +182,26 @@ int warren_image_tag(warren_client *cl, const char *ref, const char *new_ref, wa
 	if (r >= 0)
 		r = image_out(&c, ans, out);
 	return wc_finish(&c, r < 0 ? r : 0, errp, "tag image %s", ref ? ref : "");
+}
+
+int warren_image_build_vm(warren_client *cl, const char *image, const char *ref, const char *size,
+			  warren_image **out, warren_error **errp)
+{
+	struct wc_call c = {.client = cl};
+	_cleanup_json_ json_t *ans = NULL, *req = NULL;
+	if (out)
+		*out = NULL;
+	int r = 0;
+	if (image == NULL || image[0] == '\0')
+		r = wc_fail_field(&c, "image", "image: the rootfs image to build from is required");
+	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?}", "image", image, "ref", ref, "size",
+				       size)) == NULL)
+		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
+	if (r == 0)
+		r = wc_json(&c, "POST", "/v1/images/build-vm", req, &ans);
+	if (r >= 0)
+		r = image_out(&c, ans, out);
+	return wc_finish(&c, r < 0 ? r : 0, errp, "build-vm %s", image ? image : "");
 }
 
 int warren_image_remove(warren_client *cl, const char *ref, bool force, bool *removed,

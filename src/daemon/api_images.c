@@ -39,6 +39,11 @@ json_t *wrd_image_json(const struct wr_image *img)
 		      "pinned", img->pinned, "complete", img->complete, "holders",
 		      (int)img->holders, "refs", strv_json(img->refs, img->n_refs), "layers",
 		      strv_json(img->layers, img->n_layers), "config", cfg);
+	json_object_set_new(j, "kind", json_string(wr_image_kind_name(img->kind)));
+	if (img->kind == WR_IMAGE_KIND_VM_DISK)
+		json_object_set_new(j, "disk",
+				    json_pack("{s:s, s:I}", "format", img->disk_format,
+					      "virtual_size", (json_int_t)img->virtual_size));
 	if (img->remote.reference)
 		json_object_set_new(
 		    j, "remote",
@@ -120,7 +125,8 @@ void wrd_api_img_import(struct wrd_req *r)
 	struct wr_image_import_opts o = {.ref = wrd_query(r, "ref")};
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
-	json_t *j = json_body(r);
+	/* A disk body may begin with '{' as well: no JSON guess for it. */
+	json_t *j = fmt_s && strcmp(fmt_s, "vm-disk") == 0 ? NULL : json_body(r);
 	int rc;
 	if (j) {
 		static const char *const keys[] = {"path", "format", "ref", NULL};
@@ -155,14 +161,15 @@ void wrd_api_img_import(struct wrd_req *r)
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
 					"format: one of auto, dir, tar, oci-layout, oci-archive, "
-					"docker-archive");
+					"docker-archive, vm-disk");
 			goto out;
 		}
 		rc = wr_image_import(wrd_images(), path, &o, &img, &err);
 	} else {
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
-					"format: one of auto, tar, oci-archive, docker-archive");
+					"format: one of auto, tar, oci-archive, docker-archive, "
+					"vm-disk");
 			goto out;
 		}
 		if (r->upload_fd < 0 || r->upload_len == 0) {
@@ -382,4 +389,59 @@ void wrd_api_img_events(struct wrd_req *r)
 		return;
 	}
 	wrd_reply_json(r, 200, json_pack("{s:o}", "events", arr));
+}
+
+void wrd_api_img_build_vm(struct wrd_req *r)
+{
+	if (!wrd_api_image_admin(r, "image build-vm") || !store_ready(r))
+		return;
+	static const char *const keys[] = {"image", "ref", "size", NULL};
+	json_t *j = r->json;
+	if (j == NULL) {
+		wrd_reply_error(r, "invalid_argument", "image",
+				"image: the rootfs image to build from is required");
+		return;
+	}
+	if (wrd_api_known_keys(r, j, keys) < 0)
+		return;
+	_cleanup_err_ wr_err err = NULL;
+	struct wr_image_build_vm_opts o = {.script = wrd_images_vm_script(),
+					   .kernel_root = wrd_images_vm_kernel_root()};
+	json_t *v;
+	if ((v = json_object_get(j, "image")) == NULL) {
+		wrd_reply_error(r, "invalid_argument", "image",
+				"image: the rootfs image to build from is required");
+		return;
+	}
+	if (wrd_j_str(v, "image", 255, false, &o.image, &err) < 0 ||
+	    ((v = json_object_get(j, "ref")) &&
+	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0)) {
+		wrd_reply_err(r, err);
+		return;
+	}
+	if ((v = json_object_get(j, "size")) &&
+	    !(json_is_integer(v) && json_integer_value(v) > 0 &&
+	      (o.size = (uint64_t)json_integer_value(v))) &&
+	    !(json_is_string(v) && wr_parse_size(json_string_value(v), &o.size) == 0)) {
+		wrd_reply_error(r, "invalid_argument", "size",
+				"size: a byte count or a size like \"4G\"");
+		return;
+	}
+	if (o.script == NULL) {
+		wrd_reply_error(r, "unavailable", NULL,
+				"build-vm: no mkvmimage.sh found; set image_store.vm_build_script");
+		return;
+	}
+	struct wr_image *img = NULL;
+	if (wr_image_build_vm(wrd_images(), &o, &img, &err) < 0) {
+		reply_store_err(r, err, NULL);
+		return;
+	}
+	wrd_images_event("image_imported",
+			 json_pack("{s:s, s:I, s:s, s:o}", "digest", img->digest, "size",
+				   (json_int_t)img->size, "source", img->source, "refs",
+				   strv_json(img->refs, img->n_refs)));
+	wrd_images_gc_auto_keep(img->digest);
+	wrd_reply_json(r, 201, wrd_image_json(img));
+	wr_image_free(&img);
 }

@@ -23,5 +23,7 @@ void wrd_api_img_pin(struct wrd_req *r);
 void wrd_api_img_unpin(struct wrd_req *r);
 void wrd_api_img_gc(struct wrd_req *r);
 void wrd_api_img_events(struct wrd_req *r);
+/* POST /v1/images/build-vm (admins): a vm-disk image from a rootfs image. */
+void wrd_api_img_build_vm(struct wrd_req *r);
 
 #endif

@@ -2,11 +2,13 @@
 #include "daemon/images.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 #include "common/log.h"
@@ -52,7 +54,22 @@ static int size_key(json_t *v, const char *k, uint64_t *out, wr_err *err)
 	return wr_err_field(err, k, "image_store.%s: a byte count or a size like \"20G\"", k);
 }
 
-static int parse(json_t *v, struct wr_image_store_opts *o, wr_err *err)
+/* image_store.vm_build_script / vm_kernel_root (build-vm); NULL: defaults. */
+struct vm_build_cfg {
+	const char *script, *kernel_root;
+};
+static char *g_vm_script, *g_vm_kroot;
+
+static int abs_path_key(json_t *v, const char *k, const char **out, wr_err *err)
+{
+	const char *p = json_string_value(v);
+	if (p == NULL || p[0] != '/' || strlen(p) > 4095)
+		return wr_err_field(err, k, "image_store.%s: an absolute path", k);
+	*out = p;
+	return 0;
+}
+
+static int parse(json_t *v, struct wr_image_store_opts *o, struct vm_build_cfg *vb, wr_err *err)
 {
 	if (v == NULL)
 		return 0;
@@ -88,6 +105,10 @@ static int parse(json_t *v, struct wr_image_store_opts *o, wr_err *err)
 						 "\"10m\"");
 			}
 			o->grace_sec = (int64_t)(ms / 1000);
+		} else if (strcmp(k, "vm_build_script") == 0) {
+			r = abs_path_key(x, k, &vb->script, err);
+		} else if (strcmp(k, "vm_kernel_root") == 0) {
+			r = abs_path_key(x, k, &vb->kernel_root, err);
 		} else if (strcmp(k, "max_entries") == 0) {
 			r = wrd_j_int(x, k, 1, 100000000, &n, err);
 			o->max_entries = (uint64_t)n;
@@ -100,10 +121,47 @@ static int parse(json_t *v, struct wr_image_store_opts *o, wr_err *err)
 	return 0;
 }
 
+/* mkvmimage.sh of an installed tree (<prefix>/share/warren) or of the
+ * source tree a build directory sits in; NULL when neither exists. */
+static char *default_vm_script(void)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (slash == NULL)
+		return NULL;
+	*slash = '\0';
+	static const char *const rel[] = {"../share/warren/mkvmimage.sh",
+					  "../scripts/mkvmimage.sh"};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(rel); i++) {
+		char p[PATH_MAX + 64];
+		snprintf(p, sizeof(p), "%s/%s", exe, rel[i]);
+		char *real = realpath(p, NULL);
+		if (real && access(real, X_OK) == 0)
+			return real;
+		free(real);
+	}
+	return NULL;
+}
+
+const char *wrd_images_vm_script(void)
+{
+	return g_vm_script;
+}
+
+const char *wrd_images_vm_kernel_root(void)
+{
+	return g_vm_kroot;
+}
+
 int wrd_images_check_config(json_t *v, wr_err *err)
 {
 	struct wr_image_store_opts o = {0};
-	return parse(v, &o, err);
+	struct vm_build_cfg vb = {0};
+	return parse(v, &o, &vb, err);
 }
 
 /* ctx != NULL: running, where create-* holders belong to creates (and
@@ -120,9 +178,18 @@ static int g_running = 1;
 int wrd_images_open(const struct wrd_config *cfg, json_t *conf, wr_err *err)
 {
 	struct wr_image_store_opts o = {.grace_sec = 600};
-	int r = parse(conf, &o, err);
+	struct vm_build_cfg vb = {0};
+	int r = parse(conf, &o, &vb, err);
 	if (r < 0)
 		return r;
+	/* build-vm: the kernel tree under the state dir (debootstrapped on the
+	 * first build), the script installed next to warrend's tree. */
+	free(g_vm_script);
+	free(g_vm_kroot);
+	g_vm_script = vb.script ? strdup(vb.script) : default_vm_script();
+	if (vb.kernel_root ? (g_vm_kroot = strdup(vb.kernel_root)) == NULL
+			   : asprintf(&g_vm_kroot, "%s/vm-kernel", cfg->state_dir) < 0)
+		return wr_err_set(err, ENOMEM, "out of memory");
 	_cleanup_free_ char *dir = NULL;
 	if (asprintf(&dir, "%s/images", cfg->state_dir) < 0)
 		return wr_err_set(err, ENOMEM, "out of memory");
@@ -314,6 +381,24 @@ int wrd_images_hold(struct wrd_image_holds *h, const char *image, json_t *body, 
 	int a = wrd_images_acquire_for_create(image, store_path, &img, h->holder[h->n], err);
 	if (a <= 0)
 		return a;
+	/* A disk boots only on the vm tier, and the vm tier boots only disks
+	 * (no tier: the container tier). */
+	const char *tier = json_string_value(json_object_get(body, "tier"));
+	bool vm = tier && strcmp(tier, "vm") == 0;
+	if ((img->kind == WR_IMAGE_KIND_VM_DISK) != vm) {
+		int r = wr_err_field(
+		    err, "image", "image: '%s' is a %s image; the %s tier boots %s images", image,
+		    wr_image_kind_name(img->kind),
+		    vm	   ? "vm"
+		    : tier ? tier
+			   : "container",
+		    vm ? "vm-disk (warren image import --vm-disk, image build-vm)" : "rootfs");
+		wrd_images_drop(img->digest, h->holder[h->n]);
+		wr_image_free(&img);
+		free(*store_path);
+		*store_path = NULL;
+		return r;
+	}
 	snprintf(h->digest[h->n], sizeof(h->digest[0]), "%s", img->digest);
 	h->n++;
 	wrd_images_apply_defaults(img, body, spec);

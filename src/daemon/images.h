@@ -34,6 +34,10 @@ void wrd_images_close(void);
  * sandbox's disk quota. */
 uint64_t wrd_images_or_mgr_upload_limit(const char *tenant, const char *id);
 struct wr_image_store *wrd_images(void);
+/* build-vm's script (NULL: none found; image_store.vm_build_script) and
+ * kernel tree (image_store.vm_kernel_root, default <state_dir>/vm-kernel). */
+const char *wrd_images_vm_script(void);
+const char *wrd_images_vm_kernel_root(void);
 
 /* Is `image` a store reference ("name:tag", "name@sha256:", "sha256:")
  * that the store knows? Then acquire it for a sandbox being created:

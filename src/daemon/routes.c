@@ -58,7 +58,8 @@
 #define P44 "/v1/sandboxes/{id}/fork"
 #define P45 "/v1/sandboxes/{id}/screen"
 #define P46 "/v1/sandboxes/{id}/input"
-#define P47 "other"
+#define P47 "/v1/images/build-vm"
+#define P48 "other"
 
 const char *const wrd_route_labels[] = {
     P0,	 /* 0 */
@@ -108,7 +109,8 @@ const char *const wrd_route_labels[] = {
     P44, /* 44 */
     P45, /* 45 */
     P46, /* 46 */
-    P47, /* 47: no route */
+    P47, /* 47 */
+    P48, /* 48: no route */
 };
 const size_t wrd_n_route_labels = WR_ARRAY_SIZE(wrd_route_labels);
 
@@ -150,6 +152,7 @@ const struct wrd_route wrd_routes[] = {
     R("GET", 19, WRD_BODY_NONE, WRD_POOL, wrd_api_img_list),
     R("POST", 20, WRD_BODY_UPLOAD, WRD_LONG, wrd_api_img_import),
     R("POST", 21, WRD_BODY_NONE, WRD_LONG, wrd_api_img_gc),
+    R("POST", 47, WRD_BODY_JSON, WRD_LONG, wrd_api_img_build_vm),
     R("GET", 26, WRD_BODY_NONE, WRD_POOL, wrd_api_img_events), /* before {id} */
     R("GET", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_get),
     R("DELETE", 22, WRD_BODY_NONE, WRD_POOL, wrd_api_img_remove),

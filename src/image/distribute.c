@@ -289,6 +289,13 @@ int wr_image_push(struct wr_image_store *s, struct wr_registry *reg, const char 
 	_cleanup_img_ struct wr_image *img = NULL;
 	if (wr_image_resolve(s, local_ref, &img, err) < 0)
 		return wr_err_wrap(err, "push %s", local_ref);
+	/* A pulled manifest with warren's EROFS layer becomes a rootfs image:
+	 * a disk pushed the same way would come back as the wrong kind. */
+	if (img->kind == WR_IMAGE_KIND_VM_DISK)
+		return wr_err_field(err, "ref",
+				    "push %s: vm-disk images do not travel through registries; "
+				    "copy the disk file and import it with format vm-disk",
+				    local_ref);
 	if (!img->complete)
 		return wr_err_set(err, EAGAIN,
 				  "push %s: image %s is not fully local (pulled lazily); pull it "

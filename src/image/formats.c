@@ -344,6 +344,8 @@ int wri_import_format(struct wr_image_store *s, struct wri_stage *st, int fd, in
 	int r;
 	if (fmt == WR_IMAGE_FMT_OCI_LAYOUT)
 		return import_oci(s, st, dirfd, label, "oci-layout", o, out, err);
+	if (fmt == WR_IMAGE_FMT_VM_DISK)
+		return wri_import_vmdisk(s, st, fd, label, o, out, err);
 	if (fmt == WR_IMAGE_FMT_TAR) {
 		if ((r = wri_stage_root(st, err)) < 0)
 			return r;

@@ -117,8 +117,22 @@ struct wr_image_remote {
 	uint64_t size;
 };
 
+/* What a blob is: an EROFS root filesystem (container, microVM and
+ * function tiers) or a bootable disk for the vm tier (vmdisk.c). */
+enum wr_image_kind {
+	WR_IMAGE_KIND_ROOTFS = 0,
+	WR_IMAGE_KIND_VM_DISK,
+};
+/* "rootfs", "vm-disk" */
+const char *wr_image_kind_name(enum wr_image_kind k);
+
 struct wr_image {
 	char digest[WR_IMAGE_DIGEST_LEN + 1];
+	enum wr_image_kind kind;
+	/* vm-disk only: "raw" or "qcow2" (as the vm tier reads the file: the
+	 * qcow2 magic) and the disk's virtual size in bytes. */
+	char disk_format[8];
+	uint64_t virtual_size;
 	uint64_t size;		    /* bytes of the EROFS blob */
 	char *source;		    /* free text: "dir:/path", "oci-layout:...", "registry:..." */
 	int64_t created, last_used; /* unix seconds; last_used 0 = never */
@@ -142,8 +156,10 @@ enum wr_image_format {
 	WR_IMAGE_FMT_OCI_LAYOUT,     /* OCI image layout directory */
 	WR_IMAGE_FMT_OCI_ARCHIVE,    /* tar of an OCI image layout (podman save) */
 	WR_IMAGE_FMT_DOCKER_ARCHIVE, /* docker save: manifest.json + layer tars */
+	WR_IMAGE_FMT_VM_DISK,	     /* a bootable disk file (raw or qcow2): kind vm-disk */
 };
-/* "auto", "dir", "tar", "oci-layout", "oci-archive", "docker-archive". */
+/* "auto", "dir", "tar", "oci-layout", "oci-archive", "docker-archive",
+ * "vm-disk" (never detected: asked for explicitly). */
 int wr_image_format_parse(const char *s, enum wr_image_format *out);
 const char *wr_image_format_name(enum wr_image_format f);
 
@@ -154,8 +170,18 @@ struct wr_image_import_opts {
 	const char *platform; /* "os/arch[/variant]" picked from an index; NULL = linux/amd64 */
 };
 
-/* Import from a path (directory, tar, OCI layout, archive). The result is
- * a complete image; *out (may be NULL) receives its record. */
+/* Import from a path (directory, tar, OCI layout, archive, or a disk file
+ * with format vm-disk). The result is a complete image; *out (may be NULL)
+ * receives its record.
+ *
+ * vm-disk: the file is copied as it is (its sha256 is the digest), the
+ * format is raw or qcow2 by the qcow2 magic, and it is refused (-EPERM; a
+ * damaged disk -EBADMSG) when a qcow2 has a
+ * backing file, an external data file, encryption, the dirty or corrupt
+ * bit or a version other than 2 and 3, when `qemu-img check` finds
+ * corruption, or (-EFBIG) when the file or its virtual size exceeds
+ * max_unpacked_bytes. qemu-img (info, check) only ever opens the staged
+ * copy with an explicit format. */
 int wr_image_import(struct wr_image_store *s, const char *path,
 		    const struct wr_image_import_opts *o, struct wr_image **out, wr_err *err);
 /* Import a tar stream (rootfs tar or an archive) read from fd until EOF.
@@ -177,6 +203,25 @@ int wr_image_import_fd(struct wr_image_store *s, int fd, const struct wr_image_i
 int wr_image_import_upper(struct wr_image_store *s, int upper_fd, uid_t id_base,
 			  const char *config_json, const struct wr_image_import_opts *o,
 			  struct wr_image **out, wr_err *err);
+
+/* A bootable vm-disk image from a rootfs image of the store (vmbuild.c):
+ * the image's tree on an ext4 partition of a fresh disk (MBR), Debian's
+ * cloud kernel, initrd and modules from kernel_root, extlinux, written as
+ * qcow2 by `script` (scripts/mkvmimage.sh, run with a fixed argv: it needs
+ * loop devices, mkfs.ext4 and extlinux, host tools all) and imported as
+ * with format vm-disk. The source image is held meanwhile. Errors name
+ * "image" (not a complete rootfs image, or no init or qemu-ga in it),
+ * "size" or "ref". */
+struct wr_image_build_vm_opts {
+	const char *image;	 /* source: a rootfs image ref (required) */
+	const char *ref;	 /* name[:tag] for the result, or NULL */
+	uint64_t size;		 /* the disk's virtual size; 0 = 4 GiB */
+	const char *kernel_root; /* Debian tree with the cloud kernel (required;
+				  * debootstrapped there when it has none) */
+	const char *script;	 /* mkvmimage.sh (required) */
+};
+int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_opts *o,
+		      struct wr_image **out, wr_err *err);
 
 /* Building blocks for the registry module. */
 struct wr_image_layer {

@@ -350,7 +350,8 @@ int wr_image_import(struct wr_image_store *s, const char *path,
 		if (fmt == WR_IMAGE_FMT_DIR || fmt == WR_IMAGE_FMT_OCI_LAYOUT)
 			return wr_err_field(err, "format",
 					    "import %s: a file is imported as 'tar', "
-					    "'oci-archive' or 'docker-archive', not '%s'",
+					    "'oci-archive', 'docker-archive' or 'vm-disk', "
+					    "not '%s'",
 					    path, wr_image_format_name(fmt));
 	} else {
 		return wr_err_set(err, EINVAL, "import %s: not a directory or a regular file",
@@ -379,8 +380,8 @@ int wr_image_import_fd(struct wr_image_store *s, int fd, const struct wr_image_i
 	enum wr_image_format fmt = o->format;
 	if (fmt == WR_IMAGE_FMT_DIR || fmt == WR_IMAGE_FMT_OCI_LAYOUT)
 		return wr_err_field(err, "format",
-				    "a stream is imported as 'tar', 'oci-archive' or "
-				    "'docker-archive', not '%s'",
+				    "a stream is imported as 'tar', 'oci-archive', "
+				    "'docker-archive' or 'vm-disk', not '%s'",
 				    wr_image_format_name(fmt));
 	struct wri_stage st = {.fd = -1, .rootfd = -1};
 	_cleanup_close_ int spool = -1;

@@ -103,7 +103,13 @@ static const char *const fmt_names[] = {
     [WR_IMAGE_FMT_OCI_LAYOUT] = "oci-layout",
     [WR_IMAGE_FMT_OCI_ARCHIVE] = "oci-archive",
     [WR_IMAGE_FMT_DOCKER_ARCHIVE] = "docker-archive",
+    [WR_IMAGE_FMT_VM_DISK] = "vm-disk",
 };
+
+const char *wr_image_kind_name(enum wr_image_kind k)
+{
+	return k == WR_IMAGE_KIND_VM_DISK ? "vm-disk" : "rootfs";
+}
 
 int wr_image_format_parse(const char *s, enum wr_image_format *out)
 {

@@ -305,6 +305,15 @@ static int load_locked(struct wr_image_store *s, const char *digest, struct wr_i
 		if (r == 0 && strv_from_json(json_object_get(meta, "layers"), &img->layers,
 					     &img->n_layers) < 0)
 			r = wr_err_set(err, ENOMEM, "out of memory");
+		/* No "kind": a manifest written before vm-disk images existed. */
+		json_t *disk = json_object_get(meta, "disk");
+		if (json_is_object(disk)) {
+			const char *f = json_string_value(json_object_get(disk, "format"));
+			img->kind = WR_IMAGE_KIND_VM_DISK;
+			snprintf(img->disk_format, sizeof(img->disk_format), "%s", f ? f : "raw");
+			img->virtual_size =
+			    (uint64_t)json_integer_value(json_object_get(disk, "virtual_size"));
+		}
 		json_t *rem = json_object_get(meta, "remote");
 		if (r == 0 && json_is_object(rem)) {
 			const char *ref = json_string_value(json_object_get(rem, "reference"));
@@ -355,10 +364,12 @@ int wri_load(struct wr_image_store *s, const char *digest, struct wr_image **out
 static int write_manifest(struct wr_image_store *s, const struct wri_new *n, int64_t now,
 			  char **meta_out, wr_err *err)
 {
-	json_t *meta = json_pack("{s:i, s:s, s:I, s:s, s:I, s:O?, s:O?, s:O?}", "schemaVersion", 1,
-				 "digest", n->digest, "size", (json_int_t)n->size, "source",
-				 n->source, "created", (json_int_t)now, "config", n->config,
-				 "layers", n->layers, "remote", n->remote);
+	json_t *meta = json_pack(
+	    "{s:i, s:s, s:I, s:s, s:I, s:O?, s:O?, s:O?, s:s, s:O?}", "schemaVersion", 1, "digest",
+	    n->digest, "size", (json_int_t)n->size, "source", n->source, "created", (json_int_t)now,
+	    "config", n->config, "layers", n->layers, "remote", n->remote, "kind",
+	    wr_image_kind_name(n->disk ? WR_IMAGE_KIND_VM_DISK : WR_IMAGE_KIND_ROOTFS), "disk",
+	    n->disk);
 	if (meta == NULL)
 		return wr_err_set(err, ENOMEM, "manifest: out of memory");
 	char *text = json_dumps(meta, JSON_SORT_KEYS | JSON_INDENT(1));

@@ -42,6 +42,7 @@ struct wri_new {
 	json_t *config; /* the OCI "config" object or NULL (borrowed) */
 	json_t *layers; /* array of layer digests or NULL (borrowed) */
 	json_t *remote; /* {reference, blob_digest, size} or NULL (borrowed) */
+	json_t *disk;	/* vm-disk: {format, virtual_size}; NULL: a rootfs (borrowed) */
 	int stagefd;	/* directory holding tmp_name */
 	const char *tmp_name;
 	bool complete;
@@ -122,6 +123,11 @@ int wri_apply_layers(struct wr_image_store *s, struct wri_stage *st,
 int wri_finish(struct wr_image_store *s, struct wri_stage *st, const char *src_path, json_t *config,
 	       json_t *layers, const char *source, const struct wr_image_import_opts *o,
 	       struct wr_image **out, wr_err *err);
+
+/* ---- vmdisk.c ---- */
+/* Import the disk file fd (read from offset 0) as a vm-disk image. */
+int wri_import_vmdisk(struct wr_image_store *s, struct wri_stage *st, int fd, const char *label,
+		      const struct wr_image_import_opts *o, struct wr_image **out, wr_err *err);
 
 /* ---- formats.c ---- */
 /* fd: the input file (tar, archive); dirfd: a layout directory. */

@@ -1,12 +1,15 @@
 /* The full VM tier behind struct wr_tier_ops: a sandbox spec becomes a VM
- * spec (the image a bootable disk file), and the sandbox's defaults (env,
+ * spec (the image a bootable disk file: a vm-disk store image, which the
+ * daemon resolved to its blob, or a configured path), and the sandbox's defaults (env,
  * workdir, user) apply to each command as in the container tier. The
  * handle is our own struct, passed through the ops as the opaque struct
  * wr_sandbox pointer. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tiers/vm.h"
 #include "tiers/vm_tier.h"
@@ -49,6 +52,25 @@ int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err)
 	return 0;
 }
 
+/* The disk's size as the guest sees it: a qcow2 header's virtual size
+ * (big-endian at offset 24), else the file's size. Images from the store
+ * were checked at import (src/image/vmdisk.c). */
+static uint64_t image_virtual_size(const char *image, uint64_t file_size)
+{
+	unsigned char h[32];
+	int fd = open(image, O_RDONLY | O_CLOEXEC);
+	uint64_t v = file_size;
+	if (fd >= 0 && pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+	    memcmp(h, "QFI\xfb", 4) == 0) {
+		v = 0;
+		for (int i = 24; i < 32; i++)
+			v = v << 8 | h[i];
+	}
+	if (fd >= 0)
+		close(fd);
+	return v;
+}
+
 static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
 {
 	if (spec->n_layers > 1)
@@ -89,9 +111,11 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 				    .cpus = (unsigned)cpus,
 				    .id = spec->id,
 				    .boot_timeout_ms = g_cfg.boot_timeout_ms};
-	/* a disk smaller than the image cannot hold it: keep the image's */
-	if (vs.disk_bytes && vs.disk_bytes < (uint64_t)st.st_size)
-		vs.disk_bytes = 0;
+	/* a disk smaller than the image cannot hold it: keep the image's
+	 * (a qcow2 file is smaller than the disk it holds) */
+	uint64_t vsize = image_virtual_size(image, (uint64_t)st.st_size);
+	if (vs.disk_bytes < vsize)
+		vs.disk_bytes = vsize;
 	if (wr_fullvm_create(&vs, &m->vm, err) < 0) {
 		fvm_free(m);
 		return -1;

@@ -193,7 +193,11 @@ def test_lazyfs_fetch_failure_is_an_image_event(api, warrend, registry, proxy, f
     for i in range(8):
         (root / "ballast" / f"b{i}").write_bytes(os.urandom(1 << 20))
     img = push(api, root, "ev:1", f"{registry.host}/team/ev:1")
-    node = fresh_daemon(extra={"lazy": {"chunk_size": 65536, "connect_timeout_ms": 1000,
+    # connect_timeout_ms covers the TLS handshake of lazyfs's first-contact
+    # probe (https, then http for loopback) through the Python proxy: on a
+    # loaded machine that took over 1 s and the create's first read failed.
+    # The failure below is a refused connection, so the bound costs nothing.
+    node = fresh_daemon(extra={"lazy": {"chunk_size": 65536, "connect_timeout_ms": 5000,
                                         "range_timeout_ms": 3000, "retries": 1}}).start()
     c = node.client()
     sid = None

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from registry_util import Registry, TokenServer  # noqa: E402
+from warren import Sandbox  # noqa: E402
 from warren import registry as wregistry  # noqa: E402
 from warren.exceptions import InvalidArgumentError, NotFoundError  # noqa: E402
 from warren.images import AsyncImages, Images  # noqa: E402
@@ -105,3 +106,12 @@ def test_sdk_push_pull(warrend, registry):
 
     r, g = asyncio.run(run())
     assert r["digest"] == img.digest and g.digest == img.digest
+    # Sandbox.create takes a registry reference and pulls it when missing
+    # (issue 4): pushed under a new name, so the store has no such name yet
+    remote2 = f"{registry.host}/sdk/create:1"
+    imgs.push("sdkreg:1", remote2)
+    assert remote2 not in {ref for i in imgs.list() for ref in i.refs}
+    with Sandbox.create(image=remote2, socket=str(warrend.sock), timeout=120) as sb:
+        assert sb.commands.run(["echo", "pulled"]).stdout == "pulled\n"
+    got3 = imgs.get(remote2)
+    assert got3.digest == img.digest and remote2 in got3.refs

@@ -6,6 +6,7 @@ mount namespace under the test's temp dir, and always unmounted."""
 import filecmp
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -376,29 +377,43 @@ def test_store_gc_trims_the_chunk_cache_and_forget_drops_it(lazy, pushed, tmp_pa
 
 
 def test_worker_killed_while_verifying_the_next_one_commits(lazy, pushed, build, tmp_path):
+    """All chunks local, the commit to the store not done, the worker
+    killed: the next worker verifies and commits. The test holds the
+    store's write lock (as any other writer of the store may) so that the
+    worker cannot finish its commit before the kill: verification, the copy
+    and fsck run, then the record waits for the lock (busy timeout 30 s).
+    Without it the whole commit could finish between two polls and the
+    kill would land after it (a race the test used to lose when run alone
+    on a quiet machine)."""
     tree, digest, size = pushed
     lz = Lazy(build, lazy.store, lazy.run, OPTS + ["--fetch-all"])
     m = lz.mount(lz.acquire("big:1", "sbx-1")["path"], tmp_path / "m")
+    db = sqlite3.connect(str(lazy.store / "store.db"), timeout=30, isolation_level=None)
     try:
+        db.execute("BEGIN IMMEDIATE")
         deadline = time.monotonic() + 120
         while lz.stats(digest)["cache_bytes"] < size and time.monotonic() < deadline:
             time.sleep(0.05)
-        # Every chunk is here; verification and the store commit take a
-        # while (hash, copy, fsck): kill the worker in the middle.
-        _, _, out, _ = lz.tool("events", 0)
-        assert " complete " not in out
+        assert lz.stats(digest)["cache_bytes"] >= size
         w = lz.worker()
         os.kill(w, signal.SIGKILL)
         wait_gone(w)
+        # The killed worker's events are in its log: no commit finished.
+        log = (lazy.run / "lazyfs/lazyfs.log").read_text(errors="replace")
+        assert " complete " not in log, log
+        # Released before the next worker opens the store (which writes).
+        db.execute("ROLLBACK")
         while time.monotonic() < deadline:
             _, _, out, _ = lz.tool("events", 0)
             if " complete " in out:
                 break
             time.sleep(0.2)
         assert "committed to the store" in out, out
+        assert lz.stats()["worker_starts"] >= 2
         assert lz.acquire("big:1", "sbx-2")["complete"] == "1"
         assert read_file(m / "data/blob003.bin") == read_file(tree / "data/blob003.bin")
     finally:
+        db.close()
         lz.close()
 
 

@@ -55,6 +55,10 @@ class ImageInfo:
     layers: List[str]
     config: Dict[str, Any]
     raw: Dict[str, Any] = field(repr=False, default_factory=dict)
+    #: ``"rootfs"``, or ``"vm-disk"``: a bootable disk for ``tier="vm"``
+    kind: str = "rootfs"
+    #: vm-disk only: ``{"format": "raw"|"qcow2", "virtual_size": bytes}``
+    disk: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "ImageInfo":
@@ -63,7 +67,8 @@ class ImageInfo:
                    pinned=bool(d.get("pinned")), complete=bool(d.get("complete", True)),
                    holders=int(d.get("holders", 0)), refs=builtins.list(d.get("refs") or []),
                    layers=builtins.list(d.get("layers") or []),
-                   config=dict(d.get("config") or {}), raw=d)
+                   config=dict(d.get("config") or {}), raw=d,
+                   kind=d.get("kind") or "rootfs", disk=d.get("disk"))
 
 
 def _canon(ref: str) -> str:
@@ -98,6 +103,16 @@ def _import_request(source: Source, ref: Optional[str], format: Optional[str],
     return {"params": params, "path": path}
 
 
+def _build_vm_body(image: str, ref: Optional[str],
+                   size: Optional[Union[int, str]]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"image": image}
+    if ref is not None:
+        body["ref"] = ref
+    if size is not None:
+        body["size"] = size
+    return body
+
+
 class Images(RegistryOps):
     """Synchronous access to the image store of one daemon."""
 
@@ -129,6 +144,12 @@ class Images(RegistryOps):
                                 timeout=None)
         return ImageInfo.from_json(d)
 
+    def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
+                       node_path: bool = False) -> ImageInfo:
+        """Import a bootable disk (raw or qcow2) for ``tier="vm"``: the
+        same as ``import_(..., format="vm-disk")``."""
+        return self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
+
     def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
         q.update(kw.pop("params", {}))
@@ -136,6 +157,15 @@ class Images(RegistryOps):
 
     def get(self, ref: str) -> ImageInfo:
         return ImageInfo.from_json(self._call("GET", ref))
+
+    def build_vm(self, image: str, *, ref: Optional[str] = None,
+                 size: Optional[Union[int, str]] = None) -> ImageInfo:
+        """Build a bootable disk (a ``vm-disk`` image for ``tier="vm"``) on
+        the node from the rootfs image ``image`` (it must bring systemd and
+        qemu-guest-agent) and Debian's cloud kernel; ``size`` in bytes or
+        like ``"20G"`` (default 4G). Takes minutes."""
+        return ImageInfo.from_json(self._http.json(
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
 
     def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(self._call("POST", ref, "/tag", json={"ref": new_ref}))
@@ -192,6 +222,11 @@ class AsyncImages(AsyncRegistryOps):
                                   content=content, headers=rq.get("headers"), timeout=None)
         return ImageInfo.from_json(d)
 
+    async def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
+                             node_path: bool = False) -> ImageInfo:
+        """See :meth:`Images.import_vm_disk`."""
+        return await self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
+
     async def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
         q.update(kw.pop("params", {}))
@@ -199,6 +234,12 @@ class AsyncImages(AsyncRegistryOps):
 
     async def get(self, ref: str) -> ImageInfo:
         return ImageInfo.from_json(await self._call("GET", ref))
+
+    async def build_vm(self, image: str, *, ref: Optional[str] = None,
+                       size: Optional[Union[int, str]] = None) -> ImageInfo:
+        """See :meth:`Images.build_vm`."""
+        return ImageInfo.from_json(await self._http.json(
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
 
     async def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(await self._call("POST", ref, "/tag",

@@ -1,0 +1,283 @@
+"""vm-disk images (issue 10): bootable disks (raw, qcow2) in the image store
+with names, tags and digests, checked with qemu-img at import (no backing or
+data file, no encryption, bounded size), refused by the wrong tier, pushed
+nowhere; `image build-vm` building a bootable disk from a store rootfs and
+Debian's cloud kernel, booted once (TCG) from the store, the base's digest
+unchanged after the VM wrote to its disk."""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
+
+from conftest import find_images  # noqa: E402
+from warren.exceptions import WarrenError  # noqa: E402
+from warren.images import Images  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sha_file(p):
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return "sha256:" + h.hexdigest()
+
+
+def qemu_img(*args):
+    subprocess.run(["qemu-img", *map(str, args)], check=True, capture_output=True)
+
+
+def raw_disk(path, size=8 << 20):
+    """A small raw disk with an MBR partition table (content is not booted)."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.seek(446)
+        f.write(bytes([0x80, 0, 0x21, 0, 0x83, 0, 0, 0]) + (2048).to_bytes(4, "little")
+                + (size // 512 - 2048).to_bytes(4, "little"))
+        f.seek(510)
+        f.write(b"\x55\xaa")
+        f.seek(1 << 20)
+        f.write(b"warren-disk-%d\n" % os.getpid())
+    return path
+
+
+def cli(d, *args, input=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WARREN_")}
+    env["WARREN_SOCKET"] = str(d.sock)
+    p = subprocess.run([str(d.build / "warren"), *map(str, args)], capture_output=True,
+                       input=input, env=env, timeout=300)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+@pytest.fixture
+def vmd(fresh_daemon, build):
+    """A daemon with the vm tier (TCG) and a configured rootfs image."""
+    return fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 900,
+                                      "shutdown_timeout": 60},
+                               "images": {"busybox": str(find_images(build) / "busybox")},
+                               "image_store": {"grace": 0}}).start()
+
+
+def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
+    raw = raw_disk(tmp_path / f"d-{os.getpid()}.raw")
+    qc = tmp_path / f"d-{os.getpid()}.qcow2"
+    qemu_img("convert", "-f", "raw", "-O", "qcow2", raw, qc)
+    c = vmd.client()
+    try:
+        # raw through the API body (streamed), qcow2 through the CLI
+        r = c.request("POST", "/v1/images/import?format=vm-disk&ref=disk:raw",
+                      body=raw.read_bytes())
+        assert r.status == 201, r
+        img = r.json()
+        assert img["kind"] == "vm-disk" and img["digest"] == sha_file(raw), img
+        assert img["disk"] == {"format": "raw", "virtual_size": 8 << 20}, img
+        assert img["size"] == 8 << 20 and img["refs"] == ["disk:raw"], img
+        rc, out, err = cli(vmd, "image", "import", "--vm-disk", "--ref", "disk:qcow2", qc)
+        assert rc == 0, err
+        assert out.strip() == sha_file(qc)
+        got = c.get("/v1/images/disk:qcow2").json()
+        assert got["kind"] == "vm-disk" and got["disk"]["format"] == "qcow2", got
+        assert got["disk"]["virtual_size"] == 8 << 20 and got["size"] < 8 << 20, got
+        # the same bytes again: one image, the same digest
+        r = c.request("POST", "/v1/images/import?format=vm-disk&ref=disk:again",
+                      body=raw.read_bytes())
+        assert r.status == 201 and r.json()["digest"] == img["digest"], r
+        # the Unix socket's path import and the SDK
+        imgs = Images(socket=str(vmd.sock))
+        info = imgs.import_vm_disk(str(qc), ref="disk:sdk", node_path=True)
+        assert info.kind == "vm-disk" and info.digest == got["digest"], info
+        assert info.disk == {"format": "qcow2", "virtual_size": 8 << 20}
+        # listed, tagged and removed like any image
+        kinds = {i["digest"]: i["kind"] for i in c.get("/v1/images").json()["images"]}
+        assert kinds[img["digest"]] == "vm-disk" and kinds[got["digest"]] == "vm-disk"
+        rc, out, err = cli(vmd, "image", "ls")
+        assert rc == 0 and "vm-disk" in out, out
+        r = c.post("/v1/images/disk:raw/tag", {"ref": "disk:stable"})
+        assert r.status == 200 and "disk:stable" in r.json()["refs"], r
+        for ref in ("disk:raw", "disk:again", "disk:stable"):
+            assert c.delete(f"/v1/images/{ref}").status == 200
+        assert c.get(f"/v1/images/{img['digest']}").status == 404
+        assert not (vmd.state / "images/blobs/sha256" / img["digest"][7:]).exists()
+        # names go, the disk stays while named; unnamed, gc reclaims it
+        r = c.delete("/v1/images/disk:qcow2")
+        assert r.status == 200 and r.json()["removed"] is False, r
+        r = c.post("/v1/images/disk:sdk/tag", {"ref": "disk:gone"})
+        assert r.status == 200, r
+        for ref in ("disk:sdk", "disk:gone"):
+            assert c.request("DELETE", f"/v1/images/{ref}").status == 200
+        assert c.get(f"/v1/images/{got['digest']}").status == 404
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=qc.read_bytes())
+        assert r.status == 201 and r.json()["refs"] == [], r
+        r = c.request("POST", "/v1/images/gc?prune_untagged=1")
+        assert r.status == 200, r
+        assert [x["digest"] for x in r.json()["removed"]] == [got["digest"]], r.json()
+        assert c.get(f"/v1/images/{got['digest']}").status == 404
+        assert os.listdir(vmd.state / "images/blobs/sha256") == []
+    finally:
+        c.close()
+
+
+def test_unsafe_disks_are_refused(vmd, tmp_path):
+    raw = raw_disk(tmp_path / f"base-{os.getpid()}.raw")
+    secret = tmp_path / "secret.raw"
+    secret.write_bytes(b"host secret" * 100)
+    c = vmd.client()
+    try:
+        # a qcow2 whose backing file is a host path
+        ov = tmp_path / "backed.qcow2"
+        qemu_img("create", "-f", "qcow2", "-b", secret, "-F", "raw", ov, "8M")
+        r = c.request("POST", "/v1/images/import?format=vm-disk&ref=evil:1",
+                      body=ov.read_bytes())
+        assert r.status == 400 and r.error == ("invalid_argument", "body"), r
+        assert "backing file" in r.json()["error"]["message"], r
+        rc, out, err = cli(vmd, "image", "import", "--vm-disk", ov)
+        assert rc != 0 and len(err.strip().splitlines()) == 1 and "backing" in err, err
+        # an external data file
+        df = tmp_path / "datafile.qcow2"
+        qemu_img("create", "-f", "qcow2", "-o", f"data_file={tmp_path / 'data.raw'}", df, "8M")
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=df.read_bytes())
+        assert r.status == 400 and "external" in r.json()["error"]["message"], r
+        # encrypted
+        enc = tmp_path / "enc.qcow2"
+        qemu_img("create", "-f", "qcow2", "--object", "secret,id=s0,data=pw",
+                 "-o", "encrypt.format=luks,encrypt.key-secret=s0", enc, "8M")
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=enc.read_bytes())
+        assert r.status == 400 and "encrypt" in r.json()["error"]["message"], r
+        # a damaged qcow2 (the L1 table pointer off the end of the file)
+        good = tmp_path / "good.qcow2"
+        qemu_img("convert", "-f", "raw", "-O", "qcow2", raw, good)
+        bad = bytearray(good.read_bytes())
+        bad[40:48] = (1 << 40).to_bytes(8, "big")  # l1_table_offset
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=bytes(bad))
+        assert r.status == 400, r
+        # a virtual size over the store's max_unpacked (64G by default)
+        huge = tmp_path / "huge.qcow2"
+        qemu_img("create", "-f", "qcow2", huge, "100T")
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=huge.read_bytes())
+        assert r.status == 413 and "virtual size" in r.json()["error"]["message"], r
+        # an empty body and an unknown format
+        r = c.request("POST", "/v1/images/import?format=vm-disk", body=b"")
+        assert r.status == 400, r
+        r = c.request("POST", "/v1/images/import?format=vmdisk", body=raw.read_bytes())
+        assert r.status == 400 and r.error[1] == "format", r
+        # nothing half-imported
+        assert c.get("/v1/images").json()["images"] == []
+        assert os.listdir(vmd.state / "images/blobs/sha256") == []
+        assert [n for n in os.listdir(vmd.state / "images/tmp") if not n.startswith(".")] == []
+    finally:
+        c.close()
+
+
+def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
+    raw = raw_disk(tmp_path / f"k-{os.getpid()}.raw")
+    c = vmd.client()
+    try:
+        r = c.request("POST", "/v1/images/import?format=vm-disk&ref=disk:1", body=raw.read_bytes())
+        assert r.status == 201, r
+        tar = subprocess.run(["tar", "-C", str(find_images(vmd.build) / "busybox"), "-cf", "-",
+                              "."], check=True, capture_output=True).stdout
+        r = c.request("POST", "/v1/images/import?format=tar&ref=rootfs:1", body=tar)
+        assert r.status == 201 and r.json()["kind"] == "rootfs", r
+        # a disk on the container tier, a rootfs on the vm tier, a disk as a layer
+        r = c.post("/v1/sandboxes", {"image": "disk:1", "timeout": 60})
+        assert r.status == 400 and r.error == ("invalid_argument", "image"), r
+        assert "vm-disk" in r.json()["error"]["message"], r
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "rootfs:1", "timeout": 60})
+        assert r.status == 400 and r.error == ("invalid_argument", "image"), r
+        r = c.post("/v1/sandboxes", {"image": "rootfs:1", "layers": ["disk:1"],
+                                     "timeout": 60})
+        assert r.status == 400 and r.error == ("invalid_argument", "layers[0]"), r
+        # the refused creates hold nothing: the disk can go
+        assert c.get("/v1/images/disk:1").json()["holders"] == 0
+        assert c.get("/v1/sandboxes").json()["sandboxes"] == []
+        # disks do not travel through registries (yet): a clear 400
+        r = c.post("/v1/images/disk:1/push", {"to": "127.0.0.1:1/x/disk:1"})
+        assert r.status == 400 and "vm-disk" in r.json()["error"]["message"], r
+        with pytest.raises(WarrenError):
+            Images(socket=str(vmd.sock)).import_(b"", format="vm-disk")
+    finally:
+        c.close()
+
+
+def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
+    """The one boot of this file: a Debian rootfs image (the tests' own
+    debootstrap tree, streamed as a tar through the CLI) becomes a disk with
+    build-vm, boots to a ready agent from its store name, writes to its disk,
+    and the base's bytes still hash to its digest afterwards."""
+    kroot = build / "tests" / "vm" / "debian-vm.root"
+    if not (kroot / ".complete").exists():
+        pytest.fail(f"the VM tree is not built ({kroot}); ninja builds it with the tests")
+    d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 900,
+                                   "shutdown_timeout": 60},
+                            "images": {"busybox": str(find_images(build) / "busybox")},
+                            "image_store": {"vm_build_script": str(ROOT / "scripts/mkvmimage.sh"),
+                                            "vm_kernel_root": str(kroot)}}).start()
+    c = d.client()
+    c.timeout = 1800
+    sid = None
+    try:
+        # device nodes stay out (an import refuses them; the guest's /dev is devtmpfs)
+        tar = subprocess.Popen(["tar", "-C", str(kroot), "--exclude=./dev/*",
+                                "--exclude=./.complete", "-cf", "-", "."],
+                               stdout=subprocess.PIPE)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WARREN_")}
+        env["WARREN_SOCKET"] = str(d.sock)
+        p = subprocess.run([str(build / "warren"), "image", "import", "--ref", "debian:vm", "-"],
+                           stdin=tar.stdout, capture_output=True, env=env, timeout=1200)
+        tar.wait()
+        assert p.returncode == 0, p.stderr
+        # a rootfs without qemu-guest-agent: refused, naming image
+        busy = subprocess.run(["tar", "-C", str(find_images(build) / "busybox"), "-cf", "-",
+                               "."], check=True, capture_output=True).stdout
+        assert c.request("POST", "/v1/images/import?format=tar&ref=busy:1",
+                         body=busy).status == 201
+        r = c.post("/v1/images/build-vm", {"image": "busy:1", "ref": "busy:vm"})
+        assert r.status == 400 and r.error == ("invalid_argument", "image"), r
+        assert "qemu-guest-agent" in r.json()["error"]["message"], r
+        r = c.post("/v1/images/build-vm", {"image": "debian:vm", "size": "1M"})
+        assert r.status == 400 and r.error[1] == "size", r
+        r = c.post("/v1/images/build-vm", {"image": "nosuch:1"})
+        assert r.status == 404, r
+        # the build, through the CLI
+        rc, out, err = cli(d, "image", "build-vm", "--ref", "debian-vm:built", "--size", "2G",
+                           "debian:vm")
+        assert rc == 0, err
+        img = c.get("/v1/images/debian-vm:built").json()
+        assert img["kind"] == "vm-disk" and img["digest"] == out.strip(), img
+        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30}, img
+        src = c.get("/v1/images/debian:vm").json()
+        assert img["source"] == "build-vm:" + src["digest"] and src["holders"] == 0, (img, src)
+        blob = d.state / "images/blobs/sha256" / img["digest"][7:]
+        assert oct(blob.stat().st_mode & 0o777) == "0o444"
+        # boot it from the store
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm:built",
+                                     "memory_mb": 512, "timeout": 1800})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        assert c.get("/v1/images/debian-vm:built").json()["holders"] == 1
+        out = c.run(sid, ["sh", "-c", "uname -r; test -x /usr/sbin/qemu-ga && echo ga; "
+                          "dd if=/dev/urandom of=/root/junk bs=1M count=8 2>/dev/null; "
+                          "echo kept > /root/data; sync; cat /etc/hostname"])
+        assert out["exit_code"] == 0, out
+        lines = out["stdout"].splitlines()
+        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm"], out
+        assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
+        # an image in use is not removed
+        r = c.delete(f"/v1/images/{img['digest']}?force=1")
+        assert r.status == 409, r
+        c.kill(sid)
+        sid = None
+        assert c.get("/v1/images/debian-vm:built").json()["holders"] == 0
+        # the VM wrote to its overlay only: the base hashes to its digest
+        assert sha_file(blob) == img["digest"]
+        assert c.get("/v1/images/debian-vm:built").json()["digest"] == img["digest"]
+    finally:
+        if sid:
+            c.kill(sid)
+        c.close()
