@@ -42,12 +42,16 @@ int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err)
 	struct wr_fullvm_config fc = {.qemu = cfg->qemu,
 				      .qemu_img = cfg->qemu_img,
 				      .run_dir = cfg->run_dir,
-				      .accel = cfg->accel};
+				      .accel = cfg->accel,
+				      .cgroup_base = cfg->cgroup_base,
+				      .adoptable = cfg->adoptable};
 	if (wr_fullvm_init(&fc, err) < 0)
 		return -1;
 	g_cfg = *cfg;
 	return 0;
 }
+
+static struct fvm_sandbox *fvm_new(const struct wr_sandbox_spec *spec);
 
 static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
 {
@@ -64,24 +68,9 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 				    "the vm tier boots a disk image file (raw or qcow2); "
 				    "%s is a directory",
 				    image);
-	struct fvm_sandbox *m = calloc(1, sizeof(*m));
+	struct fvm_sandbox *m = fvm_new(spec);
 	if (m == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	m->user = (int)spec->user;
-	m->group = (int)(spec->group ? spec->group : spec->user);
-	m->n_env = spec->n_env;
-	m->env = calloc(spec->n_env + 1, sizeof(*m->env));
-	m->strs = calloc(2 * spec->n_env + 1, sizeof(char *));
-	m->workdir = strdup(spec->workdir ? spec->workdir : "/");
-	if (!m->env || !m->strs || !m->workdir)
-		goto nomem;
-	for (size_t i = 0; i < spec->n_env; i++) {
-		m->strs[2 * i] = strdup(spec->env[i].key);
-		m->strs[2 * i + 1] = strdup(spec->env[i].value ? spec->env[i].value : "");
-		if (!m->strs[2 * i] || !m->strs[2 * i + 1])
-			goto nomem;
-		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
-	}
 	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
 	struct wr_fullvm_spec vs = {.image = image,
 				    .memory_bytes = spec->memory_bytes,
@@ -98,9 +87,51 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 	}
 	*out = (struct wr_sandbox *)(void *)m;
 	return 0;
+}
+
+/* A VM a previous daemon left running (warrend's recovery): the sandbox's
+ * defaults from its record, the VM found again by its id and QEMU's pid. */
+static int fvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err)
+{
+	if (spec->id == NULL)
+		return wr_err_set(err, EINVAL, "adopt: no sandbox id");
+	struct fvm_sandbox *m = fvm_new(spec);
+	if (m == NULL) /* the VM goes in the sweep after recovery */
+		return wr_err_set(err, ENOMEM, "out of memory");
+	if (wr_fullvm_adopt(spec->id, pid, 30000, &m->vm, err) < 0) {
+		fvm_free(m);
+		return -1;
+	}
+	*out = (struct wr_sandbox *)(void *)m;
+	return 0;
+}
+
+/* The sandbox's defaults (env, workdir, user), copied; NULL: no memory. */
+static struct fvm_sandbox *fvm_new(const struct wr_sandbox_spec *spec)
+{
+	struct fvm_sandbox *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return NULL;
+	m->user = (int)spec->user;
+	m->group = (int)(spec->group ? spec->group : spec->user);
+	m->n_env = spec->n_env;
+	m->env = calloc(spec->n_env + 1, sizeof(*m->env));
+	m->strs = calloc(2 * spec->n_env + 1, sizeof(char *));
+	m->workdir = strdup(spec->workdir ? spec->workdir : "/");
+	if (!m->env || !m->strs || !m->workdir)
+		goto nomem;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		m->strs[2 * i] = strdup(spec->env[i].key);
+		m->strs[2 * i + 1] = strdup(spec->env[i].value ? spec->env[i].value : "");
+		if (!m->strs[2 * i] || !m->strs[2 * i + 1])
+			goto nomem;
+		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
+	}
+	return m;
 nomem:
 	fvm_free(m);
-	return wr_err_set(err, ENOMEM, "out of memory");
+	return NULL;
 }
 
 static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
@@ -176,4 +207,5 @@ const struct wr_tier_ops wr_vm_tier = {
     .frozen = fvm_frozen,
     .destroy = fvm_destroy,
     .main_pid = fvm_main_pid,
+    .adopt = fvm_adopt,
 };
