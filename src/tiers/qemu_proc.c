@@ -261,7 +261,7 @@ static __attribute__((noreturn)) void child(const struct child_ctx *c)
 		0)
 		die("warren: cannot pivot into QEMU's jail");
 	/* fds to a range above every target first, so no dup2 clobbers a
-	 * source still needed */
+	 * source still needed (/dev/null's fd included: it may sit at 3..) */
 	int high[16];
 	if (s->n_fds > 16)
 		_exit(126);
@@ -270,11 +270,11 @@ static __attribute__((noreturn)) void child(const struct child_ctx *c)
 		if (s->fds[i] >= 0 && high[i] < 0)
 			_exit(126);
 	}
+	if (dup2(nul, 0) < 0 || dup2(nul, 1) < 0)
+		_exit(126);
 	for (size_t i = 0; i < s->n_fds; i++)
 		if (high[i] >= 0 && dup2(high[i], 3 + (int)i) < 0)
 			_exit(126);
-	if (dup2(nul, 0) < 0 || dup2(nul, 1) < 0)
-		_exit(126);
 	wr_close_range(3 + (unsigned)s->n_fds, ~0u, 0);
 	/* its own uid and gid, no capability in any set, none to regain:
 	 * QEMU's filter then denies every set*id call (elevateprivileges) */
@@ -374,8 +374,10 @@ int wr_qemu_spawn(struct wr_qemu *q, const struct wr_qemu_spawn *s, wr_err *err)
 	if (s->kvm && stat("/dev/kvm", &kst) == 0 && kst.st_gid != 0)
 		c.groups[c.ngroups++] = kst.st_gid; /* the device's group */
 	int pidfd = -1;
+	/* handlers reset to default: none of warrend's runs in the child */
 	struct wr_clone_args ca = {.flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID |
-					    CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS,
+					    CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+					    CLONE_CLEAR_SIGHAND,
 				   .pidfd = (uint64_t)(uintptr_t)&pidfd,
 				   .exit_signal = SIGCHLD};
 	long pid = wr_clone3(&ca);
@@ -401,8 +403,14 @@ int wr_qemu_spawn(struct wr_qemu *q, const struct wr_qemu_spawn *s, wr_err *err)
 static void wait_end(struct wr_qemu *q)
 {
 	if (q->child) {
-		while (waitpid(q->pid, NULL, 0) < 0 && errno == EINTR)
-			;
+		/* reaped through its pidfd: the pid itself is never named */
+		siginfo_t si;
+		if (q->pidfd >= 0)
+			while (waitid(P_PIDFD, (id_t)q->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+				;
+		else
+			while (waitpid(q->pid, NULL, 0) < 0 && errno == EINTR)
+				;
 		return;
 	}
 	/* adopted: init reaps it; the pidfd says when it is gone */

@@ -637,10 +637,18 @@ int wr_fullvm_screenshot(struct wr_fullvm *vm, char **png, size_t *len, wr_err *
 	pthread_mutex_unlock(&vm->qmp_lock);
 	if (r < 0)
 		return wr_err_wrap(err, "screenshot");
-	char *data = NULL;
-	ssize_t n = wr_read_file_at(AT_FDCWD, path, &data, 64u << 20, err);
-	if (n < 0)
-		return wr_err_wrap(err, "screenshot");
+	struct stat st;
+	if (fstat(mfd, &st) < 0)
+		return wr_err_sys(err, "screenshot");
+	if (st.st_size <= 0 || st.st_size > (64 << 20))
+		return wr_err_set(err, EIO, "screenshot: QEMU wrote %lld bytes",
+				  (long long)st.st_size);
+	char *data = malloc((size_t)st.st_size);
+	ssize_t n = data ? pread(mfd, data, (size_t)st.st_size, 0) : -1;
+	if (n != st.st_size) {
+		free(data);
+		return wr_err_sys(err, "screenshot: read");
+	}
 	/* PNG: 8-byte signature, IHDR length and type, width, height */
 	if (n >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
 		const unsigned char *u = (const unsigned char *)data;

@@ -1,6 +1,7 @@
 """The full VM tier through warrend's API (TCG here): one Debian boot for
-the whole file (create, run, pause, kill), and a disk that boots nothing,
-reported and cleaned up within its boot timeout."""
+the whole file (create, run, a warrend kill -9 and the adoption of the VM
+by the next start, pause, kill), and a disk that boots nothing, reported
+and cleaned up within its boot timeout."""
 import os
 import struct
 import subprocess
@@ -65,6 +66,16 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
         assert lines[0] == "vm" and lines[1] != os.uname().release, out
         assert lines[2] == "0" and lines[3] == "/", out
         c.run(sid, ["sh", "-c", "echo kept > /root/data"])
+        # warrend dies (kill -9): QEMU outlives it, and the next start
+        # adopts it (QMP, console and qemu-ga sockets connected again)
+        before = qemu_pids(sid)
+        assert len(before) == 1, before
+        c.close()
+        d.kill9()
+        d.start()
+        c = d.client()
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert qemu_pids(sid) == before
         assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
         assert c.run(sid, ["id", "-u"], user=1000)["stdout"] == "1000\n"
         t = c.run(sid, ["sleep", "100"], timeout=2)

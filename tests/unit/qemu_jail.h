@@ -106,6 +106,13 @@ static void assert_qemu_jailed(pid_t pid, const char *vm_dir, const char *want, 
 	 * QEMU's mount namespace) */
 	jail_list(jail, list, sizeof(list));
 	assert_string_equal(list, want);
+	/* the host's mount table has nothing under the VM's directory */
+	FILE *mi = fopen("/proc/self/mountinfo", "re");
+	assert_non_null(mi);
+	while (fgets(line, sizeof(line), mi))
+		if (strstr(line, vm_dir))
+			fail_msg("a mount in the VM's directory: %s", line);
+	fclose(mi);
 	struct statvfs vs;
 	assert_int_equal(statvfs(p, &vs), 0);
 	assert_true(vs.f_flag & ST_RDONLY);
