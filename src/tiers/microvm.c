@@ -583,7 +583,12 @@ int wr_vm_adopt(const char *id, pid_t pid_hint, struct wr_vm **out, wr_err *err)
 	vm->hello = json_pack("{s:b}", "ok", 1);
 	if ((r = wr_qmp_open(qfd, 10000, &vm->qmp, err)) < 0)
 		goto fail;
-	if ((r = wr_vm_resync(vm, 15000, err)) < 0)
+	/* a paused guest (a paused sandbox) cannot answer now: the PING goes
+	 * out anyway and the reader drops the stream up to its PONG whenever
+	 * the guest runs again; frames of later commands come after it */
+	char status[64] = "";
+	if ((r = wr_qmp_status(vm->qmp, status, sizeof(status), err)) < 0 ||
+	    (r = wr_vm_resync(vm, strcmp(status, "running") == 0 ? 15000 : 0, err)) < 0)
 		goto fail;
 	json_decref(st);
 	*out = vm;

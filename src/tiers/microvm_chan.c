@@ -268,6 +268,8 @@ int wr_vm_resync(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err)
 		errno = -r;
 		return wr_err_sys(err, "microvm: resync");
 	}
+	if (timeout_ms == 0)
+		return 0;
 	struct timespec ts;
 	deadline_ts(now_ns() + timeout_ms * 1000000ull, &ts);
 	pthread_mutex_lock(&vm->lock);

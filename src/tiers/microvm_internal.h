@@ -116,7 +116,8 @@ void wr_vm_reader_stop(struct wr_vm *vm);
 /* A channel connected to a guest that talked to a previous daemon: starts
  * the reader, which drops the stream up to the PONG of a fresh PING (the
  * previous daemon may have died within a frame), and moves command ids
- * away from those the guest may still run. */
+ * away from those the guest may still run. Waits up to timeout_ms for the
+ * PONG (0: does not wait; a paused guest answers when it runs again). */
 int wr_vm_resync(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err);
 /* Waits for the agent's HELLO (or the channel's loss) until deadline. */
 int wr_vm_wait_hello(struct wr_vm *vm, uint64_t deadline_ns, wr_err *err);

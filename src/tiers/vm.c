@@ -408,9 +408,12 @@ int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullv
 		goto fail;
 	}
 	/* qemu-ga reads EOF while no daemon is connected and waits; its
-	 * stream resyncs with guest-sync-delimited */
-	if ((r = connect_all(vm, dfd, 10000, err)) < 0 ||
-	    (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0)
+	 * stream resyncs with guest-sync-delimited (here when the guest
+	 * runs; a paused one's before its first command after resume) */
+	if ((r = connect_all(vm, dfd, 10000, err)) < 0)
+		goto fail;
+	int paused = wr_fullvm_paused(vm, err);
+	if ((r = paused) < 0 || (!paused && (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0))
 		goto fail;
 	json_decref(st);
 	*out = vm;

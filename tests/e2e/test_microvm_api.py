@@ -74,8 +74,8 @@ def test_microvm_create_run_kill(fresh_daemon, build):
         print(f"restore + first exec through the API: {time.monotonic() - t0:.2f} s")
         assert out["stdout"] == f"{sid2}\nfresh\n", out
         # pause/resume (QMP stop/cont) keeps a counting process's state
-        c.run(sid2, ["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /n; sleep 0.2; "
-                                 "done) >/dev/null 2>&1 &"])
+        c.run(sid2, ["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /n.t; mv /n.t /n; "
+                                 "sleep 0.2; done) >/dev/null 2>&1 &"])
         time.sleep(1)
         r = c.post(f"/v1/sandboxes/{sid2}/pause", None)
         assert r.status == 200 and r.json()["state"] == "paused", r
@@ -131,7 +131,8 @@ def test_microvm_adopted_after_kill9(fresh_daemon, build):
     QMP, agent and console sockets connected again, the agent resynced):
     its files and exec keep working. The other cannot be adopted (its
     state file is gone): it is failed, its QEMU killed, its files and
-    cgroup removed. Nothing is left after the kill."""
+    cgroup removed. A clean restart (SIGTERM) adopts a paused VM, which
+    then resumes. Nothing is left after the kill."""
     d = fresh_daemon(extra={"microvm": dict(guest(build), templates="")}).start()
     c = d.client()
     try:
@@ -167,11 +168,17 @@ def test_microvm_adopted_after_kill9(fresh_daemon, build):
             time.sleep(0.1)
         assert not os.path.exists(f"/proc/{ql[0]}"), "the unadoptable VM's QEMU lives on"
         assert not (d.run / "microvm" / lose).exists()
-        # a second restart, clean this time (SIGTERM), adopts it again
+        # a second restart, clean this time (SIGTERM), of a paused VM: its
+        # guest cannot answer the resync until it is resumed
+        r = c.post(f"/v1/sandboxes/{keep}/pause", None)
+        assert r.status == 200 and r.json()["state"] == "paused", r
         c.close()
         assert d.stop() == 0
         d.start()
         c = d.client()
+        assert c.get(f"/v1/sandboxes/{keep}").json()["state"] == "paused"
+        r = c.post(f"/v1/sandboxes/{keep}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
         assert c.run(keep, ["cat", "/f"])["stdout"] == "before\n"
         c.kill(keep)
         for _ in range(100):

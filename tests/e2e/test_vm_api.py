@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from warren import Sandbox  # noqa: E402
-from conftest import find_images  # noqa: E402
+from conftest import Client, find_images  # noqa: E402
 from warren.exceptions import WarrenError  # noqa: E402
 
 
@@ -52,7 +52,8 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
     d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 600,
                                    "shutdown_timeout": 60},
                             "images": {"debian-vm": str(img)}}).start()
-    c = d.client()
+    # the boot may take minutes on a loaded machine (boot_timeout 600)
+    c = Client(d, timeout=700)
     try:
         r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm", "memory_mb": 512,
                                      "timeout": 900, "env": {"WHO": "vm"}})
@@ -73,7 +74,7 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
         c.close()
         d.kill9()
         d.start()
-        c = d.client()
+        c = Client(d, timeout=700)
         assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
         assert qemu_pids(sid) == before
         assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
