@@ -34,9 +34,9 @@ static void mvm_free(struct mvm_sandbox *m)
 	free(m);
 }
 
-static struct mvm_sandbox *mvm_new(const struct wr_sandbox_spec *spec);
-
-static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
+		    wr_err *err)
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the microvm tier boots one image (no layers)");
@@ -52,47 +52,9 @@ static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 		    "the microvm tier needs an EROFS image file (store images are); "
 		    "%s is a directory",
 		    image);
-	struct mvm_sandbox *m = mvm_new(spec);
-	if (m == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
-	struct wr_vm_spec vs = {.image = image,
-				.memory_bytes = spec->memory_bytes,
-				.disk_bytes = spec->disk_bytes,
-				.cpus = (unsigned)cpus,
-				.id = spec->id};
-	if (wr_vm_create(&vs, &m->vm, err) < 0) {
-		mvm_free(m);
-		return -1;
-	}
-	*out = (struct wr_sandbox *)(void *)m;
-	return 0;
-}
-
-/* A VM a previous daemon left running (warrend's recovery): the sandbox's
- * defaults from its record, the VM found again by its id and QEMU's pid. */
-static int mvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
-		     wr_err *err)
-{
-	if (spec->id == NULL)
-		return wr_err_set(err, EINVAL, "adopt: no sandbox id");
-	struct mvm_sandbox *m = mvm_new(spec);
-	if (m == NULL) /* the VM goes in the sweep after recovery */
-		return wr_err_set(err, ENOMEM, "out of memory");
-	if (wr_vm_adopt(spec->id, pid, &m->vm, err) < 0) {
-		mvm_free(m);
-		return -1;
-	}
-	*out = (struct wr_sandbox *)(void *)m;
-	return 0;
-}
-
-/* The sandbox's defaults (env, workdir, user), copied; NULL: no memory. */
-static struct mvm_sandbox *mvm_new(const struct wr_sandbox_spec *spec)
-{
 	struct mvm_sandbox *m = calloc(1, sizeof(*m));
 	if (m == NULL)
-		return NULL;
+		return wr_err_set(err, ENOMEM, "out of memory");
 	m->user = (int)spec->user;
 	m->group = (int)(spec->group ? spec->group : spec->user);
 	m->n_env = spec->n_env;
@@ -108,10 +70,38 @@ static struct mvm_sandbox *mvm_new(const struct wr_sandbox_spec *spec)
 			goto nomem;
 		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
 	}
-	return m;
+	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
+	struct wr_vm_spec vs = {.image = image,
+				.memory_bytes = spec->memory_bytes,
+				.disk_bytes = spec->disk_bytes,
+				.cpus = (unsigned)cpus,
+				.id = spec->id};
+	if ((adopt ? wr_vm_adopt(spec->id, adopt, &m->vm, err) : wr_vm_create(&vs, &m->vm, err)) <
+	    0) {
+		mvm_free(m);
+		return -1;
+	}
+	*out = (struct wr_sandbox *)(void *)m;
+	return 0;
 nomem:
 	mvm_free(m);
-	return NULL;
+	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	return mvm_make(spec, 0, out, err);
+}
+
+/* warrend's recovery: the sandbox's defaults from its record, the VM found
+ * again by its id and QEMU's pid (wr_vm_adopt; one that cannot be adopted
+ * is killed and removed). */
+static int mvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err)
+{
+	if (spec->id == NULL || pid <= 0)
+		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
+	return mvm_make(spec, pid, out, err);
 }
 
 static int mvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,

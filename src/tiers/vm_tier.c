@@ -51,9 +51,9 @@ int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err)
 	return 0;
 }
 
-static struct fvm_sandbox *fvm_new(const struct wr_sandbox_spec *spec);
-
-static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
+		    wr_err *err)
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the vm tier boots one disk image (no layers)");
@@ -68,51 +68,9 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 				    "the vm tier boots a disk image file (raw or qcow2); "
 				    "%s is a directory",
 				    image);
-	struct fvm_sandbox *m = fvm_new(spec);
-	if (m == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
-	struct wr_fullvm_spec vs = {.image = image,
-				    .memory_bytes = spec->memory_bytes,
-				    .disk_bytes = spec->disk_bytes,
-				    .cpus = (unsigned)cpus,
-				    .id = spec->id,
-				    .boot_timeout_ms = g_cfg.boot_timeout_ms};
-	/* a disk smaller than the image cannot hold it: keep the image's */
-	if (vs.disk_bytes && vs.disk_bytes < (uint64_t)st.st_size)
-		vs.disk_bytes = 0;
-	if (wr_fullvm_create(&vs, &m->vm, err) < 0) {
-		fvm_free(m);
-		return -1;
-	}
-	*out = (struct wr_sandbox *)(void *)m;
-	return 0;
-}
-
-/* A VM a previous daemon left running (warrend's recovery): the sandbox's
- * defaults from its record, the VM found again by its id and QEMU's pid. */
-static int fvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
-		     wr_err *err)
-{
-	if (spec->id == NULL)
-		return wr_err_set(err, EINVAL, "adopt: no sandbox id");
-	struct fvm_sandbox *m = fvm_new(spec);
-	if (m == NULL) /* the VM goes in the sweep after recovery */
-		return wr_err_set(err, ENOMEM, "out of memory");
-	if (wr_fullvm_adopt(spec->id, pid, 30000, &m->vm, err) < 0) {
-		fvm_free(m);
-		return -1;
-	}
-	*out = (struct wr_sandbox *)(void *)m;
-	return 0;
-}
-
-/* The sandbox's defaults (env, workdir, user), copied; NULL: no memory. */
-static struct fvm_sandbox *fvm_new(const struct wr_sandbox_spec *spec)
-{
 	struct fvm_sandbox *m = calloc(1, sizeof(*m));
 	if (m == NULL)
-		return NULL;
+		return wr_err_set(err, ENOMEM, "out of memory");
 	m->user = (int)spec->user;
 	m->group = (int)(spec->group ? spec->group : spec->user);
 	m->n_env = spec->n_env;
@@ -128,10 +86,42 @@ static struct fvm_sandbox *fvm_new(const struct wr_sandbox_spec *spec)
 			goto nomem;
 		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
 	}
-	return m;
+	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
+	struct wr_fullvm_spec vs = {.image = image,
+				    .memory_bytes = spec->memory_bytes,
+				    .disk_bytes = spec->disk_bytes,
+				    .cpus = (unsigned)cpus,
+				    .id = spec->id,
+				    .boot_timeout_ms = g_cfg.boot_timeout_ms};
+	/* a disk smaller than the image cannot hold it: keep the image's */
+	if (vs.disk_bytes && vs.disk_bytes < (uint64_t)st.st_size)
+		vs.disk_bytes = 0;
+	if ((adopt ? wr_fullvm_adopt(spec->id, adopt, 30000, &m->vm, err)
+		   : wr_fullvm_create(&vs, &m->vm, err)) < 0) {
+		fvm_free(m);
+		return -1;
+	}
+	*out = (struct wr_sandbox *)(void *)m;
+	return 0;
 nomem:
 	fvm_free(m);
-	return NULL;
+	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	return fvm_make(spec, 0, out, err);
+}
+
+/* warrend's recovery: the sandbox's defaults from its record, the VM found
+ * again by its id and QEMU's pid (wr_fullvm_adopt; one that cannot be
+ * adopted is killed and removed). */
+static int fvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err)
+{
+	if (spec->id == NULL || pid <= 0)
+		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
+	return fvm_make(spec, pid, out, err);
 }
 
 static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
