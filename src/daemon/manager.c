@@ -493,12 +493,12 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 					       .run_dir = cfg->run_dir,
 					       .accel = cfg->mvm_accel,
 					       .template_dir = cfg->mvm_templates,
-					       .cgroup_base = cfg->cgroup_base};
+					       .cgroup_base = cfg->cgroup_base,
+					       .adoptable = true};
+		/* what a previous run left and recovery does not adopt is
+		 * swept after it (wrd_mgr_recover) */
 		if (wr_microvm_init(&mc, err) < 0)
 			return -1;
-		size_t left = wr_microvm_sweep();
-		if (left)
-			wr_info("microvm: removed the files of %zu VMs a previous run left", left);
 		wr_tier_register(&wr_microvm_tier);
 		wr_info("microvm tier: %s", wr_microvm_accel());
 	}
@@ -508,12 +508,11 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 					       .accel = cfg->vm_accel,
 					       .run_dir = cfg->run_dir,
 					       .boot_timeout_ms = cfg->vm_boot_timeout_ms,
-					       .shutdown_timeout_ms = cfg->vm_shutdown_timeout_ms};
+					       .shutdown_timeout_ms = cfg->vm_shutdown_timeout_ms,
+					       .cgroup_base = cfg->cgroup_base,
+					       .adoptable = true};
 		if (wr_vm_tier_init(&vc, err) < 0)
 			return -1;
-		size_t left = wr_fullvm_sweep();
-		if (left)
-			wr_info("vm: removed the files of %zu VMs a previous run left", left);
 		wr_tier_register(&wr_vm_tier);
 	}
 	return 0;

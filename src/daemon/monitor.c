@@ -22,6 +22,8 @@
 #include "daemon/manager.h"
 #include "daemon/netpolicy.h"
 #include "tiers/container.h"
+#include "tiers/microvm.h"
+#include "tiers/vm.h"
 
 static int g_ep = -1, g_wake = -1;
 static pthread_t g_thread;
@@ -252,15 +254,18 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = -1;
-	if (sb->ops && strcmp(sb->ops->name, "container") == 0 && rec->init_pid > 0 &&
+	bool container = sb->ops && strcmp(sb->ops->name, "container") == 0;
+	if (sb->ops && (container || sb->ops->adopt) && rec->init_pid > 0 &&
 	    wrd_spec_from_record(&sb->rec, &spec, &env, &err) == 0)
-		r = wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err);
+		r = container ? wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err)
+			      : sb->ops->adopt(&spec, rec->init_pid, &sb->tsb, &err);
 	else if (err == NULL)
 		wr_err_set(&err, EINVAL, "no PID 1 recorded");
 	/* Its network filter again before it is served (the links died with
 	 * the previous daemon); a sandbox whose policy cannot be enforced is
 	 * not kept. */
-	if (r == 0 && (r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
+	if (r == 0 && container &&
+	    (r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
 		_cleanup_err_ wr_err kerr = NULL;
 		sb->ops->kill(sb->tsb, &kerr);
 		sb->ops->destroy(&sb->tsb, &kerr);
@@ -298,6 +303,9 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 static bool keep_live(const char *id, void *ctx)
 {
 	(void)ctx;
+	/* a VM's QEMU has the cgroup vm-<id> (tiers/qemu_proc.c) */
+	if (strncmp(id, "vm-", 3) == 0 && wrd_table_has(id + 3))
+		return true;
 	return wrd_table_has(id);
 }
 
@@ -312,6 +320,12 @@ int wrd_mgr_recover(wr_err *err)
 	int swept = wr_container_sweep(keep_live, NULL, err);
 	if (swept < 0)
 		return wr_err_wrap(err, "sweep leftovers");
+	/* VMs no record adopted: their QEMU (which outlives a daemon), its
+	 * cgroup, jail and files */
+	if (wr_tier_lookup("microvm"))
+		swept += (int)wr_microvm_sweep(keep_live, NULL);
+	if (wr_tier_lookup("vm"))
+		swept += (int)wr_fullvm_sweep(keep_live, NULL);
 	if (st.adopted || st.failed || st.cleaned || swept)
 		wr_info("recovered: %u adopted, %u failed, %u half-created cleaned, %d leftovers "
 			"swept",

@@ -25,6 +25,7 @@
 #include "common/frame.h"
 #include "common/util.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_proc.h"
 #include "tiers/qmp.h"
 
 struct wr_microvm_globals wr_mvm;
@@ -53,10 +54,19 @@ static unsigned long host_tsc_khz(void)
 	return (unsigned long)(mhz * 1000.0);
 }
 
-static bool keep_not_vm(const char *name, void *ctx)
+/* QEMU opens the kernel and initramfs as its own unprivileged uid, through
+ * bind mounts in its jail: the files themselves must let it. */
+static int readable_by_qemu(const char *what, const char *path, wr_err *err)
 {
-	(void)ctx;
-	return strncmp(name, "vm-", 3) != 0;
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return wr_err_sys(err, "microvm: %s %s", what, path);
+	if (!(st.st_mode & S_IROTH) && !(st.st_gid == WR_QEMU_GID && (st.st_mode & S_IRGRP)))
+		return wr_err_set(err, EACCES,
+				  "microvm: %s %s must be readable by QEMU's own uid (o+r, or g+r "
+				  "for gid %u)",
+				  what, path, WR_QEMU_GID);
+	return 0;
 }
 
 int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
@@ -69,6 +79,9 @@ int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 		return wr_err_sys(err, "microvm: kernel %s", cfg->kernel);
 	if (access(cfg->initrd, R_OK) < 0)
 		return wr_err_sys(err, "microvm: initramfs %s", cfg->initrd);
+	if (readable_by_qemu("kernel", cfg->kernel, err) < 0 ||
+	    readable_by_qemu("initramfs", cfg->initrd, err) < 0)
+		return -1;
 	char *qemu = wr_find_in_path(cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
 	if (qemu == NULL)
 		return wr_err_set(err, ENOENT, "microvm: %s not found",
@@ -113,12 +126,9 @@ int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err)
 		return wr_err_wrap(err, "microvm templates");
 	if (wr_mvm.template_dir)
 		wr_vm_tmpl_sweep();
-	if (wr_cgroup_root_open(cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm",
-				&wr_mvm.cgroot, err) < 0)
-		return wr_err_wrap(err, "microvm cgroups");
-	/* no VM of this process exists yet: a vm-* there was left (the base
-	 * may be the container tier's: its cgroups are not ours) */
-	wr_cgroup_sweep(wr_mvm.cgroot, keep_not_vm, NULL, NULL);
+	if (wr_qemu_init(cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm", err) < 0)
+		return wr_err_wrap(err, "microvm");
+	wr_mvm.adoptable = cfg->adoptable;
 	wr_mvm.ready = true;
 	return 0;
 }
@@ -130,60 +140,13 @@ const char *wr_microvm_accel(void)
 
 /* ---- the QEMU process ------------------------------------------------------ */
 
-/* QEMU picks a set's fd by access mode and probes read-only first, so the
- * writable disk's set holds a read-only and a read-write fd. */
-enum { FD_AGENT = 3, FD_QMP, FD_CONSOLE, FD_IMAGE, FD_RW, FD_LOG, FD_RW_RO, FD_MEM, FD_FIRST_FREE };
-#define N_FDS (FD_FIRST_FREE - FD_AGENT)
-
-/* Child half: async-signal-safe only (the caller may be multi-threaded). */
-static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *fds, size_t n,
-						 const int *cg, int ncg)
-{
-	/* into its cgroup first: these fds may sit where the dups go */
-	for (int i = 0; i < ncg; i++)
-		if (write(cg[i], "0", 1) != 1)
-			_exit(126);
-	/* fds to a range above every target first, so no dup2 clobbers a
-	 * source still needed */
-	int high[N_FDS];
-	if (n > N_FDS)
-		_exit(126);
-	for (size_t i = 0; i < n; i++) {
-		high[i] = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD, 100);
-		if (fds[i] >= 0 && high[i] < 0)
-			_exit(126);
-	}
-	for (size_t i = 0; i < n; i++)
-		if (high[i] >= 0 && dup2(high[i], FD_AGENT + (int)i) < 0)
-			_exit(126);
-	wr_close_range(FD_FIRST_FREE, ~0u, 0);
-	int nul = open("/dev/null", O_RDWR);
-	if (nul >= 0) {
-		dup2(nul, 0);
-		dup2(nul, 1);
-	}
-	dup2(FD_LOG, 2); /* QEMU's own messages: <dir>/qemu.log */
-	close(FD_LOG);
-	/* a VM never outlives the process that holds its channels */
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	/* its own network (no interface but a down loopback: no network at
-	 * all until the network pool gives it one), mounts, IPC and UTS; no
-	 * privilege gained by exec; -runas drops to its own uid once QEMU
-	 * opened its memory backend, kernel and initramfs */
-	if (unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) < 0 ||
-	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		static const char m[] = "warren: cannot confine QEMU (namespaces, no_new_privs)\n";
-		if (write(2, m, sizeof(m) - 1) < 0)
-			_exit(126);
-		_exit(126);
-	}
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	execv(argv[0], argv);
-	_exit(127);
-}
+/* QEMU's fds (qemu_proc.c hands them over as 3, 4, ...). The channels are
+ * listening sockets in the VM's directory (chardev server=on,wait=off), so
+ * a restarted daemon connects to them again. QEMU picks a set's fd by
+ * access mode and probes read-only first, so the writable disk's set holds
+ * a read-only and a read-write fd. */
+enum { FD_AGENT = 3, FD_QMP, FD_CONSOLE, FD_IMAGE, FD_RW, FD_RW_RO, FD_END };
+#define N_FDS (FD_END - FD_AGENT)
 
 #define ARG(...)                                                                                   \
 	do {                                                                                       \
@@ -192,23 +155,14 @@ static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *f
 	} while (0)
 
 static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
-		      const int *fds, wr_err *err)
+		      const int *fds, int log_fd, int mem_fd, wr_err *err)
 {
-	/* its cgroup: guest RAM plus QEMU's own (TCG's translation cache,
-	 * device buffers), its threads, its vCPUs' worth of CPU */
-	int cg[8], ncg = 0;
-	char cgname[80];
-	snprintf(cgname, sizeof(cgname), "vm-%s", vm->id);
-	struct wr_cgroup_limits lim;
-	wr_cgroup_limits_default(&lim);
-	lim.memory_bytes = spec->memory_bytes + (256ull << 20);
-	lim.pids = 256;
-	lim.cpu_quota_us = 100000ull * spec->cpus;
-	lim.cpu_period_us = 100000;
-	if (wr_cgroup_create(wr_mvm.cgroot, cgname, &lim, &vm->cg, err) < 0 ||
-	    wr_cgroup_create_leaf(vm->cg, "q", &vm->cg_leaf, err) < 0 ||
-	    (ncg = wr_cgroup_procs_fds(vm->cg_leaf, false, cg, 8, err)) < 0)
-		return wr_err_wrap(err, "QEMU's cgroup");
+	/* what QEMU 7.2 opens by path (plain open(), no fd form): bound
+	 * read-only into its jail; guest RAM read-write (7.2 opens it O_RDWR
+	 * even for a private mapping) */
+	struct wr_qemu_file files[3] = {{wr_mvm.kernel, -1, "kernel", false},
+					{wr_mvm.initrd, -1, "initrd", false},
+					{NULL, mem_fd, "mem", true}};
 	char *argv[64] = {0};
 	size_t n = 0;
 	int r;
@@ -219,12 +173,11 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 		/* guest RAM in a file: shared with the template's file while a
 		 * template is made (so the snapshot needs no RAM copy:
 		 * x-ignore-shared), a private copy-on-write mapping of it in a
-		 * restore. QEMU 7.2 opens mem-path itself: the path of the fd
-		 * we opened, so it names no file of ours. */
+		 * restore. QEMU 7.2 opens mem-path itself: the file we opened,
+		 * bound into its jail as /mem. */
 		ARG("-object");
-		ARG("memory-backend-file,id=mem,size=%lluM,mem-path=/proc/self/fd/%d,share=%s",
-		    (unsigned long long)(spec->memory_bytes >> 20), FD_MEM,
-		    boot->share ? "on" : "off");
+		ARG("memory-backend-file,id=mem,size=%lluM,mem-path=/mem,share=%s",
+		    (unsigned long long)(spec->memory_bytes >> 20), boot->share ? "on" : "off");
 	}
 	if (boot->incoming) {
 		ARG("-incoming");
@@ -247,9 +200,9 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	ARG("-nographic");
 	ARG("-no-reboot");
 	ARG("-kernel");
-	ARG("%s", wr_mvm.kernel);
+	ARG("/kernel");
 	ARG("-initrd");
-	ARG("%s", wr_mvm.initrd);
+	ARG("/initrd");
 	ARG("-append");
 	char tsc[48] = "";
 	if (!wr_mvm.kvm && wr_mvm.tsc_khz)
@@ -258,17 +211,17 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	    "warren.rw=serial:warren-rw",
 	    tsc, boot->hostname, spec->image ? "serial:warren-image" : "none");
 	ARG("-chardev");
-	ARG("socket,id=con,fd=%d", FD_CONSOLE);
+	ARG("socket,id=con,fd=%d,server=on,wait=off", FD_CONSOLE);
 	ARG("-serial");
 	ARG("chardev:con");
 	ARG("-chardev");
-	ARG("socket,id=qmp,fd=%d", FD_QMP);
+	ARG("socket,id=qmp,fd=%d,server=on,wait=off", FD_QMP);
 	ARG("-mon");
 	ARG("chardev=qmp,mode=control");
 	ARG("-device");
 	ARG("virtio-serial-device");
 	ARG("-chardev");
-	ARG("socket,id=agent,fd=%d", FD_AGENT);
+	ARG("socket,id=agent,fd=%d,server=on,wait=off", FD_AGENT);
 	ARG("-device");
 	ARG("virtserialport,chardev=agent,name=warren.agent");
 	if (spec->image) {
@@ -290,73 +243,31 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	ARG("file=/dev/fdset/2,file.locking=off,if=none,id=rw,format=raw,discard=unmap");
 	ARG("-device");
 	ARG("virtio-blk-device,drive=rw,serial=warren-rw");
-	/* QEMU's own seccomp filter: no new processes, no setuid, no
-	 * obsolete syscalls, no scheduler or resource changes */
-	/* QEMU 7.2 installs its seccomp filter before -runas changes its uid,
-	 * so elevateprivileges=deny would kill that change: set*id stays
-	 * allowed, and cannot elevate anything once the uid changed (no
-	 * capabilities left, no_new_privs) */
-	ARG("-runas");
-	ARG("%u:%u", vm->uid, vm->uid);
+	/* QEMU's own seccomp filter: no new processes, no set*id (its uid
+	 * is set before exec: qemu_proc.c), no obsolete syscalls, no
+	 * scheduler or resource changes */
 	ARG("-sandbox");
-	ARG("on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny");
+	ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
 	argv[n] = NULL;
-	pid_t pid = fork();
-	if (pid == 0)
-		qemu_child(argv, fds, N_FDS, cg, ncg);
-	if (pid < 0) {
-		r = wr_err_sys(err, "fork qemu");
-		goto out;
-	}
-	vm->pid = pid;
-	r = 0;
+	struct wr_qemu_spawn sp = {.id = vm->id,
+				   .argv = argv,
+				   .fds = fds,
+				   .n_fds = N_FDS,
+				   .log_fd = log_fd,
+				   .files = files,
+				   .n_files = boot->mem ? 3 : 2,
+				   .kvm = wr_mvm.kvm,
+				   .memory_bytes = spec->memory_bytes,
+				   .cpus = spec->cpus,
+				   .die_with_parent = !wr_mvm.adoptable};
+	r = wr_qemu_spawn(&vm->qp, &sp, err);
 	goto out;
 nomem:
 	r = wr_err_set(err, ENOMEM, "qemu arguments: out of memory");
 out:
-	for (int i = 0; i < ncg; i++)
-		close(cg[i]);
 	for (size_t i = 0; i < n; i++)
 		free(argv[i]);
 	return r;
-}
-
-/* ---- QEMU's uids ------------------------------------------------------------ */
-
-/* Each QEMU runs as a uid (and gid) of its own, WR_MVM_UID_BASE + slot:
- * above the container tier's ranges (src/isolate/idmap.h: 0x10000000 up
- * to 0x50000000), so no QEMU shares an id with another or with a
- * container's mapped users. Slots are this process's. */
-#define WR_MVM_UID_BASE 0x50000000u
-#define WR_MVM_UID_SLOTS 65536u
-static pthread_mutex_t g_uid_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint8_t g_uid_used[WR_MVM_UID_SLOTS / 8];
-static unsigned g_uid_next;
-
-static uid_t uid_get(void)
-{
-	uid_t u = 0;
-	pthread_mutex_lock(&g_uid_lock);
-	for (unsigned i = 0; i < WR_MVM_UID_SLOTS && u == 0; i++) {
-		unsigned s = (g_uid_next + i) % WR_MVM_UID_SLOTS;
-		if (!(g_uid_used[s / 8] & (1u << (s % 8)))) {
-			g_uid_used[s / 8] |= (uint8_t)(1u << (s % 8));
-			g_uid_next = s + 1;
-			u = WR_MVM_UID_BASE + s;
-		}
-	}
-	pthread_mutex_unlock(&g_uid_lock);
-	return u;
-}
-
-static void uid_put(uid_t u)
-{
-	if (u < WR_MVM_UID_BASE)
-		return;
-	unsigned s = u - WR_MVM_UID_BASE;
-	pthread_mutex_lock(&g_uid_lock);
-	g_uid_used[s / 8] &= (uint8_t) ~(1u << (s % 8));
-	pthread_mutex_unlock(&g_uid_lock);
 }
 
 /* ---- create / destroy ------------------------------------------------------- */
@@ -372,24 +283,9 @@ static void vm_free(struct wr_vm *vm)
 	for (int i = 0; i < 2; i++)
 		if (vm->stop[i] >= 0)
 			close(vm->stop[i]);
-	if (vm->pidfd >= 0)
-		close(vm->pidfd);
-	if (vm->rw_path)
-		unlink(vm->rw_path);
-	if (vm->dir) {
-		char *log = NULL;
-		if (asprintf(&log, "%s/qemu.log", vm->dir) >= 0)
-			unlink(log);
-		free(log);
-		rmdir(vm->dir);
-	}
 	json_decref(vm->hello);
-	/* QEMU is reaped (qemu_stop) before its cgroup goes */
-	if (vm->cg_leaf)
-		wr_cgroup_close(vm->cg_leaf);
-	if (vm->cg)
-		wr_cgroup_destroy(&vm->cg, NULL);
-	uid_put(vm->uid);
+	/* QEMU ended (qemu_stop) before its cgroup, jail and files go */
+	wr_qemu_release(&vm->qp);
 	free(vm->rw_path);
 	free(vm->dir);
 	pthread_mutex_destroy(&vm->lock);
@@ -400,22 +296,17 @@ static void vm_free(struct wr_vm *vm)
 }
 
 /* Ends QEMU: quit through QMP when asked (a clean stop), then SIGKILL
- * after grace_ms; reaps it. */
+ * after grace_ms; waits for its end. */
 static void qemu_stop(struct wr_vm *vm, bool quit, int grace_ms)
 {
-	if (vm->pid <= 0)
+	if (vm->qp.pid <= 0)
 		return;
 	if (quit && vm->qmp) {
 		pthread_mutex_lock(&vm->qmp_lock);
 		wr_qmp_cmd(vm->qmp, "quit", NULL, grace_ms, NULL, NULL);
 		pthread_mutex_unlock(&vm->qmp_lock);
 	}
-	struct pollfd p = {.fd = vm->pidfd, .events = POLLIN};
-	if (vm->pidfd < 0 || poll(&p, 1, quit ? grace_ms : 0) <= 0)
-		kill(vm->pid, SIGKILL);
-	while (waitpid(vm->pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	vm->pid = 0;
+	wr_qemu_stop(&vm->qp, quit ? grace_ms : 0);
 }
 
 /* QEMU's own last words (its stderr, <dir>/qemu.log) after an error. */
@@ -469,12 +360,12 @@ static int check_spec(const struct wr_vm_spec *in, struct wr_vm_spec *spec, wr_e
 	return 0;
 }
 
-int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
+static struct wr_vm *vm_new(void)
 {
 	struct wr_vm *vm = calloc(1, sizeof(*vm));
 	if (vm == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
-	vm->agent = vm->console = vm->pidfd = -1;
+		return NULL;
+	vm->agent = vm->console = vm->qp.pidfd = -1;
 	vm->stop[0] = vm->stop[1] = -1;
 	pthread_mutex_init(&vm->lock, NULL);
 	pthread_mutex_init(&vm->write_lock, NULL);
@@ -484,6 +375,14 @@ int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&vm->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	return vm;
+}
+
+int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
+{
+	struct wr_vm *vm = vm_new();
+	if (vm == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
 	int r;
 	if (id)
 		snprintf(vm->id, sizeof(vm->id), "%s", id);
@@ -496,46 +395,27 @@ int wr_vm_alloc(const char *id, struct wr_vm **out, wr_err *err)
 		r = wr_err_set(err, ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((vm->uid = uid_get()) == 0) {
-		r = wr_err_set(err, EAGAIN, "microvm: no uid left for QEMU");
+	/* its uid and its directory (not ours to remove when it existed) */
+	if ((r = wr_qemu_prepare(&vm->qp, vm->dir, err)) < 0)
 		goto fail;
-	}
-	if (mkdir(vm->dir, 0700) < 0) {
-		r = wr_err_sys(err, "mkdir %s", vm->dir);
-		free(vm->dir);
-		vm->dir = NULL; /* not ours to remove */
-		free(vm->rw_path);
-		vm->rw_path = NULL;
-		goto fail;
-	}
 	*out = vm;
 	return 0;
 fail:
 	vm_free(vm);
-	return r;
+	return wr_err_wrap(err, "microvm");
 }
 
 int wr_vm_attach_fds(int agent, int console, struct wr_vm **out, wr_err *err)
 {
-	struct wr_vm *vm = calloc(1, sizeof(*vm));
+	struct wr_vm *vm = vm_new();
 	if (vm == NULL) {
 		close(agent);
 		close(console);
 		return wr_err_set(err, ENOMEM, "out of memory");
 	}
-	vm->pidfd = -1;
-	vm->stop[0] = vm->stop[1] = -1;
 	vm->agent = agent;
 	vm->console = console;
 	snprintf(vm->id, sizeof(vm->id), "attached");
-	pthread_mutex_init(&vm->lock, NULL);
-	pthread_mutex_init(&vm->write_lock, NULL);
-	pthread_mutex_init(&vm->qmp_lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&vm->cond, &ca);
-	pthread_condattr_destroy(&ca);
 	if (wr_vm_reader_start(vm, err) < 0) {
 		vm_free(vm);
 		return -1;
@@ -547,55 +427,46 @@ int wr_vm_attach_fds(int agent, int console, struct wr_vm **out, wr_err *err)
 int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct vm_boot *boot,
 		 int mem_fd, wr_err *err)
 {
-	_cleanup_close_ int image = -1, rw = -1, rw_ro = -1, log = -1;
+	_cleanup_close_ int image = -1, rw = -1, rw_ro = -1, log = -1, dfd = -1, ag = -1, qm = -1,
+			    co = -1;
 	if (spec->image && (image = open(spec->image, O_RDONLY | O_CLOEXEC)) < 0)
 		return wr_err_sys(err, "image %s", spec->image);
 	rw = open(vm->rw_path, O_RDWR | O_CLOEXEC);
 	if (rw < 0)
 		return wr_err_sys(err, "open %s", vm->rw_path);
-	int ag[2], qm[2], co[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0)
-		return wr_err_sys(err, "socketpair");
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0) {
-		close(ag[0]);
-		close(ag[1]);
-		return wr_err_sys(err, "socketpair");
-	}
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, co) < 0) {
-		close(ag[0]);
-		close(ag[1]);
-		close(qm[0]);
-		close(qm[1]);
-		return wr_err_sys(err, "socketpair");
-	}
-	vm->agent = ag[0];
-	vm->console = co[0];
-	/* QEMU's fds in the order of FD_AGENT.. */
-	char *logp = NULL;
-	if (asprintf(&logp, "%s/qemu.log", vm->dir) >= 0)
-		log = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	free(logp);
 	rw_ro = open(vm->rw_path, O_RDONLY | O_CLOEXEC);
-	int fds[N_FDS] = {ag[1], qm[1], co[1], image, rw, log, rw_ro, mem_fd};
-	int r = spawn_qemu(vm, spec, boot, fds, err);
-	close(ag[1]);
-	close(qm[1]);
-	close(co[1]);
-	if (r < 0) {
-		close(qm[0]);
+	if ((dfd = open(vm->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return wr_err_sys(err, "open %s", vm->dir);
+	if ((ag = wr_qemu_listen(dfd, "agent.sock", err)) < 0 ||
+	    (qm = wr_qemu_listen(dfd, "qmp.sock", err)) < 0 ||
+	    (co = wr_qemu_listen(dfd, "console.sock", err)) < 0)
+		return -1;
+	log = openat(dfd, "qemu.log", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (log < 0)
+		return wr_err_sys(err, "open %s/qemu.log", vm->dir);
+	if (mem_fd >= 0 && (fchown(mem_fd, 0, WR_QEMU_GID) < 0 || fchmod(mem_fd, 0660) < 0))
+		return wr_err_sys(err, "guest RAM file: give it to QEMU's group");
+	/* QEMU's fds in the order of FD_AGENT.. */
+	int fds[N_FDS] = {ag, qm, co, image, rw, rw_ro};
+	int r = spawn_qemu(vm, spec, boot, fds, log, mem_fd, err);
+	if (r < 0)
 		return r;
-	}
-	vm->pidfd = wr_pidfd_open(vm->pid, 0);
+	/* the sockets listen already: these connect before QEMU accepts */
+	int qfd;
+	if ((vm->agent = wr_qemu_connect(dfd, "agent.sock", err)) < 0 ||
+	    (vm->console = wr_qemu_connect(dfd, "console.sock", err)) < 0 ||
+	    (qfd = wr_qemu_connect(dfd, "qmp.sock", err)) < 0)
+		return -1;
 	if ((r = wr_vm_reader_start(vm, err)) < 0) {
-		close(qm[0]);
+		close(qfd);
 		return r;
 	}
-	return wr_qmp_open(qm[0], 30000, &vm->qmp, err);
+	return wr_qmp_open(qfd, 30000, &vm->qmp, err);
 }
 
 void wr_vm_fail(struct wr_vm *vm, wr_err *err)
 {
-	if (vm->pid > 0) {
+	if (vm->qp.pid > 0) {
 		char *tail = wr_vm_console_tail(vm);
 		qemu_stop(vm, false, 0);
 		append_qemu_log(vm, err);
@@ -651,19 +522,83 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 	if (check_spec(in, &spec, err) < 0)
 		return wr_err_wrap(err, "create microvm");
 	char note[256] = "";
+	bool made = false;
 	if (!spec.cold && wr_mvm.template_dir) {
 		/* from the image's template (made by this call when there is
 		 * none); any failure there falls back to a cold boot */
 		wr_err terr = NULL;
-		if (wr_vm_tmpl_restore(&spec, out, &terr) == 0)
-			return 0;
-		snprintf(note, sizeof(note), "%s", terr && terr->msg ? terr->msg : "failed");
+		made = wr_vm_tmpl_restore(&spec, out, &terr) == 0;
+		if (!made)
+			snprintf(note, sizeof(note), "%s",
+				 terr && terr->msg ? terr->msg : "failed");
 		wr_err_free(&terr);
 	}
-	if (wr_vm_boot_cold(&spec, NULL, -1, out, err) < 0)
+	if (!made && wr_vm_boot_cold(&spec, NULL, -1, out, err) < 0)
 		return wr_err_wrap(err, "create microvm");
 	snprintf((*out)->tmpl_note, sizeof((*out)->tmpl_note), "%s", note);
+	/* what a restarted daemon needs to adopt it (wr_vm_adopt) */
+	json_t *extra = json_pack("{s:b, s:I, s:I}", "restored", (*out)->restored, "boot_ms",
+				  (json_int_t)(*out)->boot_ms, "ready_ms",
+				  (json_int_t)((*out)->ready_ns / 1000000));
+	int r = wr_qemu_save(&(*out)->qp, extra, err);
+	json_decref(extra);
+	if (r < 0) {
+		wr_vm_destroy(out, NULL);
+		return wr_err_wrap(err, "create microvm");
+	}
 	return 0;
+}
+
+int wr_vm_adopt(const char *id, pid_t pid_hint, struct wr_vm **out, wr_err *err)
+{
+	if (!wr_mvm.ready)
+		return wr_err_set(err, EINVAL, "microvm: tier not initialised");
+	struct wr_vm *vm = vm_new();
+	if (vm == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	snprintf(vm->id, sizeof(vm->id), "%s", id);
+	json_t *st = NULL;
+	_cleanup_close_ int dfd = -1;
+	int r, qfd = -1;
+	if (asprintf(&vm->dir, "%s/%s", wr_mvm.run_dir, vm->id) < 0 ||
+	    asprintf(&vm->rw_path, "%s/rw.ext4", vm->dir) < 0) {
+		r = wr_err_set(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((r = wr_qemu_adopt(&vm->qp, vm->id, vm->dir, pid_hint, &st, err)) < 0)
+		goto fail;
+	if ((dfd = open(vm->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		r = wr_err_sys(err, "open %s", vm->dir);
+		goto fail;
+	}
+	/* the previous daemon's connections died with it: QEMU listens again */
+	if ((vm->agent = r = wr_qemu_connect(dfd, "agent.sock", err)) < 0 ||
+	    (vm->console = r = wr_qemu_connect(dfd, "console.sock", err)) < 0 ||
+	    (qfd = r = wr_qemu_connect(dfd, "qmp.sock", err)) < 0)
+		goto fail;
+	vm->restored = json_is_true(json_object_get(st, "restored"));
+	vm->boot_ms = (uint64_t)json_integer_value(json_object_get(st, "boot_ms"));
+	vm->ready_ns = (uint64_t)json_integer_value(json_object_get(st, "ready_ms")) * 1000000ull;
+	/* the guest said hello to the previous daemon */
+	vm->hello = json_pack("{s:b}", "ok", 1);
+	if ((r = wr_qmp_open(qfd, 10000, &vm->qmp, err)) < 0)
+		goto fail;
+	/* a paused guest (a paused sandbox) cannot answer now: the PING goes
+	 * out anyway and the reader drops the stream up to its PONG whenever
+	 * the guest runs again; frames of later commands come after it */
+	char status[64] = "";
+	if ((r = wr_qmp_status(vm->qmp, status, sizeof(status), err)) < 0 ||
+	    (r = wr_vm_resync(vm, strcmp(status, "running") == 0 ? 15000 : 0, err)) < 0)
+		goto fail;
+	json_decref(st);
+	*out = vm;
+	return 0;
+fail:
+	json_decref(st);
+	/* never a QEMU left behind: killed, its cgroup, jail and files gone */
+	qemu_stop(vm, false, 0);
+	vm_free(vm);
+	return wr_err_wrap(err, "adopt microvm %s", id);
 }
 
 int wr_vm_destroy(struct wr_vm **pvm, wr_err *err)
@@ -711,9 +646,9 @@ int wr_vm_paused(struct wr_vm *vm, wr_err *err)
 
 int wr_vm_usage(struct wr_vm *vm, struct wr_cgroup_stats *st, wr_err *err)
 {
-	if (vm->cg == NULL)
+	if (vm->qp.cg == NULL)
 		return wr_err_set(err, ENOENT, "microvm: no cgroup");
-	return wr_cgroup_stats(vm->cg, st, err);
+	return wr_cgroup_stats(vm->qp.cg, st, err);
 }
 
 uint64_t wr_vm_boot_ms(const struct wr_vm *vm)
@@ -743,7 +678,7 @@ const char *wr_vm_id(const struct wr_vm *vm)
 
 pid_t wr_vm_qemu_pid(const struct wr_vm *vm)
 {
-	return vm->pid;
+	return vm->qp.pid;
 }
 
 char *wr_vm_console_tail(struct wr_vm *vm)
@@ -762,33 +697,13 @@ char *wr_vm_console_tail(struct wr_vm *vm)
 
 int wr_vm_kill(struct wr_vm *vm)
 {
-	if (vm->pid > 0 && kill(vm->pid, SIGKILL) < 0 && errno != ESRCH)
-		return -errno;
-	return 0;
+	return wr_qemu_kill(&vm->qp);
 }
 
-size_t wr_microvm_sweep(void)
+size_t wr_microvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx)
 {
-	/* Left by a daemon that died: its QEMUs died with it (PDEATHSIG), their
-	 * files did not. Called at start, before any create. */
-	size_t n = 0;
-	DIR *d = opendir(wr_mvm.run_dir);
-	struct dirent *de;
-	while (d && (de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.')
-			continue;
-		const char *files[] = {"rw.ext4", "qemu.log"};
-		for (size_t i = 0; i < 2; i++) {
-			char p[600];
-			snprintf(p, sizeof(p), "%s/%s/%s", wr_mvm.run_dir, de->d_name, files[i]);
-			unlink(p);
-		}
-		char p[600];
-		snprintf(p, sizeof(p), "%s/%s", wr_mvm.run_dir, de->d_name);
-		if (rmdir(p) == 0)
-			n++;
-	}
-	if (d)
-		closedir(d);
-	return n;
+	/* Left by a daemon that died: every VM directory whose id keep()
+	 * refuses, its QEMU (still running: nothing ties it to the daemon)
+	 * and its cgroup. */
+	return wr_mvm.ready ? wr_qemu_sweep(wr_mvm.run_dir, keep, ctx) : 0;
 }

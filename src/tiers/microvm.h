@@ -38,6 +38,9 @@ struct wr_microvm_config {
 	 * hierarchy (warrend: the container tier's base); default
 	 * "warren-microvm" */
 	const char *cgroup_base;
+	/* QEMU outlives this process (warrend: the next start adopts it,
+	 * wr_vm_adopt); false: it gets SIGKILL when the creating thread ends */
+	bool adoptable;
 };
 int wr_microvm_init(const struct wr_microvm_config *cfg, wr_err *err);
 /* "kvm" or "tcg": what creates use (auto resolves at init). */
@@ -88,8 +91,14 @@ pid_t wr_vm_qemu_pid(const struct wr_vm *vm);
 char *wr_vm_console_tail(struct wr_vm *vm);
 /* SIGKILL to QEMU now (the sandbox's kill); destroy reaps and cleans. */
 int wr_vm_kill(struct wr_vm *vm);
-/* At start: removes the files of VMs a previous daemon left. */
-size_t wr_microvm_sweep(void);
+/* At start, after adoption: every VM (its QEMU, cgroup and files) a
+ * previous daemon left whose id keep() refuses (keep NULL: all). */
+size_t wr_microvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx);
+/* A VM a previous daemon left running, found again by its id (pid_hint:
+ * the QEMU pid the daemon recorded, 0: not checked): its QEMU verified
+ * (pid, start time, uid), the agent, QMP and console channels connected
+ * again. A VM that cannot be adopted is killed and its files removed. */
+int wr_vm_adopt(const char *id, pid_t pid_hint, struct wr_vm **out, wr_err *err);
 
 /* The tier behind struct wr_tier_ops (microvm_tier.c); registered by
  * warrend when the node has a guest kernel configured. */

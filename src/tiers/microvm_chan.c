@@ -14,12 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/frame.h"
 #include "tiers/microvm.h"
 #include "tiers/microvm_internal.h"
+
+static int send_frame(struct wr_vm *vm, uint8_t type, uint32_t id, const void *p, uint32_t len);
 
 #define HOST_GRACE_NS (5ull * 1000000000ull)
 
@@ -140,6 +143,29 @@ static void ring_put(struct wr_vm *vm, const char *p, size_t n)
 	vm->ring_len = vm->ring_len + n > VM_CONSOLE_RING ? VM_CONSOLE_RING : vm->ring_len + n;
 }
 
+/* In resync: how many bytes of p up to and including the PONG header of
+ * vm->sync_id (which ends the resync), or n when it is not among them.
+ * Called with vm->lock held. */
+static size_t sync_scan(struct wr_vm *vm, const uint8_t *p, size_t n)
+{
+	uint8_t want[WR_FRAME_HDR] = {0, 0, 0, 0, WR_FRAME_PONG, 0, 0, 0};
+	for (int k = 0; k < 4; k++)
+		want[8 + k] = (uint8_t)(vm->sync_id >> (8 * k));
+	for (size_t i = 0; i < n; i++) {
+		if (vm->sync_n == WR_FRAME_HDR) {
+			memmove(vm->sync_win, vm->sync_win + 1, WR_FRAME_HDR - 1);
+			vm->sync_n--;
+		}
+		vm->sync_win[vm->sync_n++] = p[i];
+		if (vm->sync_n == WR_FRAME_HDR && memcmp(vm->sync_win, want, WR_FRAME_HDR) == 0) {
+			vm->sync_id = 0;
+			pthread_cond_broadcast(&vm->cond);
+			return i + 1;
+		}
+	}
+	return n;
+}
+
 static void *reader_main(void *arg)
 {
 	struct wr_vm *vm = arg;
@@ -170,10 +196,14 @@ static void *reader_main(void *arg)
 			if (n < 0 && errno == EINTR)
 				continue;
 			pthread_mutex_lock(&vm->lock);
+			size_t skip = 0;
 			if (n <= 0) {
 				mark_broken(vm, "the VM is gone (its agent channel closed)");
 				agent_open = false;
-			} else if (wr_frame_feed(&rd, buf, (size_t)n) < 0) {
+			} else if ((skip = vm->sync_id ? sync_scan(vm, (uint8_t *)buf, (size_t)n)
+						       : 0) == (size_t)n) {
+				/* still resyncing: dropped */
+			} else if (wr_frame_feed(&rd, buf + skip, (size_t)n - skip) < 0) {
 				mark_broken(vm, "agent: frame stream over its bounds");
 				agent_open = false;
 			} else {
@@ -215,6 +245,46 @@ void wr_vm_reader_stop(struct wr_vm *vm)
 	}
 	pthread_join(vm->reader, NULL);
 	vm->reader_started = false;
+}
+
+int wr_vm_resync(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err)
+{
+	uint32_t rnd[3] = {0};
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return wr_err_sys(err, "getrandom");
+	pthread_mutex_lock(&vm->lock);
+	vm->sync_id = rnd[0] | 1u;
+	vm->sync_n = 0;
+	/* commands the guest may still run keep ids near where the previous
+	 * daemon counted from: start far away (their frames are dropped) */
+	vm->next_id = rnd[1] | 0x80000000u;
+	vm->next_ping = rnd[2];
+	uint32_t id = vm->sync_id;
+	pthread_mutex_unlock(&vm->lock);
+	if (!vm->reader_started && wr_vm_reader_start(vm, err) < 0)
+		return -1;
+	int r = send_frame(vm, WR_FRAME_PING, id, NULL, 0);
+	if (r < 0) {
+		errno = -r;
+		return wr_err_sys(err, "microvm: resync");
+	}
+	if (timeout_ms == 0)
+		return 0;
+	struct timespec ts;
+	deadline_ts(now_ns() + timeout_ms * 1000000ull, &ts);
+	pthread_mutex_lock(&vm->lock);
+	while (vm->sync_id != 0 && !vm->broken &&
+	       pthread_cond_timedwait(&vm->cond, &vm->lock, &ts) != ETIMEDOUT)
+		;
+	if (vm->sync_id == 0)
+		r = 0;
+	else if (vm->broken)
+		r = wr_err_set(err, EIO, "resync: %s", vm->broken_msg);
+	else
+		r = wr_err_set(err, ETIMEDOUT, "resync: the guest agent did not answer in %llu ms",
+			       (unsigned long long)timeout_ms);
+	pthread_mutex_unlock(&vm->lock);
+	return r;
 }
 
 int wr_vm_wait_hello(struct wr_vm *vm, uint64_t deadline_ns, wr_err *err)

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "isolate/cgroup.h"
 #include "tiers/microvm.h"
+#include "tiers/qemu_proc.h"
 #include "tiers/tier.h"
 
 struct wr_microvm_globals {
@@ -22,7 +23,7 @@ struct wr_microvm_globals {
 	unsigned long tsc_khz;
 	char *qemu, *kernel, *initrd, *state_dir, *run_dir;
 	char *template_dir; /* NULL: templates off */
-	struct wr_cgroup_root *cgroot;
+	bool adoptable;	    /* QEMU outlives the process (a daemon) */
 };
 extern struct wr_microvm_globals wr_mvm;
 
@@ -45,8 +46,7 @@ struct vm_cmd {
 
 struct wr_vm {
 	char id[65];
-	pid_t pid;
-	int pidfd;
+	struct wr_qemu qp;  /* the process, its uid, cgroup and jail */
 	int agent, console; /* our ends of the socketpairs */
 	struct wr_qmp *qmp;
 	pthread_mutex_t qmp_lock;
@@ -57,7 +57,12 @@ struct wr_vm {
 	uint32_t next_id;
 	json_t *hello;
 	uint32_t next_ping, pong; /* the last PONG's id */
-	bool broken;		  /* channel lost or abused: no more commands */
+	/* resync after adoption: bytes are dropped until the PONG of this
+	 * PING id (0: in step); the last 12 bytes seen */
+	uint32_t sync_id;
+	uint8_t sync_win[12];
+	size_t sync_n;
+	bool broken; /* channel lost or abused: no more commands */
 	char broken_msg[256];
 	char ring[VM_CONSOLE_RING];
 	size_t ring_len, ring_pos;
@@ -67,11 +72,9 @@ struct wr_vm {
 	char *dir;
 	char *rw_path;
 	uint64_t boot_ms;
-	uid_t uid;			/* QEMU's own (-runas), 0 for none */
-	struct wr_cgroup *cg, *cg_leaf; /* QEMU's: vm-<id>, its leaf "q" */
-	uint64_t ready_ns;		/* create to a ready agent, host wall time */
-	bool restored;			/* from a template */
-	char tmpl_note[256];		/* why a template was not used, if it was not */
+	uint64_t ready_ns;   /* create to a ready agent, host wall time */
+	bool restored;	     /* from a template */
+	char tmpl_note[256]; /* why a template was not used, if it was not */
 };
 
 /* How QEMU starts: a cold boot, a boot that makes a template (RAM in a
@@ -110,6 +113,12 @@ void wr_vm_tmpl_sweep(void);
 /* microvm_chan.c */
 int wr_vm_reader_start(struct wr_vm *vm, wr_err *err);
 void wr_vm_reader_stop(struct wr_vm *vm);
+/* A channel connected to a guest that talked to a previous daemon: starts
+ * the reader, which drops the stream up to the PONG of a fresh PING (the
+ * previous daemon may have died within a frame), and moves command ids
+ * away from those the guest may still run. Waits up to timeout_ms for the
+ * PONG (0: does not wait; a paused guest answers when it runs again). */
+int wr_vm_resync(struct wr_vm *vm, uint64_t timeout_ms, wr_err *err);
 /* Waits for the agent's HELLO (or the channel's loss) until deadline. */
 int wr_vm_wait_hello(struct wr_vm *vm, uint64_t deadline_ns, wr_err *err);
 

@@ -34,7 +34,9 @@ static void mvm_free(struct mvm_sandbox *m)
 	free(m);
 }
 
-static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
+		    wr_err *err)
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the microvm tier boots one image (no layers)");
@@ -74,7 +76,8 @@ static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 				.disk_bytes = spec->disk_bytes,
 				.cpus = (unsigned)cpus,
 				.id = spec->id};
-	if (wr_vm_create(&vs, &m->vm, err) < 0) {
+	if ((adopt ? wr_vm_adopt(spec->id, adopt, &m->vm, err) : wr_vm_create(&vs, &m->vm, err)) <
+	    0) {
 		mvm_free(m);
 		return -1;
 	}
@@ -83,6 +86,22 @@ static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 nomem:
 	mvm_free(m);
 	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	return mvm_make(spec, 0, out, err);
+}
+
+/* warrend's recovery: the sandbox's defaults from its record, the VM found
+ * again by its id and QEMU's pid (wr_vm_adopt; one that cannot be adopted
+ * is killed and removed). */
+static int mvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err)
+{
+	if (spec->id == NULL || pid <= 0)
+		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
+	return mvm_make(spec, pid, out, err);
 }
 
 static int mvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
@@ -161,4 +180,5 @@ const struct wr_tier_ops wr_microvm_tier = {
     .freeze = mvm_freeze,
     .frozen = mvm_frozen,
     .usage = mvm_usage,
+    .adopt = mvm_adopt,
 };

@@ -139,6 +139,12 @@ int wr_qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int timeout_ms, 
 	return qmp_cmd(q, cmd, args, -1, timeout_ms, ret, err);
 }
 
+int wr_qmp_cmd_fd(struct wr_qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
+		  json_t **ret, wr_err *err)
+{
+	return qmp_cmd(q, cmd, args, fd, timeout_ms, ret, err);
+}
+
 int wr_qmp_getfd(struct wr_qmp *q, const char *name, int fd, wr_err *err)
 {
 	json_t *args = json_pack("{s:s}", "fdname", name);

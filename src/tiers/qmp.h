@@ -18,6 +18,9 @@ int wr_qmp_open(int fd, int timeout_ms, struct wr_qmp **out, wr_err *err);
  * A QMP error answer is -EIO with QEMU's class and description. */
 int wr_qmp_cmd(struct wr_qmp *q, const char *cmd, json_t *args, int timeout_ms, json_t **ret,
 	       wr_err *err);
+/* A command with fd attached (SCM_RIGHTS), as add-fd takes it. */
+int wr_qmp_cmd_fd(struct wr_qmp *q, const char *cmd, json_t *args, int fd, int timeout_ms,
+		  json_t **ret, wr_err *err);
 /* getfd: passes fd (SCM_RIGHTS) to QEMU under name, for URIs like
  * "fd:name" (migration); fd stays ours. */
 int wr_qmp_getfd(struct wr_qmp *q, const char *name, int fd, wr_err *err);

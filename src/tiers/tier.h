@@ -161,6 +161,11 @@ struct wr_tier_ops {
 	/* The host process whose exit means the sandbox is dead (container:
 	 * PID 1; microVM: QEMU); the daemon watches its pidfd. */
 	pid_t (*main_pid)(const struct wr_sandbox *sb);
+	/* Finds a sandbox a previous daemon left running again (spec from its
+	 * record, pid its recorded main_pid); one that cannot be adopted is
+	 * killed and cleaned. NULL: the daemon's own path (container). */
+	int (*adopt)(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err);
 };
 
 const struct wr_tier_ops *wr_tier_lookup(const char *name);

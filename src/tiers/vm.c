@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,18 +24,18 @@
 #include "common/compat.h"
 #include "common/util.h"
 #include "tiers/qga.h"
+#include "tiers/qemu_proc.h"
 #include "tiers/qmp.h"
 
 static struct {
-	bool ready, kvm;
+	bool ready, kvm, adoptable;
 	char *qemu, *qemu_img, *run_dir;
 } g;
 
 struct wr_fullvm {
 	char id[65];
-	pid_t pid;
-	int pidfd;
-	int console; /* drained into the ring by the console thread */
+	struct wr_qemu qp; /* the process, its uid, cgroup and jail */
+	int console;	   /* drained into the ring by the console thread */
 	struct wr_qmp *qmp;
 	struct wr_qga *qga;
 	pthread_mutex_t qmp_lock, qga_lock;
@@ -71,6 +71,9 @@ int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	if (wr_mkdir_p(g.run_dir, 0700, err) < 0)
 		return wr_err_wrap(err, "vm tier");
+	if (wr_qemu_init(cfg && cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm", err) < 0)
+		return wr_err_wrap(err, "vm tier");
+	g.adoptable = cfg && cfg->adoptable;
 	g.ready = true;
 	return 0;
 }
@@ -130,34 +133,11 @@ static void *console_main(void *arg)
 	return NULL;
 }
 
-enum { FD_QMP = 3, FD_QGA, FD_CONSOLE, FD_BASE, FD_OV, FD_OV_RO, FD_LOG, FD_FIRST_FREE };
-
-static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *fds, size_t n)
-{
-	int high[8];
-	if (n > 8)
-		_exit(126);
-	for (size_t i = 0; i < n; i++)
-		if ((high[i] = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD, 100)) < 0 && fds[i] >= 0)
-			_exit(126);
-	for (size_t i = 0; i < n; i++)
-		if (high[i] >= 0 && dup2(high[i], FD_QMP + (int)i) < 0)
-			_exit(126);
-	wr_close_range(FD_FIRST_FREE, ~0u, 0);
-	int nul = open("/dev/null", O_RDWR);
-	if (nul >= 0) {
-		dup2(nul, 0);
-		dup2(nul, 1);
-	}
-	dup2(FD_LOG, 2);
-	close(FD_LOG);
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	execv(argv[0], argv);
-	_exit(127);
-}
+/* QEMU's fds (qemu_proc.c hands them over as 3, 4, ...); the channels are
+ * listening sockets in the VM's directory, so a restarted daemon connects
+ * to them again. */
+enum { FD_QMP = 3, FD_QGA, FD_CONSOLE, FD_BASE, FD_OV, FD_OV_RO, FD_END };
+#define N_FDS (FD_END - FD_QMP)
 
 #define ARG(...)                                                                                   \
 	do {                                                                                       \
@@ -166,7 +146,7 @@ static __attribute__((noreturn)) void qemu_child(char *const *argv, const int *f
 	} while (0)
 
 static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, const char *fmt,
-		      const int *fds, wr_err *err)
+		      const int *fds, int log_fd, wr_err *err)
 {
 	char *argv[72] = {0};
 	size_t n = 0;
@@ -194,17 +174,17 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("std");
 	ARG("-no-reboot");
 	ARG("-chardev");
-	ARG("socket,id=qmp,fd=%d", FD_QMP);
+	ARG("socket,id=qmp,fd=%d,server=on,wait=off", FD_QMP);
 	ARG("-mon");
 	ARG("chardev=qmp,mode=control");
 	ARG("-chardev");
-	ARG("socket,id=con,fd=%d", FD_CONSOLE);
+	ARG("socket,id=con,fd=%d,server=on,wait=off", FD_CONSOLE);
 	ARG("-serial");
 	ARG("chardev:con");
 	ARG("-device");
 	ARG("virtio-serial-pci");
 	ARG("-chardev");
-	ARG("socket,id=qga,fd=%d", FD_QGA);
+	ARG("socket,id=qga,fd=%d,server=on,wait=off", FD_QGA);
 	ARG("-device");
 	ARG("virtserialport,chardev=qga,name=org.qemu.guest_agent.0");
 	ARG("-device");
@@ -231,15 +211,21 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("driver=qcow2,node-name=ov,file=ovf,backing=base");
 	ARG("-device");
 	ARG("virtio-blk-pci,drive=ov");
+	/* its uid is set before exec (qemu_proc.c): no set*id for QEMU */
 	ARG("-sandbox");
 	ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
 	argv[n] = NULL;
-	pid_t pid = fork();
-	if (pid == 0)
-		qemu_child(argv, fds, 7);
-	r = pid < 0 ? wr_err_sys(err, "fork qemu") : 0;
-	if (pid > 0)
-		vm->pid = pid;
+	/* nothing bound in: SeaBIOS and the VGA ROM come from /usr/share */
+	struct wr_qemu_spawn sp = {.id = vm->id,
+				   .argv = argv,
+				   .fds = fds,
+				   .n_fds = N_FDS,
+				   .log_fd = log_fd,
+				   .kvm = g.kvm,
+				   .memory_bytes = s->memory_bytes,
+				   .cpus = s->cpus,
+				   .die_with_parent = !g.adoptable};
+	r = wr_qemu_spawn(&vm->qp, &sp, err);
 	goto out;
 nomem:
 	r = wr_err_set(err, ENOMEM, "qemu arguments: out of memory");
@@ -251,19 +237,14 @@ out:
 
 static void qemu_stop(struct wr_fullvm *vm, bool quit, int grace_ms)
 {
-	if (vm->pid <= 0)
+	if (vm->qp.pid <= 0)
 		return;
 	if (quit && vm->qmp) {
 		pthread_mutex_lock(&vm->qmp_lock);
 		wr_qmp_cmd(vm->qmp, "quit", NULL, grace_ms, NULL, NULL);
 		pthread_mutex_unlock(&vm->qmp_lock);
 	}
-	struct pollfd p = {.fd = vm->pidfd, .events = POLLIN};
-	if (vm->pidfd < 0 || poll(&p, 1, quit ? grace_ms : 0) <= 0)
-		kill(vm->pid, SIGKILL);
-	while (waitpid(vm->pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	vm->pid = 0;
+	wr_qemu_stop(&vm->qp, quit ? grace_ms : 0);
 }
 
 static void vm_free(struct wr_fullvm *vm)
@@ -278,23 +259,40 @@ static void vm_free(struct wr_fullvm *vm)
 		pthread_join(vm->con_thread, NULL);
 	if (vm->console >= 0)
 		close(vm->console);
-	if (vm->pidfd >= 0)
-		close(vm->pidfd);
-	if (vm->overlay)
-		unlink(vm->overlay);
-	if (vm->dir) {
-		char p[600];
-		snprintf(p, sizeof(p), "%s/qemu.log", vm->dir);
-		unlink(p);
-		snprintf(p, sizeof(p), "%s/screen.png", vm->dir);
-		unlink(p);
-		rmdir(vm->dir);
-	}
+	/* QEMU ended (qemu_stop) before its cgroup, jail and files go */
+	wr_qemu_release(&vm->qp);
 	free(vm->overlay);
 	free(vm->dir);
 	pthread_mutex_destroy(&vm->qmp_lock);
 	pthread_mutex_destroy(&vm->qga_lock);
 	free(vm);
+}
+
+static struct wr_fullvm *vm_new(void)
+{
+	struct wr_fullvm *vm = calloc(1, sizeof(*vm));
+	if (vm == NULL)
+		return NULL;
+	vm->qp.pidfd = vm->console = -1;
+	pthread_mutex_init(&vm->qmp_lock, NULL);
+	pthread_mutex_init(&vm->qga_lock, NULL);
+	return vm;
+}
+
+/* Connects to QEMU's three sockets and starts the console drain. */
+static int connect_all(struct wr_fullvm *vm, int dfd, int qmp_ms, wr_err *err)
+{
+	int qfd = -1, gfd = -1;
+	if ((vm->console = wr_qemu_connect(dfd, "console.sock", err)) < 0 ||
+	    (qfd = wr_qemu_connect(dfd, "qmp.sock", err)) < 0)
+		return -1;
+	if (pthread_create(&vm->con_thread, NULL, console_main, vm) == 0)
+		vm->con_started = true;
+	if (wr_qmp_open(qfd, qmp_ms, &vm->qmp, err) < 0)
+		return -1;
+	if ((gfd = wr_qemu_connect(dfd, "qga.sock", err)) < 0)
+		return -1;
+	return wr_qga_new(gfd, &vm->qga, err);
 }
 
 int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr_err *err)
@@ -315,7 +313,7 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 	if (s.image == NULL)
 		return wr_err_field(err, "image", "an image is required");
 	_cleanup_close_ int base = open(s.image, O_RDONLY | O_CLOEXEC), ov = -1, ov_ro = -1,
-			    log = -1;
+			    log = -1, dfd = -1, qm = -1, qg = -1, co = -1;
 	if (base < 0)
 		return wr_err_sys(err, "image %s", s.image);
 	struct stat st;
@@ -323,33 +321,24 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 		return wr_err_field(err, "image", "the vm tier boots a disk image file (%s)",
 				    s.image);
 	const char *fmt = image_format(base);
-	struct wr_fullvm *vm = calloc(1, sizeof(*vm));
+	struct wr_fullvm *vm = vm_new();
 	if (vm == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	vm->pidfd = vm->console = -1;
-	pthread_mutex_init(&vm->qmp_lock, NULL);
-	pthread_mutex_init(&vm->qga_lock, NULL);
-	int r, qm[2] = {-1, -1}, qg[2] = {-1, -1}, co[2] = {-1, -1};
+	int r;
 	if (s.id)
 		snprintf(vm->id, sizeof(vm->id), "%s", s.id);
 	else if (wr_random_id(vm->id) < 0) {
 		r = wr_err_set(err, EIO, "no randomness for an id");
 		goto fail;
 	}
-	if (asprintf(&vm->dir, "%s/%s", g.run_dir, vm->id) < 0) {
+	if (asprintf(&vm->dir, "%s/%s", g.run_dir, vm->id) < 0 ||
+	    asprintf(&vm->overlay, "%s/disk.qcow2", vm->dir) < 0) {
 		r = wr_err_set(err, ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (mkdir(vm->dir, 0700) < 0) {
-		r = wr_err_sys(err, "mkdir %s", vm->dir);
-		free(vm->dir);
-		vm->dir = NULL;
+	/* its uid and its directory (not ours to remove when it existed) */
+	if ((r = wr_qemu_prepare(&vm->qp, vm->dir, err)) < 0)
 		goto fail;
-	}
-	if (asprintf(&vm->overlay, "%s/disk.qcow2", vm->dir) < 0) {
-		r = wr_err_set(err, ENOMEM, "out of memory");
-		goto fail;
-	}
 	/* the overlay names its backing file only as metadata: QEMU gets the
 	 * base as an fd (-blockdev backing=base) and never opens that path */
 	char size[32], fmtopt[64];
@@ -362,58 +351,79 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 		goto fail;
 	ov = open(vm->overlay, O_RDWR | O_CLOEXEC);
 	ov_ro = open(vm->overlay, O_RDONLY | O_CLOEXEC);
-	char lp[600];
-	snprintf(lp, sizeof(lp), "%s/qemu.log", vm->dir);
-	log = open(lp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (ov < 0 || ov_ro < 0) {
 		r = wr_err_sys(err, "open %s", vm->overlay);
 		goto fail;
 	}
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0 ||
-	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qg) < 0 ||
-	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, co) < 0) {
-		r = wr_err_sys(err, "socketpair");
+	if ((dfd = open(vm->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+	    (log = openat(dfd, "qemu.log", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+		r = wr_err_sys(err, "open %s", vm->dir);
 		goto fail;
 	}
-	int fds[7] = {qm[1], qg[1], co[1], base, ov, ov_ro, log};
-	r = spawn_qemu(vm, &s, fmt, fds, err);
-	close(qm[1]);
-	close(qg[1]);
-	close(co[1]);
-	qm[1] = qg[1] = co[1] = -1;
-	if (r < 0)
+	if ((qm = r = wr_qemu_listen(dfd, "qmp.sock", err)) < 0 ||
+	    (qg = r = wr_qemu_listen(dfd, "qga.sock", err)) < 0 ||
+	    (co = r = wr_qemu_listen(dfd, "console.sock", err)) < 0)
 		goto fail;
-	vm->pidfd = wr_pidfd_open(vm->pid, 0);
-	vm->console = co[0];
-	co[0] = -1;
-	if (pthread_create(&vm->con_thread, NULL, console_main, vm) == 0)
-		vm->con_started = true;
-	int qmp_fd = qm[0];
-	qm[0] = -1;
-	if ((r = wr_qmp_open(qmp_fd, 30000, &vm->qmp, err)) < 0)
+	int fds[N_FDS] = {qm, qg, co, base, ov, ov_ro};
+	if ((r = spawn_qemu(vm, &s, fmt, fds, log, err)) < 0)
 		goto fail;
-	int qga_fd = qg[0];
-	qg[0] = -1;
-	if ((r = wr_qga_new(qga_fd, &vm->qga, err)) < 0)
+	if ((r = connect_all(vm, dfd, 30000, err)) < 0)
 		goto fail;
 	if ((r = wr_qga_sync(vm->qga, (int)s.boot_timeout_ms, err)) < 0) {
 		wr_err_wrap(err, "boot (does the image run qemu-guest-agent?)");
 		goto fail;
 	}
+	/* what a restarted daemon needs to adopt it (wr_fullvm_adopt) */
+	if ((r = wr_qemu_save(&vm->qp, NULL, err)) < 0)
+		goto fail;
 	*out = vm;
 	return 0;
 fail:
-	for (int i = 0; i < 2; i++) {
-		if (qm[i] >= 0)
-			close(qm[i]);
-		if (qg[i] >= 0)
-			close(qg[i]);
-		if (co[i] >= 0)
-			close(co[i]);
-	}
 	qemu_stop(vm, false, 0);
 	vm_free(vm);
 	return wr_err_wrap(err, "create vm");
+}
+
+int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullvm **out,
+		    wr_err *err)
+{
+	if (!g.ready)
+		return wr_err_set(err, EINVAL, "vm tier: not initialised");
+	struct wr_fullvm *vm = vm_new();
+	if (vm == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	snprintf(vm->id, sizeof(vm->id), "%s", id);
+	json_t *st = NULL;
+	_cleanup_close_ int dfd = -1;
+	int r;
+	if (asprintf(&vm->dir, "%s/%s", g.run_dir, vm->id) < 0 ||
+	    asprintf(&vm->overlay, "%s/disk.qcow2", vm->dir) < 0) {
+		r = wr_err_set(err, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((r = wr_qemu_adopt(&vm->qp, vm->id, vm->dir, pid_hint, &st, err)) < 0)
+		goto fail;
+	if ((dfd = open(vm->dir, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		r = wr_err_sys(err, "open %s", vm->dir);
+		goto fail;
+	}
+	/* qemu-ga reads EOF while no daemon is connected and waits; its
+	 * stream resyncs with guest-sync-delimited (here when the guest
+	 * runs; a paused one's before its first command after resume) */
+	if ((r = connect_all(vm, dfd, 10000, err)) < 0)
+		goto fail;
+	int paused = wr_fullvm_paused(vm, err);
+	if ((r = paused) < 0 || (!paused && (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0))
+		goto fail;
+	json_decref(st);
+	*out = vm;
+	return 0;
+fail:
+	json_decref(st);
+	/* never a QEMU left behind: killed, its cgroup, jail and files gone */
+	qemu_stop(vm, false, 0);
+	vm_free(vm);
+	return wr_err_wrap(err, "adopt vm %s", id);
 }
 
 int wr_fullvm_destroy(struct wr_fullvm **pvm, wr_err *err)
@@ -430,14 +440,12 @@ int wr_fullvm_destroy(struct wr_fullvm **pvm, wr_err *err)
 
 int wr_fullvm_kill(struct wr_fullvm *vm)
 {
-	if (vm->pid > 0 && kill(vm->pid, SIGKILL) < 0 && errno != ESRCH)
-		return -errno;
-	return 0;
+	return wr_qemu_kill(&vm->qp);
 }
 
 int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms)
 {
-	if (vm->pid <= 0)
+	if (vm->qp.pid <= 0)
 		return 0;
 	if (vm->qmp && deadline_ms > 0) {
 		pthread_mutex_lock(&vm->qmp_lock);
@@ -445,8 +453,8 @@ int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms)
 		wr_qmp_cmd(vm->qmp, "cont", NULL, 2000, NULL, NULL);
 		int r = wr_qmp_cmd(vm->qmp, "system_powerdown", NULL, 2000, NULL, NULL);
 		pthread_mutex_unlock(&vm->qmp_lock);
-		struct pollfd p = {.fd = vm->pidfd, .events = POLLIN};
-		if (r == 0 && vm->pidfd >= 0 && poll(&p, 1, deadline_ms) > 0)
+		struct pollfd p = {.fd = vm->qp.pidfd, .events = POLLIN};
+		if (r == 0 && vm->qp.pidfd >= 0 && poll(&p, 1, deadline_ms) > 0)
 			return 0;
 	}
 	return wr_fullvm_kill(vm);
@@ -474,35 +482,14 @@ int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err)
 	return r;
 }
 
-size_t wr_fullvm_sweep(void)
+size_t wr_fullvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx)
 {
-	if (!g.ready)
-		return 0;
-	DIR *d = opendir(g.run_dir);
-	size_t n = 0;
-	if (d == NULL)
-		return 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue;
-		static const char *const files[] = {"disk.qcow2", "qemu.log", "screen.png"};
-		char p[700];
-		for (size_t i = 0; i < WR_ARRAY_SIZE(files); i++) {
-			snprintf(p, sizeof(p), "%s/%s/%s", g.run_dir, e->d_name, files[i]);
-			unlink(p);
-		}
-		snprintf(p, sizeof(p), "%s/%s", g.run_dir, e->d_name);
-		if (rmdir(p) == 0)
-			n++;
-	}
-	closedir(d);
-	return n;
+	return g.ready ? wr_qemu_sweep(g.run_dir, keep, ctx) : 0;
 }
 
 pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm)
 {
-	return vm->pid;
+	return vm->qp.pid;
 }
 
 /* ---- commands, files, screen --------------------------------------------------- */
@@ -631,21 +618,40 @@ int wr_fullvm_write_file(struct wr_fullvm *vm, const char *path, const char *dat
 
 int wr_fullvm_screenshot(struct wr_fullvm *vm, char **png, size_t *len, wr_err *err)
 {
-	char path[600];
-	snprintf(path, sizeof(path), "%s/screen.png", vm->dir);
-	unlink(path);
+	/* QEMU opens screendump's file by name, and its jail has no place
+	 * to write: a memfd of ours, write-only, goes in as fdset 9 */
+	_cleanup_close_ int mfd = memfd_create("warren-screen", MFD_CLOEXEC), wfd = -1;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", mfd);
+	if (mfd < 0 || (wfd = open(path, O_WRONLY | O_CLOEXEC)) < 0)
+		return wr_err_sys(err, "screenshot: memfd");
 	pthread_mutex_lock(&vm->qmp_lock);
-	json_t *args = json_pack("{s:s, s:s}", "filename", path, "format", "png");
-	int r = wr_qmp_cmd(vm->qmp, "screendump", args, 30000, NULL, err);
+	json_t *args = json_pack("{s:i}", "fdset-id", 9);
+	int r = wr_qmp_cmd_fd(vm->qmp, "add-fd", args, wfd, 10000, NULL, err);
 	json_decref(args);
+	if (r == 0) {
+		args = json_pack("{s:s, s:s}", "filename", "/dev/fdset/9", "format", "png");
+		r = wr_qmp_cmd(vm->qmp, "screendump", args, 30000, NULL, err);
+		json_decref(args);
+		args = json_pack("{s:i}", "fdset-id", 9);
+		wr_qmp_cmd(vm->qmp, "remove-fd", args, 10000, NULL, NULL);
+		json_decref(args);
+	}
 	pthread_mutex_unlock(&vm->qmp_lock);
 	if (r < 0)
 		return wr_err_wrap(err, "screenshot");
-	char *data = NULL;
-	ssize_t n = wr_read_file_at(AT_FDCWD, path, &data, 64u << 20, err);
-	unlink(path);
-	if (n < 0)
-		return wr_err_wrap(err, "screenshot");
+	struct stat st;
+	if (fstat(mfd, &st) < 0)
+		return wr_err_sys(err, "screenshot");
+	if (st.st_size <= 0 || st.st_size > (64 << 20))
+		return wr_err_set(err, EIO, "screenshot: QEMU wrote %lld bytes",
+				  (long long)st.st_size);
+	char *data = malloc((size_t)st.st_size);
+	ssize_t n = data ? pread(mfd, data, (size_t)st.st_size, 0) : -1;
+	if (n != st.st_size) {
+		free(data);
+		return wr_err_sys(err, "screenshot: read");
+	}
 	/* PNG: 8-byte signature, IHDR length and type, width, height */
 	if (n >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
 		const unsigned char *u = (const unsigned char *)data;

@@ -29,6 +29,13 @@ struct wr_fullvm_config {
 	const char *qemu_img; /* default: qemu-img from PATH */
 	const char *run_dir;  /* per-VM files under <run>/vm/<id> */
 	const char *accel;    /* "auto" (default), "kvm" or "tcg" */
+	/* each QEMU's cgroup is <own cgroup>/<base>/vm-<id> (one base a
+	 * process, the microVM tier's); default "warren-microvm" */
+	const char *cgroup_base;
+	/* QEMU outlives this process (warrend: the next start adopts it,
+	 * wr_fullvm_adopt); false: it gets SIGKILL when the creating thread
+	 * ends */
+	bool adoptable;
 };
 int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err);
 
@@ -81,9 +88,17 @@ int wr_fullvm_shutdown(struct wr_fullvm *vm, int deadline_ms);
 int wr_fullvm_pause(struct wr_fullvm *vm, bool paused, wr_err *err);
 /* 1 when stopped by wr_fullvm_pause, 0 when running, negative on error. */
 int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err);
-/* Removes the run directories of VMs a previous daemon run left; returns
+/* At start, after adoption: every VM (its QEMU, cgroup and files) a
+ * previous daemon left whose id keep() refuses (keep NULL: all); returns
  * how many. */
-size_t wr_fullvm_sweep(void);
+size_t wr_fullvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx);
+/* A VM a previous daemon left running, found again by its id (pid_hint:
+ * the QEMU pid the daemon recorded, 0: not checked): QEMU verified (pid,
+ * start time, uid), QMP, the console and the guest agent connected again
+ * (the agent answering within sync_ms). One that cannot be adopted is
+ * killed and its files removed. */
+int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullvm **out,
+		    wr_err *err);
 int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
 
 #endif

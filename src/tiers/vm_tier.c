@@ -45,7 +45,9 @@ int wr_vm_tier_init(const struct wr_vm_tier_config *cfg, wr_err *err)
 	struct wr_fullvm_config fc = {.qemu = cfg->qemu,
 				      .qemu_img = cfg->qemu_img,
 				      .run_dir = cfg->run_dir,
-				      .accel = cfg->accel};
+				      .accel = cfg->accel,
+				      .cgroup_base = cfg->cgroup_base,
+				      .adoptable = cfg->adoptable};
 	if (wr_fullvm_init(&fc, err) < 0)
 		return -1;
 	g_cfg = *cfg;
@@ -71,7 +73,9 @@ static uint64_t image_virtual_size(const char *image, uint64_t file_size)
 	return v;
 }
 
-static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
+		    wr_err *err)
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the vm tier boots one disk image (no layers)");
@@ -116,7 +120,8 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 	uint64_t vsize = image_virtual_size(image, (uint64_t)st.st_size);
 	if (vs.disk_bytes < vsize)
 		vs.disk_bytes = vsize;
-	if (wr_fullvm_create(&vs, &m->vm, err) < 0) {
+	if ((adopt ? wr_fullvm_adopt(spec->id, adopt, 30000, &m->vm, err)
+		   : wr_fullvm_create(&vs, &m->vm, err)) < 0) {
 		fvm_free(m);
 		return -1;
 	}
@@ -125,6 +130,22 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 nomem:
 	fvm_free(m);
 	return wr_err_set(err, ENOMEM, "out of memory");
+}
+
+static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	return fvm_make(spec, 0, out, err);
+}
+
+/* warrend's recovery: the sandbox's defaults from its record, the VM found
+ * again by its id and QEMU's pid (wr_fullvm_adopt; one that cannot be
+ * adopted is killed and removed). */
+static int fvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
+		     wr_err *err)
+{
+	if (spec->id == NULL || pid <= 0)
+		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
+	return fvm_make(spec, pid, out, err);
 }
 
 static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
@@ -200,4 +221,5 @@ const struct wr_tier_ops wr_vm_tier = {
     .frozen = fvm_frozen,
     .destroy = fvm_destroy,
     .main_pid = fvm_main_pid,
+    .adopt = fvm_adopt,
 };

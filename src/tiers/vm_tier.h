@@ -2,6 +2,7 @@
 #ifndef WARREN_TIERS_VM_TIER_H
 #define WARREN_TIERS_VM_TIER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -10,6 +11,8 @@
 
 struct wr_vm_tier_config {
 	const char *qemu, *qemu_img, *accel, *run_dir;
+	const char *cgroup_base;      /* QEMU's cgroups (see wr_fullvm_config) */
+	bool adoptable;		      /* QEMU outlives the daemon, adopted later */
 	uint64_t boot_timeout_ms;     /* 0: the core's default (300 s) */
 	uint64_t shutdown_timeout_ms; /* ACPI shutdown's deadline at kill */
 };

@@ -74,8 +74,8 @@ def test_microvm_create_run_kill(fresh_daemon, build):
         print(f"restore + first exec through the API: {time.monotonic() - t0:.2f} s")
         assert out["stdout"] == f"{sid2}\nfresh\n", out
         # pause/resume (QMP stop/cont) keeps a counting process's state
-        c.run(sid2, ["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /n; sleep 0.2; "
-                                 "done) >/dev/null 2>&1 &"])
+        c.run(sid2, ["sh", "-c", "(i=0; while :; do i=$((i+1)); echo $i > /n.t; mv /n.t /n; "
+                                 "sleep 0.2; done) >/dev/null 2>&1 &"])
         time.sleep(1)
         r = c.post(f"/v1/sandboxes/{sid2}/pause", None)
         assert r.status == 200 and r.json()["state"] == "paused", r
@@ -117,5 +117,75 @@ def test_microvm_bad_requests(fresh_daemon, build, warrend):
         r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
                                      "network": {"mode": "open"}})
         assert r.status == 400 and r.error[1] == "network.mode", r
+    finally:
+        c.close()
+
+
+def qemu_of(sid):
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and sid.encode() in cmdline(p)]
+
+
+def test_microvm_adopted_after_kill9(fresh_daemon, build):
+    """warrend dies (kill -9) with two microVMs running: QEMU outlives it;
+    the next start adopts one (QEMU verified by pid and start time, its
+    QMP, agent and console sockets connected again, the agent resynced):
+    its files and exec keep working. The other cannot be adopted (its
+    state file is gone): it is failed, its QEMU killed, its files and
+    cgroup removed. A clean restart (SIGTERM) adopts a paused VM, which
+    then resumes. Nothing is left after the kill."""
+    d = fresh_daemon(extra={"microvm": dict(guest(build), templates="")}).start()
+    c = d.client()
+    try:
+        sids = []
+        for _ in range(2):
+            r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
+                                         "memory_mb": 128, "disk_mb": 32, "timeout": 600,
+                                         "env": {"WHO": "adopted"}})
+            assert r.status == 201, r
+            sids.append(r.json()["id"])
+        keep, lose = sids
+        c.run(keep, ["sh", "-c", "echo before > /f; (sleep 1000 &)"])
+        qk, ql = qemu_of(keep), qemu_of(lose)
+        assert len(qk) == 1 and len(ql) == 1, (qk, ql)
+        c.close()
+        d.kill9()
+        time.sleep(0.5)
+        # the VMs outlived the daemon
+        assert os.path.exists(f"/proc/{qk[0]}") and os.path.exists(f"/proc/{ql[0]}")
+        (d.run / "microvm" / lose / "vm.json").unlink()
+        d.start()
+        c = d.client()
+        got = c.get(f"/v1/sandboxes/{keep}").json()
+        assert got["state"] == "running", got
+        out = c.run(keep, ["sh", "-c", "cat /f; echo $WHO; hostname"])
+        assert out["exit_code"] == 0 and out["stdout"] == f"before\nadopted\n{keep}\n", out
+        assert qemu_of(keep) == qk
+        got = c.get(f"/v1/sandboxes/{lose}").json()
+        assert got["state"] == "failed", got
+        for _ in range(50):
+            if not os.path.exists(f"/proc/{ql[0]}"):
+                break
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{ql[0]}"), "the unadoptable VM's QEMU lives on"
+        assert not (d.run / "microvm" / lose).exists()
+        # a second restart, clean this time (SIGTERM), of a paused VM: its
+        # guest cannot answer the resync until it is resumed
+        r = c.post(f"/v1/sandboxes/{keep}/pause", None)
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        c.close()
+        assert d.stop() == 0
+        d.start()
+        c = d.client()
+        assert c.get(f"/v1/sandboxes/{keep}").json()["state"] == "paused"
+        r = c.post(f"/v1/sandboxes/{keep}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        assert c.run(keep, ["cat", "/f"])["stdout"] == "before\n"
+        c.kill(keep)
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{qk[0]}") and not (d.run / "microvm" / keep).exists():
+                break
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{qk[0]}"), "QEMU outlived the kill"
+        assert not (d.run / "microvm" / keep).exists()
     finally:
         c.close()

@@ -1,6 +1,7 @@
 """The full VM tier through warrend's API (TCG here): one Debian boot for
-the whole file (create, run, pause, kill), and a disk that boots nothing,
-reported and cleaned up within its boot timeout."""
+the whole file (create, run, a warrend kill -9 and the adoption of the VM
+by the next start, pause, kill), and a disk that boots nothing, reported
+and cleaned up within its boot timeout."""
 import os
 import struct
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
 
 from warren import Sandbox  # noqa: E402
-from conftest import find_images  # noqa: E402
+from conftest import Client, find_images  # noqa: E402
 from warren.exceptions import WarrenError  # noqa: E402
 
 
@@ -51,7 +52,8 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
     d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 600,
                                    "shutdown_timeout": 60},
                             "images": {"debian-vm": str(img)}}).start()
-    c = d.client()
+    # the boot may take minutes on a loaded machine (boot_timeout 600)
+    c = Client(d, timeout=700)
     try:
         r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm", "memory_mb": 512,
                                      "timeout": 900, "env": {"WHO": "vm"}})
@@ -65,6 +67,16 @@ def test_vm_create_run_pause_kill(fresh_daemon, build):
         assert lines[0] == "vm" and lines[1] != os.uname().release, out
         assert lines[2] == "0" and lines[3] == "/", out
         c.run(sid, ["sh", "-c", "echo kept > /root/data"])
+        # warrend dies (kill -9): QEMU outlives it, and the next start
+        # adopts it (QMP, console and qemu-ga sockets connected again)
+        before = qemu_pids(sid)
+        assert len(before) == 1, before
+        c.close()
+        d.kill9()
+        d.start()
+        c = Client(d, timeout=700)
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert qemu_pids(sid) == before
         assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
         assert c.run(sid, ["id", "-u"], user=1000)["stdout"] == "1000\n"
         t = c.run(sid, ["sleep", "100"], timeout=2)

@@ -14,18 +14,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "qemu_jail.h"
 #include "tiers/microvm.h"
+#include "tiers/microvm_internal.h"
+#include "tiers/qmp.h"
 
 static char g_tmp[256];
 static char g_image[512];
 static char g_tdir[256];
 static char g_cgbase[64];
 static struct wr_vm *g_vm;
+/* held open without O_CLOEXEC while QEMU starts: it must not inherit it */
+static const char *g_canary = "/etc/hostname";
+/* test_adopt_after_crash: adopted and swept in group_setup */
+static struct wr_vm *g_adopted;
+static pid_t g_stale;
+static size_t g_swept;
+
+static bool keep_but_stale(const char *id, void *ctx)
+{
+	(void)ctx;
+	return strcmp(id, "vmstale") != 0;
+}
+
+static pid_t recorded_pid(const char *id)
+{
+	char p[400];
+	snprintf(p, sizeof(p), "%s/run/microvm/%s/vm.json", g_tmp, id);
+	json_error_t je;
+	json_t *j = json_load_file(p, 0, &je);
+	pid_t pid = (pid_t)json_integer_value(json_object_get(j, "pid"));
+	json_decref(j);
+	return pid;
+}
 
 static int group_setup(void **state)
 {
@@ -54,13 +81,62 @@ static int group_setup(void **state)
 					.template_dir = g_tdir,
 					.cgroup_base = g_cgbase};
 	wr_err err = NULL;
+	/* A daemon that dies with VMs running, played by a child process
+	 * (forked while this one has no thread): its QEMUs outlive it
+	 * (adoptable), for test_adopt_after_crash. */
+	pid_t child = fork();
+	if (child == 0) {
+		cfg.adoptable = true;
+		if (wr_microvm_init(&cfg, &err) < 0)
+			_exit(1);
+		const char *ids[] = {"vmadopt", "vmstale"};
+		for (int v = 0; v < 2; v++) {
+			struct wr_vm_spec as = {.image = g_image,
+						.disk_bytes = 32ull << 20,
+						.id = ids[v],
+						.cold = true};
+			struct wr_vm *vm = NULL;
+			if (wr_vm_create(&as, &vm, &err) < 0) {
+				fprintf(stderr, "create %s: %s\n", ids[v], err->msg);
+				_exit(2);
+			}
+			/* a file, and a command still running at the crash */
+			const char *argv[] = {"sh", "-c", "echo before > /before; sleep 1000 &",
+					      NULL};
+			struct wr_exec_spec ex = {
+			    .argv = argv, .user = -1, .group = -1, .stdin_fd = -1};
+			struct wr_exec_result res;
+			if (wr_vm_exec(vm, &ex, &res, &err) < 0)
+				_exit(3);
+		}
+		_exit(0); /* no destroy: a crash */
+	}
+	int cst = -1;
+	if (child < 0 || waitpid(child, &cst, 0) != child || !WIFEXITED(cst) ||
+	    WEXITSTATUS(cst) != 0) {
+		fprintf(stderr, "the crashing child failed (%d)\n", cst);
+		return -1;
+	}
 	if (wr_microvm_init(&cfg, &err) < 0) {
 		fprintf(stderr, "init: %s\n", err->msg);
 		return -1;
 	}
+	/* as warrend's start: adopt, then sweep the rest, then create (the
+	 * uids of the dead process's QEMUs are known only once adopted) */
+	g_stale = recorded_pid("vmstale");
+	if (wr_vm_adopt("vmadopt", recorded_pid("vmadopt"), &g_adopted, &err) < 0) {
+		fprintf(stderr, "adopt: %s\n", err->msg);
+		wr_microvm_sweep(NULL, NULL);
+		return -1;
+	}
+	g_swept = wr_microvm_sweep(keep_but_stale, NULL);
 	struct wr_vm_spec spec = {
 	    .image = g_image, .disk_bytes = 64ull << 20, .id = "vmtest", .cold = true};
-	if (wr_vm_create(&spec, &g_vm, &err) < 0) {
+	int canary = open(g_canary, O_RDONLY);
+	int cr = wr_vm_create(&spec, &g_vm, &err);
+	if (canary >= 0)
+		close(canary);
+	if (cr < 0) {
 		fprintf(stderr, "create: %s\n", err->msg);
 		return -1;
 	}
@@ -73,6 +149,9 @@ static int group_teardown(void **state)
 {
 	(void)state;
 	wr_vm_destroy(&g_vm, NULL);
+	wr_vm_destroy(&g_adopted, NULL);
+	/* whatever a failed test left: QEMUs, cgroups, files */
+	wr_microvm_sweep(NULL, NULL);
 	char cmd[1000];
 	snprintf(cmd, sizeof(cmd),
 		 "find /sys/fs/cgroup -maxdepth 8 -type d -name %s -prune -exec rmdir {} + "
@@ -307,6 +386,11 @@ static void test_template_restore(void **state)
 	fprintf(stderr, "template made, then restored in %llu ms (note: %s)\n",
 		(unsigned long long)wr_vm_ready_ms(first), wr_vm_template_note(first));
 	assert_true(wr_vm_restored(first));
+	/* a restore's jail also holds the template's RAM file */
+	char jdir[400];
+	snprintf(jdir, sizeof(jdir), "%s/run/microvm/vmtpl0", g_tmp);
+	assert_qemu_jailed(wr_vm_qemu_pid(first), jdir, "bin,initrd,kernel,lib,lib64,mem,usr",
+			   g_canary);
 	char *s = out_of(first, "hostname; echo one > /mine; cat /mine");
 	assert_string_equal(s, "vmtpl0\none\n");
 	free(s);
@@ -392,67 +476,30 @@ static void test_guest_panic_is_reported(void **state)
 	assert_int_equal(wr_vm_destroy(&vm, &err), 0);
 	assert_int_equal(access(dir, F_OK), -1);
 	assert_true(kill(qemu, 0) < 0 && errno == ESRCH);
+	/* its cgroup went too (its jail's mounts lived only in its own
+	 * mount namespace) */
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd),
+		 "test -z \"$(find /sys/fs/cgroup -maxdepth 8 -path '*/%s/vm-vmpanic' "
+		 "2>/dev/null)\"",
+		 g_cgbase);
+	assert_int_equal(system(cmd), 0);
 }
 
-static long status_field(pid_t pid, const char *key, int base)
-{
-	char p[64], line[256];
-	snprintf(p, sizeof(p), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(p, "re");
-	long v = -1;
-	while (f && fgets(line, sizeof(line), f))
-		if (strncmp(line, key, strlen(key)) == 0 && line[strlen(key)] == ':')
-			v = strtol(line + strlen(key) + 1, NULL, base);
-	if (f)
-		fclose(f);
-	return v;
-}
-
-static void same_ns(pid_t pid, const char *ns, bool *same)
-{
-	char a[64], b[64], la[64] = "", lb[64] = "";
-	snprintf(a, sizeof(a), "/proc/%d/ns/%s", (int)pid, ns);
-	snprintf(b, sizeof(b), "/proc/self/ns/%s", ns);
-	assert_true(readlink(a, la, sizeof(la) - 1) > 0);
-	assert_true(readlink(b, lb, sizeof(lb) - 1) > 0);
-	*same = strcmp(la, lb) == 0;
-}
-
-/* QEMU itself, seen from outside: its own unprivileged uid and gid, no
- * capabilities, no_new_privs, a seccomp filter, and network, mount, IPC
- * and UTS namespaces that are not the host's. */
+/* QEMU itself, seen from outside (qemu_jail.h): its own uid, no
+ * capabilities, no_new_privs, seccomp, PID 1 of its own namespaces, its
+ * root the jail with only its kernel, initramfs and /usr, no fd of ours;
+ * and its own cgroup in the memory and pids hierarchies. */
 static void test_qemu_confined(void **state)
 {
 	(void)state;
 	pid_t q = wr_vm_qemu_pid(g_vm);
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/run/microvm/vmtest", g_tmp);
+	assert_qemu_jailed(q, dir, "bin,initrd,kernel,lib,lib64,usr", g_canary);
 	char line[256], p[64];
-	snprintf(p, sizeof(p), "/proc/%d/status", (int)q);
-	FILE *f = fopen(p, "re");
-	assert_non_null(f);
-	unsigned long ids[2][4] = {{0}};
-	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "Uid: %lu %lu %lu %lu", &ids[0][0], &ids[0][1], &ids[0][2],
-		       &ids[0][3]);
-		sscanf(line, "Gid: %lu %lu %lu %lu", &ids[1][0], &ids[1][1], &ids[1][2],
-		       &ids[1][3]);
-	}
-	fclose(f);
-	for (int k = 0; k < 2; k++)
-		for (int i = 0; i < 4; i++)
-			assert_true(ids[k][i] >= 0x50000000ul && ids[k][i] == ids[0][0]);
-	assert_int_equal(status_field(q, "CapEff", 16), 0);
-	assert_int_equal(status_field(q, "CapPrm", 16), 0);
-	assert_int_equal(status_field(q, "NoNewPrivs", 10), 1);
-	assert_int_equal(status_field(q, "Seccomp", 10), 2);
-	const char *nss[] = {"net", "mnt", "ipc", "uts"};
-	for (size_t i = 0; i < 4; i++) {
-		bool same = true;
-		same_ns(q, nss[i], &same);
-		assert_false(same);
-	}
-	/* its own cgroup in the memory and pids hierarchies */
 	snprintf(p, sizeof(p), "/proc/%d/cgroup", (int)q);
-	f = fopen(p, "re");
+	FILE *f = fopen(p, "re");
 	assert_non_null(f);
 	char want[128];
 	snprintf(want, sizeof(want), "/%s/vm-vmtest/q", g_cgbase);
@@ -466,6 +513,113 @@ static void test_qemu_confined(void **state)
 	struct wr_exec_result res = run("echo alive");
 	assert_string_equal(res.out, "alive\n");
 	wr_exec_result_free(&res);
+}
+
+/* A QEMU that tries to start a process (here: a migration to "exec:",
+ * which forks a shell) does not get one: its seccomp filter (spawn=deny)
+ * refuses or kills it. Last: the VM may not survive. */
+static void test_qemu_cannot_spawn(void **state)
+{
+	(void)state;
+	struct wr_vm *vm = g_vm;
+	pid_t q = wr_vm_qemu_pid(vm);
+	json_t *args = json_pack("{s:s}", "uri", "exec:touch /spawned");
+	wr_err err = NULL;
+	pthread_mutex_lock(&vm->qmp_lock);
+	int r = wr_qmp_cmd(vm->qmp, "migrate", args, 10000, NULL, &err);
+	json_t *ret = NULL;
+	/* a migration that started would be failed by now */
+	if (r == 0) {
+		usleep(500000);
+		r = wr_qmp_cmd(vm->qmp, "query-migrate", NULL, 5000, &ret, &err);
+	}
+	pthread_mutex_unlock(&vm->qmp_lock);
+	json_decref(args);
+	const char *st = json_string_value(json_object_get(ret, "status"));
+	fprintf(stderr, "spawn attempt: %s%s%s\n", r < 0 ? err->msg : "migration ", st ? st : "",
+		kill(q, 0) < 0 ? " (QEMU killed)" : "");
+	assert_true(r < 0 || (st && strcmp(st, "failed") == 0));
+	json_decref(ret);
+	wr_err_free(&err);
+	/* no process of QEMU's but QEMU itself */
+	char p[400], *kids = NULL;
+	snprintf(p, sizeof(p), "/proc/%d/task/%d/children", (int)q, (int)q);
+	FILE *f = fopen(p, "re");
+	size_t n = 0;
+	if (f) {
+		assert_true(getline(&kids, &n, f) < 0 || kids[0] == '\0');
+		fclose(f);
+	}
+	free(kids);
+	snprintf(p, sizeof(p), "%s/run/microvm/vmtest/root/spawned", g_tmp);
+	assert_int_not_equal(access(p, F_OK), 0);
+	/* QEMU 7.2's spawn=deny kills the process (SIGSYS): it is over (a
+	 * zombie until destroy reaps it) */
+	char pst = '?';
+	for (int i = 0; i < 50 && pst != 'Z' && pst != 'X'; i++) {
+		snprintf(p, sizeof(p), "/proc/%d/stat", (int)q);
+		f = fopen(p, "re");
+		pst = 'X';
+		if (f) {
+			if (fscanf(f, "%*d (%*[^)]) %c", &pst) != 1)
+				pst = '?';
+			fclose(f);
+		}
+		if (pst != 'Z' && pst != 'X')
+			usleep(100000);
+	}
+	assert_true(pst == 'Z' || pst == 'X');
+}
+
+/* The VMs of a process that died without a word (group_setup): one is
+ * adopted (its QEMU verified, the channels connected again, the agent
+ * resynced) and keeps working with its disk and jail; the other is swept
+ * (its QEMU killed, cgroup and files removed); an unknown one is refused. */
+static void test_adopt_after_crash(void **state)
+{
+	(void)state;
+	wr_err err = NULL;
+	struct wr_vm *vm = g_adopted;
+	g_adopted = NULL;
+	assert_non_null(vm);
+	pid_t q = wr_vm_qemu_pid(vm);
+	/* its disk and its guest's files, a working agent */
+	struct wr_exec_result res = run_in(vm, "cat /before; echo after", 60000, 0, -1);
+	assert_string_equal(res.out, "before\nafter\n");
+	wr_exec_result_free(&res);
+	assert_int_equal(wr_vm_ping(vm, 5000, &err), 0);
+	char dir[400];
+	snprintf(dir, sizeof(dir), "%s/run/microvm/vmadopt", g_tmp);
+	assert_qemu_jailed(q, dir, "bin,initrd,kernel,lib,lib64,usr", "/nonexistent");
+	/* the sweep after adoption: the VM no record adopted is gone, QEMU,
+	 * cgroup and files */
+	assert_int_equal(g_swept, 1);
+	assert_true(g_stale > 0);
+	for (int i = 0; i < 50 && kill(g_stale, 0) == 0; i++)
+		usleep(100000);
+	assert_true(kill(g_stale, 0) < 0 && errno == ESRCH);
+	snprintf(dir, sizeof(dir), "%s/run/microvm/vmstale", g_tmp);
+	assert_int_not_equal(access(dir, F_OK), 0);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd),
+		 "test -z \"$(find /sys/fs/cgroup -maxdepth 8 -path '*/%s/vm-vmstale' "
+		 "2>/dev/null)\"",
+		 g_cgbase);
+	assert_int_equal(system(cmd), 0);
+	/* an id with no VM: refused, nothing made */
+	struct wr_vm *none = NULL;
+	assert_true(wr_vm_adopt("vmnone", 0, &none, &err) < 0);
+	assert_int_equal(err->errnum, ENOENT);
+	wr_err_free(&err);
+	snprintf(dir, sizeof(dir), "%s/run/microvm/vmnone", g_tmp);
+	assert_int_not_equal(access(dir, F_OK), 0);
+	assert_int_equal(wr_vm_destroy(&vm, &err), 0);
+	/* ended; no longer our child, so init reaps it a moment later */
+	for (int i = 0; i < 50 && kill(q, 0) == 0; i++)
+		usleep(100000);
+	assert_true(kill(q, 0) < 0 && errno == ESRCH);
+	snprintf(dir, sizeof(dir), "%s/run/microvm/vmadopt", g_tmp);
+	assert_int_not_equal(access(dir, F_OK), 0);
 }
 
 static void test_bad_specs(void **state)
@@ -499,9 +653,11 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_commands),
 	    cmocka_unit_test(test_pause_resume),
 	    cmocka_unit_test(test_qemu_confined),
+	    cmocka_unit_test(test_adopt_after_crash),
 	    cmocka_unit_test(test_bad_specs),
 	    cmocka_unit_test(test_template_restore),
 	    cmocka_unit_test(test_guest_panic_is_reported),
+	    cmocka_unit_test(test_qemu_cannot_spawn),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -534,7 +534,18 @@ void ga_serve(int chan)
 		}
 		if (pf[0].revents) {
 			ssize_t r = read(chan, buf, sizeof(buf));
-			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			if (r == 0) {
+				/* the host side closed: a daemon that died, whose
+				 * next run connects again and resyncs (PING). A
+				 * frame it was sending is cut: start afresh. The
+				 * port reads EOF until then: poll it at 10 Hz. */
+				wr_frame_reader_free(&rd);
+				wr_frame_reader_init(&rd);
+				struct timespec ts = {0, 100 * 1000 * 1000};
+				nanosleep(&ts, NULL);
+				continue;
+			}
+			if (r < 0 && errno != EAGAIN && errno != EINTR)
 				break;
 			if (r > 0 && wr_frame_feed(&rd, buf, (size_t)r) < 0)
 				break;
