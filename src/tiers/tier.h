@@ -67,6 +67,10 @@ struct wr_exec_ctl {
 	struct wr_cgroup *leaf; /* the command's cgroup while it exists */
 	pid_t pid;		/* host pid while the command runs, else 0 */
 	bool kill;		/* a kill was requested */
+	/* Tiers whose commands have no host process (a VM's guest runs
+	 * them): an eventfd, readable once the command ended, that
+	 * wr_exec_ctl_pidfd hands out (a dup) instead of a pidfd; -1 else. */
+	int done_fd;
 };
 void wr_exec_ctl_init(struct wr_exec_ctl *c);
 void wr_exec_ctl_destroy(struct wr_exec_ctl *c);
