@@ -222,6 +222,10 @@ static void child(json_t *req, int cgfd, int in, int out, int err, int ep)
 	execvpe(av[0], av, ev);
 	snprintf(msg, sizeof(msg), "%s: %s", av[0], strerror(errno));
 fail:
+	/* on a terminal the reason shows there too, as the container tier
+	 * prints it (the EXIT frame carries it for everyone else) */
+	if (json_object_get(req, "pty"))
+		dprintf(err, "warren: %s\r\n", msg);
 	if (write(ep, msg, strlen(msg)) < 0)
 		_exit(126);
 	_exit(127);
