@@ -111,11 +111,12 @@ void wr_vm_fs_frame(struct wr_vm *vm, const struct wr_frame *f)
 			return fail_op(o, "a list batch for a request that is no list");
 		json_error_t je;
 		json_t *a = json_loadb((const char *)f->payload, f->len, 0, &je);
-		if (!json_is_array(a) ||
+		bool arr = json_is_array(a);
+		if (!arr ||
 		    json_array_size(o->entries) + json_array_size(a) > WR_FS_LIST_MAX_ENTRIES) {
 			json_decref(a);
-			return fail_op(o, json_is_array(a) ? "more list entries than allowed"
-							   : "a malformed list batch");
+			return fail_op(o, arr ? "more list entries than allowed"
+					      : "a malformed list batch");
 		}
 		json_array_extend(o->entries, a);
 		json_decref(a);

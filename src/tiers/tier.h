@@ -140,6 +140,9 @@ struct wr_sandbox; /* opaque */
 
 struct wr_tier_ops {
 	const char *name;
+	/* Why the tier offers no interactive terminal (the pty route answers
+	 * 501 with it before any upgrade); NULL when exec takes spec->pty. */
+	const char *no_pty;
 	int (*create)(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err);
 	int (*exec)(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		    struct wr_exec_result *res, wr_err *err);
