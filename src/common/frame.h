@@ -39,7 +39,8 @@ enum wr_frame_type {
 			    * {"hostname":..,"sandbox_id":..,"seed":hex,
 			    * "realtime_ns":N}; answered by a new HELLO */
 	/* Files (microVM guests; see src/tiers/microvm_files.c). One request
-	 * per id, ids shared with commands. */
+	 * per id, ids shared with commands; a KILL with a write's id abandons
+	 * it (nothing is committed). */
 	WR_FRAME_FS,	  /* host → guest: {"op":..,"path":..,...} */
 	WR_FRAME_FS_DATA, /* file bytes: guest → host for a read, host →
 			   * guest for a write (empty = end of the data) */

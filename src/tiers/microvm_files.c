@@ -262,8 +262,14 @@ static int pump_in(struct wr_vm *vm, struct vm_fsop *o, const struct call *c)
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0) {
+				/* an end frame would commit what came so far: a KILL
+				 * makes the guest drop the write instead */
 				r = -errno;
-				break;
+				pthread_mutex_lock(&vm->write_lock);
+				wr_frame_write(vm->agent, WR_FRAME_KILL, o->id, NULL, 0);
+				pthread_mutex_unlock(&vm->write_lock);
+				free(buf);
+				return r;
 			}
 		} else {
 			n = (ssize_t)(c->in_len - sent < want ? c->in_len - sent : want);

@@ -3,6 +3,7 @@
  * what a hostile guest could send. Every case must end in a clean error
  * (EIO for nonsense), never a crash, an unbounded allocation or a hang. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,7 +39,7 @@ struct fake {
 	int fd;
 	enum mode mode;
 	uint64_t write_bytes;
-	bool write_end;
+	bool write_end, write_killed;
 };
 
 static void done(int fd, uint32_t id, const char *json)
@@ -129,6 +130,10 @@ static void *fake_guest(void *arg)
 		while (wr_frame_next(&rd, &f) == 1) {
 			if (f.type == WR_FRAME_FS)
 				answer(g, f.id);
+			if (f.type == WR_FRAME_KILL && g->mode == M_WRITE_COUNT) {
+				g->write_killed = true;
+				done(g->fd, f.id, "{\"errno\":104,\"message\":\"read input\"}");
+			}
 			if (f.type == WR_FRAME_FS_DATA && g->mode == M_WRITE_COUNT) {
 				g->write_bytes += f.len;
 				if (f.len == 0) {
@@ -268,6 +273,23 @@ static void test_write_sends_at_most_max_plus_one(void **state)
 	rig_down(&r);
 }
 
+static void test_failed_input_abandons_the_write(void **state)
+{
+	(void)state;
+	struct rig r;
+	rig_up(&r, M_WRITE_COUNT);
+	int dir = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* read: EISDIR */
+	assert_true(dir >= 0);
+	wr_err err = NULL;
+	assert_true(wr_fs_write_from_fd(&r.fs, "/f", dir, 1000, 0644, false, &err) < 0);
+	close(dir);
+	wr_err_free(&err);
+	rig_down(&r); /* joins the fake guest: it saw everything */
+	/* a KILL, never the end frame that would commit a partial file */
+	assert_true(r.g.write_killed);
+	assert_false(r.g.write_end);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -275,6 +297,7 @@ int main(void)
 	    cmocka_unit_test(test_read_more_than_asked),
 	    cmocka_unit_test(test_list_bounds),
 	    cmocka_unit_test(test_write_sends_at_most_max_plus_one),
+	    cmocka_unit_test(test_failed_input_abandons_the_write),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

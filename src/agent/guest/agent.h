@@ -36,6 +36,8 @@ int ga_send(uint8_t type, uint32_t id, const void *p, uint32_t len);
  * before it reads new frames, and passes FS and FS_DATA frames on. */
 void ga_fs_request(uint32_t id, const uint8_t *p, uint32_t len);
 void ga_fs_data(uint32_t id, const uint8_t *p, uint32_t len);
+/* KILL for a request id: a write's input is abandoned (nothing committed). */
+void ga_fs_abort(uint32_t id);
 int ga_fs_poll_add(struct pollfd *pf, int n);
 void ga_fs_poll_handle(const struct pollfd *pf, int n);
 int ga_fs_max_fds(void);

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -228,11 +229,11 @@ static void *worker(void *arg)
 	else if (res == NULL)
 		res = json_pack("{s:b}", "ok", 1);
 	wr_err_free(&err);
-	/* the pipe's end first: a read's data reaches EOF before done */
+	/* the pipe's end first: a read's data reaches EOF before done (a
+	 * write's socket stays open until finish: the main loop may still
+	 * use its number for an abort) */
 	if (o->kind == K_READ)
 		closefd(&o->data_w);
-	else if (o->kind == K_WRITE)
-		closefd(&o->data_r);
 	o->result = res;
 	if (write(o->done_w, "x", 1) < 0) {
 		/* a fresh pipe with room: cannot fail */
@@ -324,8 +325,12 @@ void ga_fs_request(uint32_t id, const uint8_t *p, uint32_t len)
 			       .id_base = 0,
 			       .uid = uid > 0 ? (uid_t)uid : 0,
 			       .gid = gid > 0 ? (gid_t)gid : 0};
+	/* a write's bytes go through a socketpair: an abort can then fail the
+	 * thread's read (ECONNRESET) instead of ending it (EOF would commit a
+	 * partial file) */
 	int pd[2] = {-1, -1}, pn[2] = {-1, -1};
-	if (pipe2(pn, O_CLOEXEC) < 0 || (o->kind != K_OTHER && pipe2(pd, O_CLOEXEC) < 0)) {
+	if (pipe2(pn, O_CLOEXEC) < 0 || (o->kind == K_READ && pipe2(pd, O_CLOEXEC) < 0) ||
+	    (o->kind == K_WRITE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pd) < 0)) {
 		closefd(&pn[0]);
 		closefd(&pn[1]);
 		json_decref(req);
@@ -340,6 +345,8 @@ void ga_fs_request(uint32_t id, const uint8_t *p, uint32_t len)
 	o->data_eof = o->kind != K_READ;
 	if (o->kind == K_READ)
 		fcntl(o->data_r, F_SETFL, O_NONBLOCK);
+	if (o->kind == K_WRITE)
+		fcntl(o->data_w, F_SETFL, O_NONBLOCK);
 	if (pthread_create(&o->th, NULL, worker, o) != 0) {
 		closefd(&o->done_r);
 		closefd(&o->done_w);
@@ -353,8 +360,10 @@ void ga_fs_request(uint32_t id, const uint8_t *p, uint32_t len)
 	g_ops[slot] = o;
 }
 
-/* Host → guest bytes of a write; empty: the end. Written blocking: the
- * thread drains the pipe into the file as fast as the disk takes it. */
+/* Host → guest bytes of a write; empty: the end. The main loop waits
+ * while the thread drains the socket into the file (as fast as the disk
+ * takes it), and drops the bytes once the thread has finished (an error:
+ * its answer says which). */
 void ga_fs_data(uint32_t id, const uint8_t *p, uint32_t len)
 {
 	struct fsop *o = find(id);
@@ -365,16 +374,37 @@ void ga_fs_data(uint32_t id, const uint8_t *p, uint32_t len)
 		return;
 	}
 	while (len > 0 && !o->dropping) {
-		ssize_t n = write(o->data_w, p, len);
+		ssize_t n = send(o->data_w, p, len, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd pf[2] = {{.fd = o->data_w, .events = POLLOUT},
+					       {.fd = o->done_r, .events = POLLIN}};
+			if (poll(pf, 2, -1) > 0 && pf[1].revents)
+				o->dropping = true; /* done meanwhile */
+			continue;
+		}
 		if (n < 0) {
-			o->dropping = true; /* EPIPE: the thread is done (an error) */
+			o->dropping = true;
 			break;
 		}
 		p += n;
 		len -= (uint32_t)n;
 	}
+}
+
+/* The host gave up on a write (its input failed): the thread's next read
+ * fails, so fsops removes its temp file and leaves the target as it was.
+ * A byte into our own end's receive queue makes the close a reset. */
+void ga_fs_abort(uint32_t id)
+{
+	struct fsop *o = find(id);
+	if (o == NULL || o->kind != K_WRITE || o->data_w < 0)
+		return;
+	if (send(o->data_r, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		/* the thread is finished: nothing left to fail */
+	}
+	closefd(&o->data_w);
 }
 
 static void finish(int slot)

@@ -498,6 +498,8 @@ static void on_frame(const struct wr_frame *f)
 		if (c) {
 			c->killed = true;
 			cg_kill(c);
+		} else {
+			ga_fs_abort(f->id); /* a file write the host gave up on */
 		}
 		break;
 	}
