@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import Daemon
+from conftest import Client, Daemon
 
 
 def guest(build):
@@ -68,7 +68,9 @@ def tier_fixtures(names):
 
     @pytest.fixture
     def api(tier):
-        c = tier.d.client()
+        # a vm tier's create is a whole OS boot under TCG: minutes on a
+        # loaded machine
+        c = Client(tier.d, timeout=900) if tier.vm else tier.d.client()
         yield c
         c.close()
 
