@@ -230,7 +230,10 @@ int wr_vm_exec_pty(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_
 	r = send_frame(vm, WR_FRAME_EXEC, p->c.id, s, (uint32_t)strlen(s));
 	free(s);
 	pthread_t th;
-	if (r == 0 && (r = -pthread_create(&th, NULL, pump, p)) == 0) {
+	bool sent = r == 0;
+	if (r == 0 && (r = -pthread_create(&th, NULL, pump, p)) != 0)
+		send_frame(vm, WR_FRAME_KILL, p->c.id, NULL, 0); /* nobody would relay it */
+	if (sent && r == 0) {
 		if (spec->ctl) {
 			pthread_mutex_lock(&spec->ctl->lock);
 			spec->ctl->done_fd = p->efd;
