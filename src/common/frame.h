@@ -38,7 +38,19 @@ enum wr_frame_type {
 	WR_FRAME_IDENTITY, /* host → guest after a restore from a template:
 			    * {"hostname":..,"sandbox_id":..,"seed":hex,
 			    * "realtime_ns":N}; answered by a new HELLO */
-	WR_FRAME_TYPE_MAX = WR_FRAME_IDENTITY,
+	/* Files (microVM guests; see src/tiers/microvm_files.c). One request
+	 * per id, ids shared with commands; a KILL with a write's id abandons
+	 * it (nothing is committed). */
+	WR_FRAME_FS,	  /* host → guest: {"op":..,"path":..,...} */
+	WR_FRAME_FS_DATA, /* file bytes: guest → host for a read, host →
+			   * guest for a write (empty = end of the data) */
+	WR_FRAME_FS_LIST, /* guest → host: [entry, ...] a batch of a list */
+	WR_FRAME_FS_DONE, /* guest → host, last of a request: {"ok":true,..}
+			   * or {"errno":N,"message":..} */
+	/* PTY commands: EXEC with "pty":{"rows":R,"cols":C}; STDIN/STDOUT
+	 * carry the terminal's bytes both ways. */
+	WR_FRAME_RESIZE, /* host → guest: {"rows":R,"cols":C} */
+	WR_FRAME_TYPE_MAX = WR_FRAME_RESIZE,
 };
 
 struct wr_frame {

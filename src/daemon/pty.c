@@ -678,6 +678,10 @@ void wrd_api_pty(struct wrd_req *r)
 	if (parse(r, c) < 0 || (sb = wrd_api_sandbox(r, true)) == NULL)
 		goto out;
 	c->sb = sb;
+	if (sb->ops->no_pty) {
+		wrd_reply_error(r, "not_implemented", NULL, "%s", sb->ops->no_pty);
+		goto out;
+	}
 	size_t extra_len;
 	const char *extra;
 	if (wrd_reply_upgrade(r, WRD_PTY_PROTO, &up) < 0)

@@ -276,6 +276,8 @@ out:
  * no mount crossing) and the link made with one *at() call in it. */
 static int make_symlink(const struct wr_fs *fs, const char *path, const char *target, wr_err *err)
 {
+	if (fs->remote) /* a VM's guest makes it, by the same rules */
+		return wr_fs_symlink(fs, path, target, err);
 	char parent[8400];
 	snprintf(parent, sizeof(parent), "%s", path);
 	char *slash = strrchr(parent, '/');

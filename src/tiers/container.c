@@ -914,6 +914,8 @@ int wr_container_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 {
 	(void)err;
 	out->root_fd = sb->root_fd;
+	out->remote = NULL; /* a local root: fsops does the work */
+	out->remote_ctx = NULL;
 	out->id_base = sb->idmap.base;
 	out->uid = sb->idmap.base + sb->user;
 	out->gid = sb->idmap.base + sb->group;

@@ -356,6 +356,7 @@ static int pipe_nb(int p[2], wr_err *err)
 void wr_exec_ctl_init(struct wr_exec_ctl *c)
 {
 	memset(c, 0, sizeof(*c));
+	c->done_fd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 }
 
@@ -380,6 +381,8 @@ int wr_exec_ctl_pidfd(struct wr_exec_ctl *c)
 	 * is set it names our unreaped child, never a recycled pid. */
 	int fd = c->pid > 0 ? wr_pidfd_open(c->pid, 0) : -1;
 	int r = c->pid > 0 ? (fd >= 0 ? fd : -errno) : -ESRCH;
+	if (c->pid <= 0 && c->done_fd >= 0) /* a guest's command: its end */
+		r = (fd = fcntl(c->done_fd, F_DUPFD_CLOEXEC, 3)) >= 0 ? fd : -errno;
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }

@@ -672,12 +672,35 @@ static int fs_write_from_fd_unguarded(const struct wr_fs *fs, const char *path, 
  * (wr_fscred_enter/leave, shared with the pty set-up in exec.c). */
 #define GUARDED(call)                                                                              \
 	do {                                                                                       \
+		if (fs->remote)                                                                    \
+			return REMOTE_##call;                                                      \
 		struct wr_fscred c_;                                                               \
 		wr_fscred_enter(fs->uid, fs->gid, &c_);                                            \
 		int r_ = call;                                                                     \
 		wr_fscred_leave(&c_);                                                              \
 		return r_;                                                                         \
 	} while (0)
+
+/* A remote root (struct wr_fs_remote) gets each call as it came. */
+#define REMOTE_fs_stat_unguarded(fs, ...) fs->remote->stat(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fs_exists_unguarded(fs, ...) fs->remote->exists(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fs_read_unguarded(fs, ...) fs->remote->read(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fs_read_to_fd_unguarded(fs, ...) fs->remote->read_to_fd(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fs_write_unguarded(fs, ...) fs->remote->write(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fs_write_from_fd_unguarded(fs, ...)                                                 \
+	fs->remote->write_from_fd(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fsi_list_unguarded(fs, ...) fs->remote->list(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fsi_mkdir_unguarded(fs, ...) fs->remote->mkdir(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fsi_remove_unguarded(fs, ...) fs->remote->remove(fs->remote_ctx, __VA_ARGS__)
+#define REMOTE_fsi_rename_unguarded(fs, ...) fs->remote->rename(fs->remote_ctx, __VA_ARGS__)
+
+int wr_fs_symlink(const struct wr_fs *fs, const char *path, const char *target, wr_err *err)
+{
+	if (fs->remote == NULL || fs->remote->symlink == NULL)
+		return wr_err_set(err, EOPNOTSUPP, "symlink " PFMT ": not on this root",
+				  PARG(path));
+	return fs->remote->symlink(fs->remote_ctx, path, target, err);
+}
 
 int wr_fs_stat(const struct wr_fs *fs, const char *path, struct wr_fs_stat *st, wr_err *err)
 {

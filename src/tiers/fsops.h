@@ -37,11 +37,19 @@
 
 #include "common/error.h"
 
+struct wr_fs_remote;
+
 struct wr_fs {
 	int root_fd;   /* O_PATH|O_DIRECTORY fd of the sandbox root (borrowed) */
 	uid_t id_base; /* host uid/gid that is 0 inside (ids are reported minus this) */
 	uid_t uid;     /* host uid that new files get */
 	gid_t gid;
+	/* A tier whose files live where the host cannot open them (a VM's
+	 * guest) sets remote (root_fd -1): every wr_fs_* call below is then
+	 * remote->op(remote_ctx, ...), which keeps the same rules, messages
+	 * and errnos. NULL for a local root. */
+	const struct wr_fs_remote *remote;
+	void *remote_ctx;
 };
 
 enum wr_fs_type { WR_FS_FILE, WR_FS_DIR, WR_FS_SYMLINK, WR_FS_OTHER };
@@ -111,5 +119,29 @@ int wr_fs_remove(const struct wr_fs *fs, const char *path, bool recursive, wr_er
 /* Both parents resolved inside the root; replaces `to` like rename(2).
  * Renaming the root, or onto it: EBUSY. */
 int wr_fs_rename(const struct wr_fs *fs, const char *from, const char *to, wr_err *err);
+
+/* A symlink at path (replacing a non-directory there) with this target
+ * text, parents created; the tar upload's symlinks on a remote root (a
+ * local root: EOPNOTSUPP, the caller makes it itself). */
+int wr_fs_symlink(const struct wr_fs *fs, const char *path, const char *target, wr_err *err);
+
+struct wr_fs_remote {
+	int (*stat)(void *ctx, const char *path, struct wr_fs_stat *st, wr_err *err);
+	int (*exists)(void *ctx, const char *path, bool *exists, wr_err *err);
+	int (*read)(void *ctx, const char *path, uint64_t max, char **data, size_t *len,
+		    bool *truncated, wr_err *err);
+	int (*read_to_fd)(void *ctx, const char *path, int out_fd, uint64_t max, uint64_t *written,
+			  wr_err *err);
+	int (*write)(void *ctx, const char *path, const void *data, size_t len, mode_t mode,
+		     bool parents, wr_err *err);
+	int (*write_from_fd)(void *ctx, const char *path, int in_fd, uint64_t max, mode_t mode,
+			     bool parents, wr_err *err);
+	int (*list)(void *ctx, const char *path, int depth, wr_fs_list_cb cb, void *cbctx,
+		    wr_err *err);
+	int (*mkdir)(void *ctx, const char *path, mode_t mode, bool parents, wr_err *err);
+	int (*remove)(void *ctx, const char *path, bool recursive, wr_err *err);
+	int (*rename)(void *ctx, const char *from, const char *to, wr_err *err);
+	int (*symlink)(void *ctx, const char *path, const char *target, wr_err *err);
+};
 
 #endif

@@ -99,6 +99,10 @@ static void on_frame(struct wr_vm *vm, const struct wr_frame *f)
 		pthread_cond_broadcast(&vm->cond);
 		return;
 	}
+	if (f->type >= WR_FRAME_FS_DATA && f->type <= WR_FRAME_FS_DONE) {
+		wr_vm_fs_frame(vm, f); /* files: microvm_files.c */
+		return;
+	}
 	struct vm_cmd *c = find(vm, f->id);
 	if (c == NULL || c->done)
 		return; /* a command the host gave up on, or a guest's invention */
@@ -537,4 +541,15 @@ int wr_vm_exec(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec
 		res->err_len = c.err.len - 1;
 	}
 	return 0;
+}
+
+/* For microvm_pty.c: the same EXEC request and exit reasons. */
+json_t *wr_vm_exec_request(const struct wr_exec_spec *spec)
+{
+	return exec_request(spec);
+}
+
+enum wr_exit_reason wr_vm_exit_reason(const char *s)
+{
+	return reason_of(s);
 }

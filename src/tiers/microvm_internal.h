@@ -72,9 +72,10 @@ struct wr_vm {
 	char *dir;
 	char *rw_path;
 	uint64_t boot_ms;
-	uint64_t ready_ns;   /* create to a ready agent, host wall time */
-	bool restored;	     /* from a template */
-	char tmpl_note[256]; /* why a template was not used, if it was not */
+	uint64_t ready_ns;     /* create to a ready agent, host wall time */
+	bool restored;	       /* from a template */
+	char tmpl_note[256];   /* why a template was not used, if it was not */
+	struct vm_fsop *fsops; /* file requests in flight (microvm_files.c) */
 };
 
 /* How QEMU starts: a cold boot, a boot that makes a template (RAM in a
@@ -110,7 +111,18 @@ int wr_vm_tmpl_restore(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err
 /* Removes templates half made by a daemon that died. */
 void wr_vm_tmpl_sweep(void);
 
+/* microvm_files.c: FS_DATA, FS_LIST and FS_DONE frames, from the reader
+ * thread with vm->lock held. */
+struct wr_frame;
+void wr_vm_fs_frame(struct wr_vm *vm, const struct wr_frame *f);
+
+/* microvm_pty.c: wr_vm_exec of a command with a terminal (spec->pty). */
+int wr_vm_exec_pty(struct wr_vm *vm, const struct wr_exec_spec *spec, struct wr_exec_result *res,
+		   wr_err *err);
+
 /* microvm_chan.c */
+json_t *wr_vm_exec_request(const struct wr_exec_spec *spec);
+enum wr_exit_reason wr_vm_exit_reason(const char *s);
 int wr_vm_reader_start(struct wr_vm *vm, wr_err *err);
 void wr_vm_reader_stop(struct wr_vm *vm);
 /* A channel connected to a guest that talked to a previous daemon: starts

@@ -9,10 +9,13 @@
 
 #include "isolate/cgroup.h"
 #include "tiers/microvm.h"
+#include "tiers/microvm_files.h"
+#include "tiers/microvm_internal.h"
 
 struct mvm_sandbox {
 	struct wr_vm *vm;
-	struct wr_env_kv *env; /* the sandbox's env; strings owned in strs */
+	struct wr_vm_fsctx fsx; /* the files view's context (microvm_files.c) */
+	struct wr_env_kv *env;	/* the sandbox's env; strings owned in strs */
 	size_t n_env;
 	char **strs;
 	char *workdir;
@@ -81,6 +84,7 @@ static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 		mvm_free(m);
 		return -1;
 	}
+	m->fsx = (struct wr_vm_fsctx){.vm = m->vm, .uid = (uid_t)m->user, .gid = (gid_t)m->group};
 	*out = (struct wr_sandbox *)(void *)m;
 	return 0;
 nomem:
@@ -113,16 +117,19 @@ static int mvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
 	if (wr_exec_spec_defaults(in, m->env, m->n_env, m->workdir, m->user, m->group, &spec, &env,
 				  err) < 0)
 		return -1;
-	int r = wr_vm_exec(m->vm, &spec, res, err);
+	int r =
+	    spec.pty ? wr_vm_exec_pty(m->vm, &spec, res, err) : wr_vm_exec(m->vm, &spec, res, err);
 	free(env);
 	return r;
 }
 
+/* Files go through the guest's agent (microvm_files.c), as the sandbox's
+ * user. */
 static int mvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 {
-	(void)sb;
-	(void)out;
-	return wr_err_set(err, ENOTSUP, "the microvm tier has no files API yet");
+	(void)err;
+	wr_vm_fs_view(&of(sb)->fsx, out);
+	return 0;
 }
 
 static int mvm_kill(struct wr_sandbox *sb, wr_err *err)

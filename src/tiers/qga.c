@@ -423,3 +423,13 @@ int wr_qga_write_file(struct wr_qga *q, const char *path, const char *data, size
 	file_close(q, h);
 	return r;
 }
+
+char *wr_qga_b64(const void *data, size_t len)
+{
+	return b64_encode(data, len);
+}
+
+int wr_qga_unb64(const char *s, struct wr_buf *b, size_t cap, bool *trunc)
+{
+	return b64_decode_append(s, b, cap, trunc);
+}

@@ -59,4 +59,11 @@ int wr_qga_read_file(struct wr_qga *q, const char *path, size_t max, char **data
 int wr_qga_write_file(struct wr_qga *q, const char *path, const char *data, size_t len,
 		      wr_err *err);
 
+/* base64 as guest-file-* and guest-exec-status speak it: encode (malloc'd,
+ * NUL-terminated), and decode appending at most cap bytes in all to b
+ * (*trunc set when more came); -EBADMSG for text that is not base64. */
+struct wr_buf;
+char *wr_qga_b64(const void *data, size_t len);
+int wr_qga_unb64(const char *s, struct wr_buf *b, size_t cap, bool *trunc);
+
 #endif

@@ -67,6 +67,10 @@ struct wr_exec_ctl {
 	struct wr_cgroup *leaf; /* the command's cgroup while it exists */
 	pid_t pid;		/* host pid while the command runs, else 0 */
 	bool kill;		/* a kill was requested */
+	/* Tiers whose commands have no host process (a VM's guest runs
+	 * them): an eventfd, readable once the command ended, that
+	 * wr_exec_ctl_pidfd hands out (a dup) instead of a pidfd; -1 else. */
+	int done_fd;
 };
 void wr_exec_ctl_init(struct wr_exec_ctl *c);
 void wr_exec_ctl_destroy(struct wr_exec_ctl *c);
@@ -136,6 +140,9 @@ struct wr_sandbox; /* opaque */
 
 struct wr_tier_ops {
 	const char *name;
+	/* Why the tier offers no interactive terminal (the pty route answers
+	 * 501 with it before any upgrade); NULL when exec takes spec->pty. */
+	const char *no_pty;
 	int (*create)(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err);
 	int (*exec)(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		    struct wr_exec_result *res, wr_err *err);

@@ -836,3 +836,24 @@ int wr_fullvm_pointer(struct wr_fullvm *vm, const struct wr_fullvm_pointer *p, w
 		}
 	return 0;
 }
+
+/* For vm_files.c and vm_exec.c: one guest-agent command, or one short
+ * command run to its end, each under the VM's agent lock (no caller holds
+ * it across calls, so files and running commands interleave). */
+int wr_fullvm_qga_cmd(struct wr_fullvm *vm, const char *cmd, json_t *args, int timeout_ms,
+		      json_t **ret, wr_err *err)
+{
+	pthread_mutex_lock(&vm->qga_lock);
+	int r = wr_qga_cmd(vm->qga, cmd, args, timeout_ms, ret, err);
+	pthread_mutex_unlock(&vm->qga_lock);
+	return r;
+}
+
+int wr_fullvm_qga_run(struct wr_fullvm *vm, const struct wr_qga_exec *x, struct wr_qga_result *res,
+		      wr_err *err)
+{
+	pthread_mutex_lock(&vm->qga_lock);
+	int r = wr_qga_run(vm->qga, x, res, err);
+	pthread_mutex_unlock(&vm->qga_lock);
+	return r;
+}

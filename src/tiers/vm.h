@@ -101,4 +101,15 @@ int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullv
 		    wr_err *err);
 int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
 
+/* The guest agent for vm_files.c and vm_exec.c: one command (args
+ * borrowed), or a short command run to its end, under the VM's agent lock
+ * (see qga.h for both). */
+#include <jansson.h>
+struct wr_qga_exec;
+struct wr_qga_result;
+int wr_fullvm_qga_cmd(struct wr_fullvm *vm, const char *cmd, json_t *args, int timeout_ms,
+		      json_t **ret, wr_err *err);
+int wr_fullvm_qga_run(struct wr_fullvm *vm, const struct wr_qga_exec *x, struct wr_qga_result *res,
+		      wr_err *err);
+
 #endif

@@ -12,13 +12,23 @@
 #include <unistd.h>
 
 #include "tiers/vm.h"
+#include "tiers/vm_exec.h"
+#include "tiers/vm_files.h"
 #include "tiers/vm_tier.h"
+
+/* qemu-guest-agent, the only way into a stock image, has no terminal: a
+ * guest-exec'd process gets pipes or nothing (docs/ARCH-TIERS.md). */
+#define NO_PTY                                                                                     \
+	"the vm tier has no interactive terminal: qemu-guest-agent, its only channel into the "    \
+	"guest, runs commands with pipes and has no pty; use commands (streamed), or the screen "  \
+	"and input routes for the console"
 
 static struct wr_vm_tier_config g_cfg;
 
 struct fvm_sandbox {
 	struct wr_fullvm *vm;
-	struct wr_env_kv *env; /* the sandbox's env; strings owned in strs */
+	struct wr_fullvm_fsctx fsx; /* the files view's context (vm_files.c) */
+	struct wr_env_kv *env;	    /* the sandbox's env; strings owned in strs */
 	size_t n_env;
 	char **strs;
 	char *workdir;
@@ -125,6 +135,8 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 		fvm_free(m);
 		return -1;
 	}
+	m->fsx =
+	    (struct wr_fullvm_fsctx){.vm = m->vm, .uid = (uid_t)m->user, .gid = (gid_t)m->group};
 	*out = (struct wr_sandbox *)(void *)m;
 	return 0;
 nomem:
@@ -154,20 +166,23 @@ static int fvm_exec(struct wr_sandbox *sb, const struct wr_exec_spec *in,
 	struct fvm_sandbox *m = of(sb);
 	struct wr_exec_spec spec;
 	struct wr_env_kv *env = NULL;
+	if (in->pty)
+		return wr_err_set(err, ENOTSUP, NO_PTY);
 	if (wr_exec_spec_defaults(in, m->env, m->n_env, m->workdir, m->user, m->group, &spec, &env,
 				  err) < 0)
 		return -1;
-	int r = wr_fullvm_exec(m->vm, &spec, res, err);
+	/* output streamed as it comes (vm_exec.c) */
+	int r = wr_fullvm_exec_stream(m->vm, &spec, res, err);
 	free(env);
 	return r;
 }
 
+/* Files through qemu-guest-agent (vm_files.c). */
 static int fvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 {
-	(void)sb;
-	(void)out;
-	return wr_err_set(err, ENOTSUP,
-			  "the vm tier's files go through its guest agent, not the files API yet");
+	(void)err;
+	wr_fullvm_fs_view(&of(sb)->fsx, out);
+	return 0;
 }
 
 static int fvm_kill(struct wr_sandbox *sb, wr_err *err)
@@ -213,6 +228,7 @@ struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb)
 
 const struct wr_tier_ops wr_vm_tier = {
     .name = "vm",
+    .no_pty = NO_PTY,
     .create = fvm_create,
     .exec = fvm_exec,
     .fs = fvm_fs,

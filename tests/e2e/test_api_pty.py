@@ -1,11 +1,24 @@
 """Interactive commands: GET /v1/sandboxes/{id}/pty upgraded to warren-pty/1
 (handshake, framed relay, resize, eof, errors before the upgrade, malformed
-frames and client disconnects killing the command's tree)."""
+frames and client disconnects killing the command's tree). On the
+container and microvm tiers (vmtiers.py: one VM for the module); the vm
+tier has no terminal (qemu-guest-agent offers none): 501."""
 import json
 import socket
 import struct
 import time
 import urllib.parse
+
+import pytest
+
+from vmtiers import tier_fixtures
+
+api, sandbox, tier = tier_fixtures(["container", "microvm"])
+
+
+@pytest.fixture
+def daemon(tier):
+    return tier.d
 
 DATA, RESIZE, EOF, EXIT = 0, 1, 2, 3
 
@@ -121,8 +134,8 @@ def lines(text):
     return [x.strip() for x in text.replace("\r", "").split("\n")]
 
 
-def test_shell_session_with_size_and_exit_code(warrend, sandbox):
-    p = Pty(warrend, sandbox, "?rows=33&cols=111")
+def test_shell_session_with_size_and_exit_code(daemon, sandbox):
+    p = Pty(daemon, sandbox, "?rows=33&cols=111")
     assert p.status == 101
     assert p.headers["upgrade"] == "warren-pty/1"
     p.type("echo hi; stty size; exit 3\n")
@@ -134,9 +147,9 @@ def test_shell_session_with_size_and_exit_code(warrend, sandbox):
     p.close()
 
 
-def test_first_frame_sent_with_the_request(warrend, sandbox):
+def test_first_frame_sent_with_the_request(daemon, sandbox):
     # bytes the client sends before the 101 arrives are not lost
-    p = Pty(warrend, sandbox, "?cmd=sh&cmd=-c&cmd=read%20x%3B%20echo%20got%3D%24x%3B%20tty",
+    p = Pty(daemon, sandbox, "?cmd=sh&cmd=-c&cmd=read%20x%3B%20echo%20got%3D%24x%3B%20tty",
             first=frame(DATA, b"early\n"))
     assert p.status == 101
     out, ex = p.until_exit()
@@ -145,8 +158,8 @@ def test_first_frame_sent_with_the_request(warrend, sandbox):
     p.close()
 
 
-def test_resize_changes_the_terminal(warrend, sandbox):
-    p = Pty(warrend, sandbox)
+def test_resize_changes_the_terminal(daemon, sandbox):
+    p = Pty(daemon, sandbox)
     p.type("stty size\n")
     p.until_output("24 80")
     p.resize(50, 132)
@@ -157,23 +170,23 @@ def test_resize_changes_the_terminal(warrend, sandbox):
     p.close()
 
 
-def test_eof_ends_input(warrend, sandbox):
-    p = Pty(warrend, sandbox, "?cmd=wc&cmd=-l&user=1000&cwd=/tmp&env=A%3Db")
+def test_eof_ends_input(daemon, sandbox):
+    p = Pty(daemon, sandbox, "?cmd=wc&cmd=-l&user=1000&cwd=/tmp&env=A%3Db")
     p.type("one\ntwo\n")
     p.send(EOF)
     out, ex = p.until_exit()
     assert "2" in lines(out), out
     assert ex["exit_code"] == 0
     p.close()
-    p = Pty(warrend, sandbox, "?cmd=sh&cmd=-c&cmd=id%20-u%3B%20pwd%3B%20echo%20$A&user=1000&cwd=/tmp"
+    p = Pty(daemon, sandbox, "?cmd=sh&cmd=-c&cmd=id%20-u%3B%20pwd%3B%20echo%20$A&user=1000&cwd=/tmp"
             "&env=A%3Db%3Dc")
     out, ex = p.until_exit()
     assert lines(out)[:3] == ["1000", "/tmp", "b=c"], out
     p.close()
 
 
-def test_start_failure_is_reported(warrend, sandbox):
-    p = Pty(warrend, sandbox, "?cmd=/no/such/binary")
+def test_start_failure_is_reported(daemon, sandbox):
+    p = Pty(daemon, sandbox, "?cmd=/no/such/binary")
     assert p.status == 101
     out, ex = p.until_exit()
     assert ex["reason"] == "start_failed" and ex["exit_code"] == 127, ex
@@ -181,16 +194,18 @@ def test_start_failure_is_reported(warrend, sandbox):
     p.close()
 
 
-def test_other_tenant_gets_404_without_upgrade(warrend, alice):
+def test_other_tenant_gets_404_without_upgrade(daemon, alice, tier):
+    if tier.vm:
+        pytest.skip("tenancy is the same code on every tier (the container run covers it)")
     sid = alice.create()
     try:
-        p = Pty(warrend, sid, tenant="bob")
+        p = Pty(daemon, sid, tenant="bob")
         assert p.status == 404 and p.body["error"]["code"] == "not_found"
         p.close()
-        p = Pty(warrend, "nosuchsandbox")
+        p = Pty(daemon, "nosuchsandbox")
         assert p.status == 404 and p.body["error"]["code"] == "not_found"
         p.close()
-        p = Pty(warrend, sid, "?cmd=true", tenant="alice")
+        p = Pty(daemon, sid, "?cmd=true", tenant="alice")
         assert p.status == 101
         assert p.until_exit()[1]["exit_code"] == 0
         p.close()
@@ -198,21 +213,21 @@ def test_other_tenant_gets_404_without_upgrade(warrend, alice):
         alice.kill(sid)
 
 
-def test_request_errors_before_the_upgrade(warrend, api, sandbox):
-    p = Pty(warrend, sandbox, headers={"Upgrade": None, "Connection": None})
+def test_request_errors_before_the_upgrade(daemon, api, sandbox):
+    p = Pty(daemon, sandbox, headers={"Upgrade": None, "Connection": None})
     assert p.status == 426 and p.body["error"]["code"] == "upgrade_required"
     assert p.body["error"]["field"] == "Upgrade"
     assert p.headers["upgrade"] == "warren-pty/1"
     p.close()
-    p = Pty(warrend, sandbox, headers={"Upgrade": "websocket"})
+    p = Pty(daemon, sandbox, headers={"Upgrade": "websocket"})
     assert p.status == 426, p.body
     p.close()
-    p = Pty(warrend, sandbox, headers={"Connection": "keep-alive"})
+    p = Pty(daemon, sandbox, headers={"Connection": "keep-alive"})
     assert p.status == 400 and p.body["error"]["field"] == "Connection"
     p.close()
     for q, field in (("?rows=0", "rows"), ("?cols=70000", "cols"), ("?user=x", "user"),
                      ("?env=novalue", "env"), ("?bogus=1", "bogus"), ("?cmd=", "cmd")):
-        p = Pty(warrend, sandbox, q)
+        p = Pty(daemon, sandbox, q)
         assert p.status == 400, (q, p.body)
         assert p.body["error"] == {**p.body["error"], "code": "invalid_argument", "field": field}
         p.close()
@@ -227,10 +242,10 @@ def pty_commands(api, sid):
     return [c for c in api.get(f"/v1/sandboxes/{sid}/commands").json()["commands"]]
 
 
-def test_malformed_frames_close_and_kill(warrend, api, sandbox):
+def test_malformed_frames_close_and_kill(daemon, api, sandbox):
     for bad in (frame(9, b"x"), struct.pack(">BI", DATA, 2 << 20), frame(RESIZE, b"\0\1"),
                 frame(EOF, b"x")):
-        p = Pty(warrend, sandbox, "?cmd=sleep&cmd=1000")
+        p = Pty(daemon, sandbox, "?cmd=sleep&cmd=1000")
         assert p.status == 101
         p.sock.sendall(bad)
         assert p.closed(), bad
@@ -246,8 +261,8 @@ def test_malformed_frames_close_and_kill(warrend, api, sandbox):
     assert out["stdout"] == "still works\nnone\n", out
 
 
-def test_client_disconnect_kills_the_tree(warrend, api, sandbox):
-    p = Pty(warrend, sandbox, "?cmd=sh&cmd=-c&cmd=sleep%201000%20%26%20sleep%201001")
+def test_client_disconnect_kills_the_tree(daemon, api, sandbox):
+    p = Pty(daemon, sandbox, "?cmd=sh&cmd=-c&cmd=sleep%201000%20%26%20sleep%201001")
     assert p.status == 101
     deadline = time.time() + 10
     while api.run(sandbox, "pidof sleep | wc -w")["stdout"].strip() != "2":
@@ -262,7 +277,7 @@ def test_client_disconnect_kills_the_tree(warrend, api, sandbox):
         assert time.time() < deadline, f"still running after the client left: {out}"
         time.sleep(0.1)
     # and a shell typed into, then abandoned
-    p = Pty(warrend, sandbox)
+    p = Pty(daemon, sandbox)
     p.type("sleep 1002\n")
     deadline = time.time() + 10
     while api.run(sandbox, "pidof sleep || true")["stdout"].strip() == "":
@@ -276,11 +291,11 @@ def test_client_disconnect_kills_the_tree(warrend, api, sandbox):
         time.sleep(0.1)
 
 
-def test_large_output_and_input(warrend, sandbox):
+def test_large_output_and_input(daemon, sandbox):
     # more than the relay's buffers each way, and a data frame of 1 MiB
     script = ("stty raw -echo; echo ready; head -c 1048576 | wc -c; "
               "head -c 300000 /dev/zero | tr '\\0' q")
-    p = Pty(warrend, sandbox, "?cmd=sh&cmd=-c&cmd=" + urllib.parse.quote(script, safe=""))
+    p = Pty(daemon, sandbox, "?cmd=sh&cmd=-c&cmd=" + urllib.parse.quote(script, safe=""))
     p.until_output("ready")  # raw mode first: a canonical line holds 4 KiB
     p.send(DATA, b"z" * (1 << 20))
     out, ex = p.until_exit()

@@ -14,7 +14,9 @@
 #ifndef WARREN_AGENT_GUEST_AGENT_H
 #define WARREN_AGENT_GUEST_AGENT_H
 
+#include <poll.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* boot.c: mounts, modules, root switch; message in err on failure. */
 int ga_boot(char *err, size_t errlen);
@@ -24,5 +26,20 @@ const char *ga_cmdline_get(const char *key, char *out, size_t len);
 /* serve.c: the command server on the channel fd; returns when the channel
  * closes. */
 void ga_serve(int chan);
+
+/* serve.c: one whole frame to the host; any thread (serialised). */
+int ga_send(uint8_t type, uint32_t id, const void *p, uint32_t len);
+
+/* files.c: the files API (FS frames), each request on a thread of its own.
+ * The main loop polls the fds ga_fs_poll_add appends (at most
+ * ga_fs_max_fds), hands that same slice of results to ga_fs_poll_handle
+ * before it reads new frames, and passes FS and FS_DATA frames on. */
+void ga_fs_request(uint32_t id, const uint8_t *p, uint32_t len);
+void ga_fs_data(uint32_t id, const uint8_t *p, uint32_t len);
+/* KILL for a request id: a write's input is abandoned (nothing committed). */
+void ga_fs_abort(uint32_t id);
+int ga_fs_poll_add(struct pollfd *pf, int n);
+void ga_fs_poll_handle(const struct pollfd *pf, int n);
+int ga_fs_max_fds(void);
 
 #endif

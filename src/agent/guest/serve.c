@@ -18,6 +18,7 @@
 #include <grp.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,10 +50,20 @@ struct cmd {
 	char *pending; /* stdin bytes not yet taken by the pipe */
 	size_t npending;
 	bool in_eof; /* close stdin once pending is written */
+	bool pty;    /* out and in are the terminal's master */
 };
 
 static struct cmd *g_cmds[MAX_CMDS];
 static int g_chan = -1;
+static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
+
+int ga_send(uint8_t type, uint32_t id, const void *p, uint32_t len)
+{
+	pthread_mutex_lock(&g_wlock);
+	int r = wr_frame_write(g_chan, type, id, p, len);
+	pthread_mutex_unlock(&g_wlock);
+	return r;
+}
 
 static uint64_t now_ns(void)
 {
@@ -67,7 +78,7 @@ static void send_json(uint8_t type, uint32_t id, json_t *j)
 	json_decref(j);
 	if (s == NULL)
 		return;
-	wr_frame_write(g_chan, type, id, s, (uint32_t)strlen(s));
+	ga_send(type, id, s, (uint32_t)strlen(s));
 	free(s);
 }
 
@@ -179,6 +190,10 @@ static void child(json_t *req, int cgfd, int in, int out, int err, int ep)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
+	if (json_object_get(req, "pty") && ioctl(in, TIOCSCTTY, 0) < 0) {
+		snprintf(msg, sizeof(msg), "controlling terminal: %s", strerror(errno));
+		goto fail;
+	}
 	int procs = openat(cgfd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
 	if (procs < 0 || write(procs, "0", 1) != 1) {
 		snprintf(msg, sizeof(msg), "join cgroup: %s", strerror(errno));
@@ -186,6 +201,10 @@ static void child(json_t *req, int cgfd, int in, int out, int err, int ep)
 	}
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) {
 		snprintf(msg, sizeof(msg), "dup2: %s", strerror(errno));
+		goto fail;
+	}
+	if (json_object_get(req, "pty") && fchown(in, (uid_t)uid, (gid_t)gid) < 0) {
+		snprintf(msg, sizeof(msg), "terminal owner: %s", strerror(errno));
 		goto fail;
 	}
 	if (setgroups(0, NULL) < 0 || setgid((gid_t)gid) < 0 || setuid((uid_t)uid) < 0) {
@@ -203,9 +222,66 @@ static void child(json_t *req, int cgfd, int in, int out, int err, int ep)
 	execvpe(av[0], av, ev);
 	snprintf(msg, sizeof(msg), "%s: %s", av[0], strerror(errno));
 fail:
+	/* on a terminal the reason shows there too, as the container tier
+	 * prints it (the EXIT frame carries it for everyone else) */
+	if (json_object_get(req, "pty"))
+		dprintf(err, "warren: %s\r\n", msg);
 	if (write(ep, msg, strlen(msg)) < 0)
 		_exit(126);
 	_exit(127);
+}
+
+/* A terminal for a pty command: the child gets the slave as stdio (in[0],
+ * out[1], err[1]); we keep the master as out[0] (output) and in[1]
+ * (input), err[0] stays -1. */
+static int open_pty(json_t *pty, int o[2], int i[2], int e[2])
+{
+	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (m < 0 || grantpt(m) < 0 || unlockpt(m) < 0) {
+		if (m >= 0)
+			close(m);
+		return -1;
+	}
+	json_int_t rows = json_integer_value(json_object_get(pty, "rows"));
+	json_int_t cols = json_integer_value(json_object_get(pty, "cols"));
+	struct winsize ws = {.ws_row = rows > 0 && rows < 65536 ? (unsigned short)rows : 24,
+			     .ws_col = cols > 0 && cols < 65536 ? (unsigned short)cols : 80};
+	ioctl(m, TIOCSWINSZ, &ws);
+	int s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	int s2 = s >= 0 ? fcntl(s, F_DUPFD_CLOEXEC, 0) : -1;
+	int s3 = s >= 0 ? fcntl(s, F_DUPFD_CLOEXEC, 0) : -1;
+	int m2 = fcntl(m, F_DUPFD_CLOEXEC, 0);
+	if (s < 0 || s2 < 0 || s3 < 0 || m2 < 0) {
+		int fds[] = {m, m2, s, s2, s3};
+		for (size_t k = 0; k < sizeof(fds) / sizeof(fds[0]); k++)
+			if (fds[k] >= 0)
+				close(fds[k]);
+		return -1;
+	}
+	o[0] = m;
+	i[1] = m2;
+	i[0] = s;
+	o[1] = s2;
+	e[1] = s3;
+	return 0;
+}
+
+static void do_resize(uint32_t id, const uint8_t *p, uint32_t len)
+{
+	struct cmd *c = NULL;
+	for (int k = 0; k < MAX_CMDS; k++)
+		if (g_cmds[k] && g_cmds[k]->id == id)
+			c = g_cmds[k];
+	json_error_t je;
+	json_t *j = json_loadb((const char *)p, len, 0, &je);
+	json_int_t rows = json_integer_value(json_object_get(j, "rows"));
+	json_int_t cols = json_integer_value(json_object_get(j, "cols"));
+	json_decref(j);
+	if (c == NULL || !c->pty || c->in < 0 || rows <= 0 || cols <= 0 || rows > 65535 ||
+	    cols > 65535)
+		return; /* a finished command, or nonsense: ignored */
+	struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+	ioctl(c->in, TIOCSWINSZ, &ws); /* the terminal signals SIGWINCH */
 }
 
 static int str_array(json_t *a, size_t min)
@@ -238,16 +314,30 @@ static void do_exec(uint32_t id, const uint8_t *p, uint32_t len)
 		json_decref(req);
 		return;
 	}
+	json_t *pty = json_object_get(req, "pty");
+	if (pty && !json_is_object(pty)) {
+		send_error(id, "exec: pty must be an object {rows, cols}");
+		json_decref(req);
+		return;
+	}
 	struct cmd *c = calloc(1, sizeof(*c));
 	int o[2] = {-1, -1}, e[2] = {-1, -1}, i[2] = {-1, -1}, ep[2] = {-1, -1};
 	char path[64];
 	snprintf(path, sizeof(path), "/sys/fs/cgroup/cmd-%u", id);
-	if (c == NULL || pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0 ||
-	    pipe2(ep, O_CLOEXEC) < 0 ||
-	    (json_is_true(json_object_get(req, "stdin"))
-		 ? pipe2(i, O_CLOEXEC)
-		 : (i[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
-	    (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+	if (c == NULL || pipe2(ep, O_CLOEXEC) < 0 || (mkdir(path, 0755) < 0 && errno != EEXIST)) {
+		send_error(id, "exec: out of resources");
+		goto out;
+	}
+	if (pty) {
+		if (open_pty(pty, o, i, e) < 0) {
+			send_error(id, "exec: no terminal (devpts)");
+			goto out;
+		}
+		c->pty = true;
+	} else if (pipe2(o, O_CLOEXEC) < 0 || pipe2(e, O_CLOEXEC) < 0 ||
+		   (json_is_true(json_object_get(req, "stdin"))
+			? pipe2(i, O_CLOEXEC)
+			: (i[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0) {
 		send_error(id, "exec: out of resources");
 		goto out;
 	}
@@ -408,10 +498,15 @@ static void on_frame(const struct wr_frame *f)
 		if (c) {
 			c->killed = true;
 			cg_kill(c);
+		} else {
+			ga_fs_abort(f->id); /* a file write the host gave up on */
 		}
 		break;
 	}
-	case WR_FRAME_PING: wr_frame_write(g_chan, WR_FRAME_PONG, f->id, f->payload, f->len); break;
+	case WR_FRAME_PING: ga_send(WR_FRAME_PONG, f->id, f->payload, f->len); break;
+	case WR_FRAME_RESIZE: do_resize(f->id, f->payload, f->len); break;
+	case WR_FRAME_FS: ga_fs_request(f->id, f->payload, f->len); break;
+	case WR_FRAME_FS_DATA: ga_fs_data(f->id, f->payload, f->len); break;
 	case WR_FRAME_IDENTITY: do_identity(f->payload, f->len); break;
 	default: send_error(f->id, "unexpected frame type");
 	}
@@ -444,7 +539,7 @@ static void pump(struct cmd *c, int *fd, uint8_t type)
 	static char buf[65536];
 	ssize_t n = read(*fd, buf, sizeof(buf));
 	if (n > 0) {
-		wr_frame_write(g_chan, type, c->id, buf, (uint32_t)n);
+		ga_send(type, c->id, buf, (uint32_t)n);
 		return;
 	}
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -481,7 +576,7 @@ void ga_serve(int chan)
 	wr_frame_reader_init(&rd);
 	static char buf[65536];
 	for (;;) {
-		struct pollfd pf[2 + 4 * MAX_CMDS];
+		struct pollfd pf[2 + 4 * MAX_CMDS + 64];
 		struct {
 			struct cmd *c;
 			int what;
@@ -503,8 +598,10 @@ void ga_serve(int chan)
 							  .events = k == 3 ? POLLOUT : POLLIN};
 			}
 		}
-		if (poll(pf, (nfds_t)n, -1) < 0)
+		int nfs = ga_fs_poll_add(pf + n, 0);
+		if (poll(pf, (nfds_t)(n + nfs), -1) < 0)
 			continue;
+		ga_fs_poll_handle(pf + n, nfs);
 		if (pf[1].revents)
 			reap(sfd);
 		for (int k = 2; k < n; k++) {
