@@ -157,6 +157,22 @@ static int mark_active(struct wrd_sbx *sb, int64_t now)
 	return 0;
 }
 
+/* The first sample of a sandbox in this daemon's life: its cgroup may
+ * carry the idle share of a daemon before a restart while this one thinks
+ * it active; write the request's weight so the two agree. */
+static void sync_active(struct wrd_sbx *sb)
+{
+	int want = WRD_HV_ACTIVE;
+	if (!atomic_compare_exchange_strong(&sb->hv.state, &want, WRD_HV_CHANGING))
+		return;
+	_cleanup_err_ wr_err err = NULL;
+	if (sb->ops->cpu_share(sb->tsb, request_weight(sb), false, &err) < 0)
+		wr_debug("harvest: sandbox %s: %s", sb->rec.id, err->msg);
+	else
+		sb->hv.synced = true;
+	atomic_store(&sb->hv.state, WRD_HV_ACTIVE);
+}
+
 void wrd_harvest_wake(struct wrd_sbx *sb)
 {
 	if (sb->ops->cpu_share == NULL)
@@ -195,6 +211,8 @@ static void sample(struct wrd_sbx *sb, int64_t now)
 		if (sb->hv.sample_ms == 0) {
 			if (quiet == 0)
 				quiet = now;
+			if (!sb->hv.synced)
+				sync_active(sb);
 		} else {
 			double dt = (double)(now - sb->hv.sample_ms) / 1000.0;
 			double rate = dt > 0 ? (double)(ns - sb->hv.cpu_ns) / 1e9 / dt : 0;

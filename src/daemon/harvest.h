@@ -30,6 +30,7 @@ struct wrd_hv {
 	atomic_int_least64_t quiet_since_ms;  /* no CPU use or call since then */
 	uint64_t cpu_ns;		      /* the last sample */
 	int64_t sample_ms;		      /* when (0: none) */
+	bool synced;			      /* the request's weight written once by this daemon */
 };
 
 struct wrd_harvest_cfg {

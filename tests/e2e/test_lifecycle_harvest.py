@@ -7,6 +7,7 @@ are unit-tested (test_cgroup_harvest)."""
 import time
 from conftest import own_cgroup_dirs
 from test_api_config import run_with
+from test_cli_client import Cli
 
 FAST = {"harvest": {"interval_s": 0.2, "idle_after_s": 1}}
 
@@ -127,6 +128,11 @@ def test_metrics_requested_vs_used(fresh_daemon):
             assert name in m, name
         u = c.get(f"/v1/sandboxes/{sid}").json()["usage"]
         assert u["cpu_cores"] > 0.05 and u["memory_bytes"] > 0, u
+        # the CLI shows requested vs used
+        text = Cli(d)("inspect", sid, check=0).out
+        assert "cpu:          0.25 requested, max 1\n" in text, text
+        assert "CPUs used, active (weight 25)" in text, text
+        assert "usage:        cpu " in text, text
         assert c.kill(sid).status == 204
     finally:
         c.close()
@@ -152,3 +158,34 @@ def test_cpu_max_and_config_errors(fresh_daemon, build, tmp_path):
         p = run_with(build, tmp_path, cfg)
         assert p.returncode == 2, (cfg, p.stderr)
         assert key in p.stderr, (cfg, p.stderr)
+
+
+def test_restart_undoes_idle_share(fresh_daemon):
+    # a daemon killed while a sandbox is marked idle: the next one starts it
+    # active, so it must not leave the idle share behind
+    d = fresh_daemon(extra=FAST).start()
+    c = d.client()
+    sid = c.create(cpu=0.5)
+    cpu = cg_dir(d, "cpu", sid)
+    wait_harvest(c, sid, "idle")
+    c.close()
+    d.kill9()
+    d.start()
+    c = d.client()
+    try:
+        has_idle = (cpu / "cpu.idle").exists()
+
+        def active_share():
+            return (cpu / "cpu.shares").read_text().strip() == "512" and \
+                (not has_idle or (cpu / "cpu.idle").read_text().strip() == "0")
+
+        deadline = time.time() + 5
+        seen = False
+        while time.time() < deadline and not seen:
+            seen = active_share()
+            time.sleep(0.05)
+        assert seen, ((cpu / "cpu.shares").read_text(), harvest(c, sid))
+        wait_harvest(c, sid, "idle")  # and marked idle again later
+        assert c.kill(sid).status == 204
+    finally:
+        c.close()
