@@ -23,6 +23,7 @@ lifecycle-density-<UTC time>.json.
 import json
 import os
 import random
+import resource
 import sys
 import threading
 import time
@@ -43,20 +44,25 @@ def cg_usage(d):
         return 0
 
 
-def snapshot(d):
+def snapshot(ds):
     mi = meminfo()
     return {"MemAvailable": mi["MemAvailable"], "Slab": mi["Slab"],
             "SUnreclaim": mi["SUnreclaim"], "KernelStack": mi.get("KernelStack", 0),
-            "PageTables": mi.get("PageTables", 0), "cgroup": cg_usage(d),
-            "warrend_rss": rss(d.proc.pid), "nprocs": len(os.listdir("/proc"))}
+            "PageTables": mi.get("PageTables", 0), "Percpu": mi.get("Percpu", 0),
+            "cgroup": sum(cg_usage(d) for d in ds),
+            "warrend_rss": sum(rss(d.proc.pid) for d in ds),
+            "nprocs": len(os.listdir("/proc")),
+            "warrend_fds": sum(len(os.listdir(f"/proc/{d.proc.pid}/fd")) for d in ds)}
 
 
-def execs(d, ids, n):
-    api = d.api()
+def execs(pairs, n):
+    """n execs of `true`, each on a random (daemon, sandbox) of pairs."""
+    apis = {}
     rng = random.Random(42)
     out = []
     for _ in range(n):
-        sid = rng.choice(ids)
+        d, sid = rng.choice(pairs)
+        api = apis.setdefault(id(d), d.api())
         t0 = time.perf_counter()
         r = api.call("POST", f"/v1/sandboxes/{sid}/commands", {"cmd": ["true"]})
         out.append((time.perf_counter() - t0) * 1000)
@@ -64,20 +70,33 @@ def execs(d, ids, n):
     return summary(out)
 
 
-def create_many(d, n, floor, max_s, clients):
+def create_many(ds, n, per, floor, max_s, clients):
     ids, errors = [], []
     lock = threading.Lock()
     stop = threading.Event()
     t_end = time.time() + max_s
 
+    count = {id(d): 0 for d in ds}
+
+    def pick():
+        for d in ds:
+            if count[id(d)] < per:
+                count[id(d)] += 1
+                return d
+        return None
+
     def worker():
-        api = d.api()
+        apis = {}
         while not stop.is_set():
             with lock:
                 if len(ids) >= n:
                     return
+                d = pick()
+            if d is None:
+                return
+            api = apis.setdefault(id(d), d.api())
             try:
-                sid = api.call("POST", "/v1/sandboxes", SPEC)["id"]
+                sid = (d, api.call("POST", "/v1/sandboxes", SPEC)["id"])
             except Exception as e:  # noqa: BLE001 (a refusal ends the run)
                 with lock:
                     errors.append(str(e)[:300])
@@ -106,12 +125,13 @@ def create_many(d, n, floor, max_s, clients):
     return ids, errors, time.time() - t0
 
 
-def delete_all(d, ids, clients):
-    chunks = [ids[i::clients] for i in range(clients)]
+def delete_all(pairs, clients):
+    chunks = [pairs[i::clients] for i in range(clients)]
 
     def worker(part):
-        api = d.api()
-        for sid in part:
+        apis = {}
+        for d, sid in part:
+            api = apis.setdefault(id(d), d.api())
             try:
                 api.call("DELETE", f"/v1/sandboxes/{sid}", expect=(204, 404, 409))
             except Exception:  # noqa: BLE001 (the daemon's close kills the rest)
@@ -135,50 +155,69 @@ def main():
     floor = int(os.environ.get("BENCH_DENSITY_FLOOR_MB", "6144")) << 20
     max_s = float(os.environ.get("BENCH_DENSITY_MAX_S", "2400"))
     clients = int(os.environ.get("BENCH_DENSITY_CLIENTS", "4"))
-    d = Daemon(build, "benchdens", extra={
-        "max_sandboxes": n + 100, "max_connections": 1000,
-        "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=1 << 20)
-    res = {"n_asked": n, "load": {}}
-    ids = []
+    # Each sandbox holds ~13 fds in its daemon (pidfds, cgroup directories,
+    # the network filter's BPF links). A daemon whose hard RLIMIT_NOFILE
+    # cannot be raised (no CAP_SYS_RESOURCE, as in this container) holds
+    # only so many: then several daemons share the node, each with its own
+    # state and cgroup base, and the report says so.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    per = int(os.environ.get("BENCH_DENSITY_PER_DAEMON", "0")) or \
+        max(100, min(n, (hard - 1000) // 14))
+    ndaemons = (n + per - 1) // per
+    ds = []
+    res = {"n_asked": n, "load": {}, "daemons": ndaemons, "per_daemon": per,
+           "nofile_hard": hard}
+    pairs = []
     try:
-        api = d.api()
+        for i in range(ndaemons):
+            ds.append(Daemon(build, f"benchdens{i}", extra={
+                "max_sandboxes": per + 100, "max_connections": 1000,
+                "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=hard))
         # baseline: a nearly empty node, 20 idle sandboxes
-        base_ids = [api.call("POST", "/v1/sandboxes", SPEC)["id"] for _ in range(20)]
+        base = [(ds[0], ds[0].api().call("POST", "/v1/sandboxes", SPEC)["id"])
+                for _ in range(20)]
         time.sleep(5)  # the sampler marks them idle
         res["load"]["baseline"] = uptime()
-        res["exec_baseline"] = execs(d, base_ids, nexec)
+        res["exec_baseline"] = execs(base, nexec)
         time.sleep(4)
-        before = snapshot(d)
+        before = snapshot(ds)
         res["load"]["create_start"] = uptime()
-        ids, errors, took = create_many(d, n, floor, max_s, clients)
-        res["created"] = len(ids)
+        pairs, errors, took = create_many(ds, n, per, floor, max_s, clients)
+        res["created"] = len(pairs)
         res["create_s"] = round(took, 1)
         res["create_errors"] = errors[:5]
         time.sleep(8)  # every one marked idle, memory reclaimed
-        after = snapshot(d)
+        after = snapshot(ds)
         res["before"], res["after"] = before, after
-        k = max(1, len(ids))
+        k = max(1, len(pairs))
         res["per_sandbox_bytes"] = {key: round((before[key] - after[key]) / k)
                                     if key == "MemAvailable"
                                     else round((after[key] - before[key]) / k)
-                                    for key in before if key != "nprocs"}
+                                    for key in before if key not in ("nprocs", "warrend_fds")}
+        res["warrend_fds_per_sandbox"] = round((after["warrend_fds"] -
+                                                before["warrend_fds"]) / k, 2)
         res["host_procs_per_sandbox"] = round((after["nprocs"] - before["nprocs"]) / k, 2)
-        api.c.request("GET", "/metrics")
-        m = api.c.getresponse().read().decode()
-        res["idle_marked"] = sum(1 for line in m.splitlines()
-                                 if line.startswith("warren_sandbox_idle{") and
-                                 line.endswith(" 1"))
-        res["sample_seconds"] = [line.split()[-1] for line in m.splitlines()
-                                 if line.startswith("warren_harvest_sample_seconds ")]
+        res["idle_marked"] = 0
+        res["sample_seconds"] = []
+        for d in ds:
+            api = d.api()
+            api.c.request("GET", "/metrics")
+            m = api.c.getresponse().read().decode()
+            res["idle_marked"] += sum(1 for line in m.splitlines()
+                                      if line.startswith("warren_sandbox_idle{") and
+                                      line.endswith(" 1"))
+            res["sample_seconds"] += [line.split()[-1] for line in m.splitlines()
+                                      if line.startswith("warren_harvest_sample_seconds ")]
         res["load"]["full"] = uptime()
-        res["exec_full"] = execs(d, ids + base_ids, nexec)
+        res["exec_full"] = execs(pairs + base, nexec)
         res["load"]["after_execs"] = uptime()
-        res["delete_s"] = round(delete_all(d, ids + base_ids, clients), 1)
-        ids = []
+        res["delete_s"] = round(delete_all(pairs + base, clients), 1)
+        pairs = []
     finally:
-        if ids:
-            delete_all(d, ids, clients)
-        d.close()
+        if pairs:
+            delete_all(pairs, clients)
+        for d in ds:
+            d.close()
     res["after_cleanup"] = {"MemAvailable": meminfo()["MemAvailable"]}
     write(res)
 
@@ -194,7 +233,10 @@ def write(res):
 
 Run {stamp}, `bench/bench_lifecycle_density.py` (BENCH_DENSITY_N={res['n_asked']}):
 {res['created']} sandboxes created in {res['create_s']} s
-({res['created'] / max(res['create_s'], 0.001):.0f}/s, 4 clients), each
+({res['created'] / max(res['create_s'], 0.001):.0f}/s, 4 clients) on
+{res['daemons']} daemon(s) of at most {res['per_daemon']} sandboxes each (the
+daemon's hard fd limit here is {res['nofile_hard']}, ~{res['warrend_fds_per_sandbox']} fds
+per sandbox), each
 `{json.dumps(SPEC)}`, PID 1 only, marked idle by the sampler
 ({res['idle_marked']} of them when measured). Stopped because:
 {'; '.join(res['create_errors']) or 'the count was reached'}.
@@ -209,11 +251,12 @@ Memory per sandbox (delta over the run / count):
 | of which unreclaimable (SUnreclaim) | {per['SUnreclaim'] / kib:.0f} KiB |
 | KernelStack | {per['KernelStack'] / kib:.0f} KiB |
 | PageTables | {per['PageTables'] / kib:.0f} KiB |
+| Percpu (per-CPU counters: memory cgroups) | {per['Percpu'] / kib:.0f} KiB |
 | charged to the sandboxes' memory cgroups | {per['cgroup'] / kib:.0f} KiB |
-| warrend RSS | {per['warrend_rss'] / kib:.1f} KiB |
+| warrend RSS (all daemons) | {per['warrend_rss'] / kib:.1f} KiB |
 
 Host processes per sandbox: {res['host_procs_per_sandbox']}. Sampler pass
-over all of them: {', '.join(res['sample_seconds'])} s (every 1 s).
+per daemon: {', '.join(res['sample_seconds'])} s (every 1 s).
 
 Exec `true` on a random idle sandbox (n={b['n']} each):
 

@@ -8,7 +8,7 @@ slower the active ones run.
 Environment: BENCH_HARVEST_NEIGHBOURS (200), BENCH_HARVEST_WAKE_S (mean
 seconds a neighbour sleeps between wakes, 20), BENCH_HARVEST_BURST (shell
 loop iterations a neighbour runs per wake, 20000: some tens of ms of
-CPU), BENCH_HARVEST_WORK (loop iterations of one active job, 2000000),
+CPU), BENCH_HARVEST_WORK (loop iterations of one active job, 500000),
 BENCH_HARVEST_ROUNDS (timed jobs per phase, 3).
 
 Each active sandbox asks cpu 1 (no cpu_max: it may burst); neighbours ask
@@ -73,6 +73,7 @@ def metrics(api):
 def run(build, harvest_on, cfg):
     d = Daemon(build, "benchhv", extra={
         "max_sandboxes": cfg["neighbours"] + 50, "max_connections": 1000,
+        "admission": {"cpu_overcommit": 100},
         "harvest": {"enabled": harvest_on, "interval_s": 1, "idle_after_s": 5}},
         nofile=65536)
     res = {"harvest": harvest_on}
@@ -119,7 +120,7 @@ def main():
     cfg = {"neighbours": int(os.environ.get("BENCH_HARVEST_NEIGHBOURS", "200")),
            "wake_s": int(os.environ.get("BENCH_HARVEST_WAKE_S", "20")),
            "burst": int(os.environ.get("BENCH_HARVEST_BURST", "20000")),
-           "work": int(os.environ.get("BENCH_HARVEST_WORK", "2000000")),
+           "work": int(os.environ.get("BENCH_HARVEST_WORK", "500000")),
            "rounds": int(os.environ.get("BENCH_HARVEST_ROUNDS", "3"))}
     out = {"cfg": cfg, "start_load": uptime()}
     out["on"] = run(build, True, cfg)

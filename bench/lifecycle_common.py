@@ -41,6 +41,10 @@ class Daemon:
     close() kills what is left and removes everything it made."""
 
     def __init__(self, build, name, extra=None, nofile=None):
+        # nofile: raised up to the hard limit this process may give (no
+        # CAP_SYS_RESOURCE in a container: the hard limit stays)
+        if nofile:
+            nofile = min(nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         imgs = subprocess.run([str(ROOT / "scripts/mkimage.sh"), str(build / "bench-images")],
                               check=True, capture_output=True, text=True).stdout.split()
         self.work = Path(tempfile.mkdtemp(prefix=f"warren-{name}."))
