@@ -3,22 +3,36 @@
 # process in a fresh memory cgroup of its own reads 48 MiB of a file (page
 # cache charged to it) and sleeps; then memory.soft_limit_in_bytes = 0 (what
 # warrend sets on idle sandboxes on v1) and memory.force_empty are tried.
-# Root; removes what it made. bench/results/lifecycle.md "v1 reclaim".
+# Root; removes what it made, also on failure. bench/results/lifecycle.md
+# "v1 reclaim".
 set -u
 M=/sys/fs/cgroup/memory$(grep ':memory:' /proc/self/cgroup | cut -d: -f3)/hv-v1rec-$$
-mkdir "$M"
 F=/var/tmp/hv-v1rec-$$
-dd if=/dev/urandom of=$F bs=1M count=48 status=none
+KID=
+cleanup() {
+	[ -n "$KID" ] && kill "$KID" 2>/dev/null && wait "$KID" 2>/dev/null
+	sleep 0.3
+	rmdir "$M" 2>/dev/null
+	rm -f "$F"
+}
+trap cleanup EXIT INT TERM
+mkdir "$M" || exit 1
+dd if=/dev/urandom of="$F" bs=1M count=48 status=none
 python3 -c "import os; fd=os.open('$F', os.O_RDONLY); os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)"
-sh -c "echo \$\$ > $M/cgroup.procs; cat $F > /dev/null; exec sleep 60" &
+sh -c "echo \$\$ > '$M/cgroup.procs'; cat '$F' > /dev/null; exec sleep 60" &
 KID=$!
 sleep 2
-st() { grep -E "^(total_cache|total_rss) " $M/memory.stat | tr '\n' ' '; echo "usage $(cat $M/memory.usage_in_bytes)"; }
+st() {
+	grep -E "^(total_cache|total_rss) " "$M/memory.stat" | tr '\n' ' '
+	echo "usage $(cat "$M/memory.usage_in_bytes")"
+}
 echo "before:        $(st)"
-echo 0 > $M/memory.soft_limit_in_bytes; sleep 2
+echo 0 >"$M/memory.soft_limit_in_bytes"
+sleep 2
 echo "soft limit 0:  $(st)"
-t0=$(date +%s%N); echo 0 > $M/memory.force_empty; rc=$?; t1=$(date +%s%N)
-echo "force_empty:   rc=$rc $(( (t1-t0)/1000 )) us; $(st)"
-kill -0 $KID && echo "process alive after force_empty"
-kill $KID; wait $KID 2>/dev/null
-sleep 0.3; rmdir $M; rm -f $F
+t0=$(date +%s%N)
+echo 0 >"$M/memory.force_empty"
+rc=$?
+t1=$(date +%s%N)
+echo "force_empty:   rc=$rc $(((t1 - t0) / 1000)) us; $(st)"
+kill -0 "$KID" && echo "process alive after force_empty"
