@@ -209,8 +209,9 @@ static void sample(struct wrd_sbx *sb, int64_t now)
 		if (last_call > quiet)
 			quiet = last_call;
 		if (sb->hv.sample_ms == 0) {
-			if (quiet == 0)
-				quiet = now;
+			/* first sample, or the first since a pause: the window
+			 * starts now (a resume is not quiet time) */
+			quiet = now;
 			if (!sb->hv.synced)
 				sync_active(sb);
 		} else {
