@@ -12,7 +12,7 @@
 #   BENCH_MODES   subset of: bare bare-img warren bwrap crun runc
 #   BENCH_PAR     concurrency of the parallel runs (default 2)
 #   BENCH_ROUNDS  interleaved rounds the N iterations are split into (10)
-#   BENCH_LIFE    0: skip the pause/resume benchmark (bench/bench_lifecycle.py)
+#   BENCH_LIFE    0: skip the lifecycle benchmarks (bench/bench_lifecycle*.py)
 #   BENCH_API     0: the container part only (skip the API, image, function
 #                 and network pool benchmarks that follow)
 #
@@ -437,6 +437,12 @@ fi
 if [ "${BENCH_LIFE:-1}" != 0 ]; then
 	"$PY" "$ROOT/bench/bench_lifecycle.py" "$BUILD" ||
 		failed="$failed lifecycle(bench/bench_lifecycle.py)"
+	# density (1,000 unless BENCH_DENSITY_N says: the full 10,000 takes
+	# most of the node) and harvesting
+	BENCH_DENSITY_N=${BENCH_DENSITY_N:-1000} "$PY" "$ROOT/bench/bench_lifecycle_density.py" \
+		"$BUILD" || failed="$failed lifecycle(bench/bench_lifecycle_density.py)"
+	"$PY" "$ROOT/bench/bench_lifecycle_harvest.py" "$BUILD" ||
+		failed="$failed lifecycle(bench/bench_lifecycle_harvest.py)"
 fi
 # network filter: connect() through the BPF hooks (its own step)
 "$ROOT/bench/run_net_connect.sh" "$BUILD" || failed="$failed net(bench/run_net_connect.sh)"

@@ -186,6 +186,13 @@ typedef struct {
 	bool has_usage;
 	double usage_cpu_s;
 	int64_t usage_memory_bytes, usage_memory_peak_bytes, usage_pids;
+	/* CPU harvesting: the cap (0: none), CPUs used over the daemon's last
+	 * sampling interval, "active" or "idle" (NULL: not given), the weight
+	 * in force (0 while idle) */
+	double cpu_max;
+	double usage_cpu_cores;
+	char *harvest_state;
+	int64_t harvest_cpu_weight;
 } warren_sandbox_info;
 WARREN_API void warren_sandbox_info_free(warren_sandbox_info *info);
 

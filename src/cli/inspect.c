@@ -18,9 +18,13 @@ static void print_info(const warren_sandbox_info *in)
 	printf("created:      %s\n", in->created_at ? in->created_at : "-");
 	printf("expires:      %s\n", in->expires_at ? in->expires_at : "-");
 	if (in->cpu > 0)
-		printf("cpu:          %g\n", in->cpu);
+		printf("cpu:          %g requested", in->cpu);
 	else
-		printf("cpu:          no cap\n");
+		printf("cpu:          no request (best effort)");
+	if (in->cpu_max > 0)
+		printf(", max %g\n", in->cpu_max);
+	else
+		printf(", no max\n");
 	printf("memory:       %lld MiB\n", (long long)in->memory_mb);
 	printf("disk:         %lld MiB\n", (long long)in->disk_mb);
 	printf("pids:         %lld\n", (long long)in->pids);
@@ -40,6 +44,9 @@ static void print_info(const warren_sandbox_info *in)
 		printf("usage:        cpu %.3fs, memory %.1f MiB (peak %.1f MiB), %lld pids\n",
 		       in->usage_cpu_s, (double)in->usage_memory_bytes / 1048576.0,
 		       (double)in->usage_memory_peak_bytes / 1048576.0, (long long)in->usage_pids);
+	if (in->has_usage && in->harvest_state)
+		printf("cpu now:      %.3f CPUs used, %s (weight %lld)\n", in->usage_cpu_cores,
+		       in->harvest_state, (long long)in->harvest_cpu_weight);
 	printf("labels:      ");
 	for (size_t i = 0; i < in->n_labels; i++)
 		printf(" %s=%s", in->labels[i].key, in->labels[i].value);

@@ -79,6 +79,7 @@ void warren_sandbox_info_free(warren_sandbox_info *info)
 	free(info->on_idle);
 	free(info->lease);
 	free(info->pause_reason);
+	free(info->harvest_state);
 	free(info->json);
 	free(info);
 }
@@ -97,6 +98,7 @@ int wc_parse_info(struct wc_call *c, json_t *o, warren_sandbox_info **out)
 	in->created_at = wc_jstr(o, "created_at");
 	in->expires_at = wc_jstr(o, "expires_at");
 	in->cpu = wc_jnum(o, "cpu", 0);
+	in->cpu_max = wc_jnum(o, "cpu_max", 0);
 	in->memory_mb = wc_jint(o, "memory_mb", 0);
 	in->disk_mb = wc_jint(o, "disk_mb", 0);
 	in->pids = wc_jint(o, "pids", 0);
@@ -115,6 +117,12 @@ int wc_parse_info(struct wc_call *c, json_t *o, warren_sandbox_info **out)
 		in->usage_memory_bytes = wc_jint(u, "memory_bytes", 0);
 		in->usage_memory_peak_bytes = wc_jint(u, "memory_peak_bytes", 0);
 		in->usage_pids = wc_jint(u, "pids", 0);
+		in->usage_cpu_cores = wc_jnum(u, "cpu_cores", 0);
+		json_t *h = json_object_get(u, "harvest");
+		if (json_is_object(h)) {
+			in->harvest_state = wc_jstr(h, "state");
+			in->harvest_cpu_weight = wc_jint(h, "cpu_weight", 0);
+		}
 	}
 	in->json = dump(o);
 	json_t *labels = json_object_get(o, "labels");

@@ -128,9 +128,9 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier",    "image",		"cpu",	   "memory_mb", "disk_mb",	"pids",	      "env",
-    "workdir", "user",		"labels",  "timeout",	"idle_timeout", "on_timeout", "layers",
-    "pull",    "registry_auth", "on_idle", "lease",	"network",	"file_trail", NULL};
+    "tier",    "image",	 "cpu",	    "memory_mb",    "disk_mb",	  "pids",   "env",  "workdir",
+    "user",    "labels", "timeout", "idle_timeout", "on_timeout", "layers", "pull", "registry_auth",
+    "on_idle", "lease",	 "network", "file_trail",   "cpu_max",	  NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -212,6 +212,24 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 	if ((v = json_object_get(b, "cpu")) && wrd_j_num(v, "cpu", 0, 64, &cpu, &err) < 0)
 		goto bad;
 	json_object_set_new(spec, "cpu", json_real(cpu));
+	/* the quota (harvest.c): a request can burst up to it */
+	double cpu_max = 0;
+	if ((v = json_object_get(b, "cpu_max")) &&
+	    wrd_j_num(v, "cpu_max", 0, 64, &cpu_max, &err) < 0)
+		goto bad;
+	if (v && strcmp(*tier, "container") != 0) {
+		wrd_reply_error(
+		    r, "invalid_argument", "cpu_max",
+		    "cpu_max: only container sandboxes burst (a VM's cpu is its vCPUs)");
+		goto fail;
+	}
+	if (cpu_max > 0 && cpu_max < cpu) {
+		wrd_reply_error(r, "invalid_argument", "cpu_max",
+				"cpu_max: must be at least cpu (%g)", cpu);
+		goto fail;
+	}
+	if (cpu_max > 0)
+		json_object_set_new(spec, "cpu_max", json_real(cpu_max));
 	static const struct {
 		const char *key;
 		int64_t min, max;

@@ -96,7 +96,7 @@ void wrd_api_sb_fork(struct wrd_req *r)
 	json_t *spec = sb->rec.spec;
 	static const char *const inherit[] = {
 	    "cpu",    "memory_mb", "disk_mb",	   "pids",	 "user",    "workdir", "env",
-	    "labels", "timeout",   "idle_timeout", "on_timeout", "on_idle", "lease"};
+	    "labels", "timeout",   "idle_timeout", "on_timeout", "on_idle", "lease",   "cpu_max"};
 	for (size_t i = 0; i < sizeof(inherit) / sizeof(inherit[0]); i++)
 		if ((v = json_object_get(spec, inherit[i])))
 			json_object_set(body, inherit[i], v);

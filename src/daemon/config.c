@@ -1,4 +1,5 @@
 #include "daemon/elastic.h"
+#include "daemon/harvest.h"
 #include "daemon/config.h"
 #include "daemon/dns.h"
 #include "daemon/functions.h"
@@ -303,7 +304,9 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 		else if (strcmp(k, "admission") == 0) {
 			struct wrd_admission a;
 			r = wrd_elastic_config(v, &a, err);
-		} else if (strcmp(k, "max_sandboxes") == 0)
+		} else if (strcmp(k, "harvest") == 0)
+			r = wrd_harvest_config(v, err);
+		else if (strcmp(k, "max_sandboxes") == 0)
 			r = cfg_uint(v, k, 1, 1000000, &cfg->max_sandboxes, err);
 		else if (strcmp(k, "max_commands") == 0)
 			r = cfg_uint(v, k, 4, 4096, &cfg->max_commands, err);

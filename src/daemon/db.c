@@ -58,7 +58,7 @@ json_t *wrd_record_json(const struct wrd_record *r)
 	}
 	static const char *const copy[] = {
 	    "cpu",     "memory_mb",    "disk_mb", "pids",	"user",	 "workdir", "labels",
-	    "timeout", "idle_timeout", "on_idle", "on_timeout", "lease", "network"};
+	    "timeout", "idle_timeout", "on_idle", "on_timeout", "lease", "network", "cpu_max"};
 	for (size_t i = 0; i < WR_ARRAY_SIZE(copy); i++) {
 		json_t *v = json_object_get(s, copy[i]);
 		if (v)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "daemon/harvest.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
 
@@ -158,4 +159,5 @@ void wrd_elastic_metrics(FILE *f)
 		(unsigned long long)atomic_load(&g_refused[0]),
 		(unsigned long long)atomic_load(&g_refused[1]),
 		(unsigned long long)atomic_load(&g_refused[2]));
+	wrd_harvest_metrics(f); /* harvest.c: per sandbox max, use, weight */
 }

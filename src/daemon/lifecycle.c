@@ -190,6 +190,7 @@ int wrd_sbx_begin_resume(struct wrd_sbx *sb, wr_err *err)
 			sb->busy++;
 			sb->last_active_ms = wrd_now_ms();
 			pthread_mutex_unlock(&sb->lock);
+			wrd_harvest_wake(sb); /* an idle one gets its weight back first */
 			return 0;
 		}
 		pthread_mutex_unlock(&sb->lock);

@@ -63,6 +63,7 @@ void wrd_life_usage_json(const char *tenant, const char *id, json_t *obj)
 				    json_integer((json_int_t)st.memory_peak));
 		json_object_set_new(u, "pids", json_integer((json_int_t)st.pids_current));
 		json_object_set_new(u, "oom_kills", json_integer((json_int_t)st.oom_kills));
+		wrd_harvest_json(sb, u); /* cpu_cores, harvest state */
 		json_object_set_new(obj, "usage", u);
 	}
 	wrd_mgr_put(sb);

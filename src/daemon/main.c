@@ -125,7 +125,7 @@ int main(int argc, char **argv)
 	if (wrd_db_open(db, &err) < 0 || wr_audit_start(&cfg, &err) < 0 ||
 	    wrd_mgr_init(&cfg, &err) < 0 || wrd_mgr_recover(&err) < 0 ||
 	    wrd_net_start(&cfg, &err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||
-	    wrd_functions_init(&cfg, &err) < 0) {
+	    wrd_harvest_start(&err) < 0 || wrd_functions_init(&cfg, &err) < 0) {
 		wr_log_err(err);
 		goto out;
 	}
@@ -165,6 +165,7 @@ int main(int argc, char **argv)
 	wr_audit_end_followers();
 	wrd_http_shutdown(cfg.shutdown_timeout);
 	wrd_mgr_stop_monitor();
+	wrd_harvest_stop();
 	wrd_functions_stop();
 	wrd_net_stop();
 	status = 0;

@@ -202,6 +202,8 @@ int wrd_sbx_begin(struct wrd_sbx *sb)
 		r = 0;
 	}
 	pthread_mutex_unlock(&sb->lock);
+	if (r == 0)
+		wrd_harvest_wake(sb); /* an idle one gets its weight back first */
 	return r;
 }
 
@@ -234,7 +236,12 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	spec->memory_bytes = (uint64_t)json_integer_value(json_object_get(s, "memory_mb")) << 20;
 	spec->disk_bytes = (uint64_t)json_integer_value(json_object_get(s, "disk_mb")) << 20;
 	spec->pids = (uint64_t)json_integer_value(json_object_get(s, "pids"));
-	spec->cpus = json_number_value(json_object_get(s, "cpu"));
+	/* containers (harvest.c): the weight follows the request `cpu`, the
+	 * quota is `cpu_max`; the VM tiers' `cpu` is their vCPU count */
+	bool container = strcmp(rec->tier, "container") == 0;
+	spec->cpus = json_number_value(json_object_get(s, container ? "cpu_max" : "cpu"));
+	if (container)
+		spec->cpu_weight = wrd_harvest_weight(json_number_value(json_object_get(s, "cpu")));
 	spec->user = (uid_t)json_integer_value(json_object_get(s, "user"));
 	spec->group = spec->user;
 	spec->workdir = json_string_value(json_object_get(s, "workdir"));

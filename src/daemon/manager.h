@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
+#include "daemon/harvest.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "tiers/tier.h"
@@ -68,6 +69,7 @@ struct wrd_sbx {
 	struct wrd_cmd *cmds;
 	unsigned n_cmds, next_cmd;
 	struct wrd_nf *nf; /* network policy and eBPF filter (netenforce.c) */
+	struct wrd_hv hv;  /* CPU harvesting (harvest.c) */
 	struct wrd_sbx *hnext;
 };
 

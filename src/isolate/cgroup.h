@@ -159,6 +159,18 @@ int wr_cgroup_frozen(struct wr_cgroup *cg, wr_err *err);
  * bytes reclaimed now (v2), 0, or negative on error; a cgroup without a
  * memory controller: 0, nothing done. */
 int64_t wr_cgroup_idle_memory(struct wr_cgroup *cg, bool idle, wr_err *err);
+/* CPU harvesting (cgroup_harvest.c). CPU time of the subtree from one
+ * file (v2 and hybrid: cpu.stat usage_usec; v1: cpuacct.usage), cheap
+ * enough to sample every sandbox each second. */
+int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err);
+/* The CPU share of a live cgroup: weight 1..10000 (v2 cpu.weight; v1
+ * cpu.shares = weight * 1024 / 100), 0 for the lowest the kernel takes
+ * (v2 1, v1 2). idle true also sets cpu.idle = 1 where the file exists
+ * (v2, and the v1 cpu controller since Linux 5.15): the group's tasks run
+ * like SCHED_IDLE ones, only on CPU time nothing else wants; false sets
+ * it to 0 first. Returns 1 when cpu.idle was set, 0 otherwise, negative
+ * on error (EOPNOTSUPP: no cpu controller). */
+int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err *err);
 /* Number of processes in it and its descendants (0 = empty). */
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err);
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);

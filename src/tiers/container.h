@@ -28,6 +28,11 @@ int wr_container_destroy(struct wr_sandbox **sb, wr_err *err);
 int wr_container_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err);
 int wr_container_frozen(struct wr_sandbox *sb, wr_err *err);
 int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
+/* CPU harvesting on the sandbox cgroup (tier.h's cpu_time, cpu_share,
+ * idle_memory). */
+int wr_container_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err);
+int wr_container_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err);
+int64_t wr_container_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err);
 int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process

@@ -48,6 +48,29 @@ int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err
 	return 0;
 }
 
+int wr_container_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
+{
+	if (wr_cgroup_cpu_ns(sb->cg, ns, err) < 0)
+		return wr_err_wrap(err, "sandbox %s", sb->id);
+	return 0;
+}
+
+int wr_container_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
+{
+	if (atomic_load(&sb->killed))
+		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	int r = wr_cgroup_cpu_share(sb->cg, weight, idle, err);
+	return r < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : r;
+}
+
+int64_t wr_container_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
+{
+	if (atomic_load(&sb->killed))
+		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	int64_t r = wr_cgroup_idle_memory(sb->cg, idle, err);
+	return r < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : r;
+}
+
 /* PID 1 (warren-init) keeps one fd above 2: the upper directory of the
  * writable layer (container.c keeps it open through its exec). Its mount
  * is a tmpfs attached nowhere, reachable from the host only through that

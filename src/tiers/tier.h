@@ -158,6 +158,15 @@ struct wr_tier_ops {
 	int (*frozen)(struct wr_sandbox *sb, wr_err *err);
 	/* CPU time and memory of the whole sandbox (its cgroup). */
 	int (*usage)(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err);
+	/* CPU harvesting (the daemon's sampler, harvest.c); NULL: the tier
+	 * does not take part. CPU time used so far, cheap (one read). */
+	int (*cpu_time)(struct wr_sandbox *sb, uint64_t *ns, wr_err *err);
+	/* CPU share: weight 1..10000 (0: the lowest), idle: SCHED_IDLE-like
+	 * where the kernel can (wr_cgroup_cpu_share); 1 when idle was set. */
+	int (*cpu_share)(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err);
+	/* Memory of an idle sandbox reclaimed first (wr_cgroup_idle_memory):
+	 * bytes reclaimed now, or negative. */
+	int64_t (*idle_memory)(struct wr_sandbox *sb, bool idle, wr_err *err);
 	/* The writable layer's upper directory as the host sees it (overlay
 	 * whiteouts and user.overlay.* xattrs included): an O_RDONLY directory
 	 * fd the caller closes, and the host id that is 0 inside. NULL: the

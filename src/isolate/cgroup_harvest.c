@@ -1,0 +1,69 @@
+/* cgroups: what CPU harvesting needs of a live sandbox cgroup (cgroup.h):
+ * its CPU time alone (one file, read every sampling tick for every
+ * sandbox), and its CPU share (weight, and SCHED_IDLE-like treatment
+ * through cpu.idle where the kernel has the file). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "isolate/cgroup_internal.h"
+
+int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err)
+{
+	uint64_t v = 0;
+	int r;
+	if (cg->v2_fd >= 0) {
+		/* v2, and hybrid: the unified hierarchy's core cpu.stat */
+		r = wr_cg_read_key(cg->v2_fd, "cpu.stat", "usage_usec", &v);
+		v *= 1000;
+	} else {
+		int fd = wr_cgroup_ctrl_fd(cg, WR_CG_CPUACCT);
+		r = fd < 0 ? -EOPNOTSUPP : wr_cg_read_u64(fd, "cpuacct.usage", &v);
+	}
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup %s: read its CPU time: %s", cg->rel,
+				  strerror(-r));
+	*ns = v;
+	return 0;
+}
+
+int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err *err)
+{
+	bool v2 = cg->root->mode == WR_CG_V2;
+	int fd = v2 ? cg->v2_fd : wr_cgroup_ctrl_fd(cg, WR_CG_CPU);
+	if (fd < 0 || (v2 && !(cg->root->v2_ctrls & WR_CG2_CPU)))
+		return wr_err_set(err, EOPNOTSUPP, "cgroup %s: no cpu controller", cg->rel);
+	if (weight > 10000)
+		weight = 10000;
+	char v[32];
+	const char *file = v2 ? "cpu.weight" : "cpu.shares";
+	if (v2)
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)(weight ? weight : 1));
+	else if (weight == 0)
+		snprintf(v, sizeof(v), "2"); /* the lowest v1 takes */
+	else {
+		/* v2 weight 100 is v1 shares 1024 */
+		uint64_t shares = weight * 1024 / 100;
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)(shares < 2 ? 2 : shares));
+	}
+	/* The kernel refuses a weight (EINVAL) while the group is idle, so
+	 * idle goes off before the weight is written and on after it. */
+	int r;
+	if (!idle && (r = wr_cg_try_write(fd, "cpu.idle", "0")) < 0 && r != -ENOENT)
+		return wr_err_set(err, -r, "cgroup %s: write cpu.idle=0: %s", cg->rel,
+				  strerror(-r));
+	r = wr_cg_try_write(fd, file, v);
+	/* already idle (asked again): its weight is the idle one anyway */
+	if (r < 0 && !(idle && r == -EINVAL))
+		return wr_err_set(err, -r, "cgroup %s: write %s=%s: %s", cg->rel, file, v,
+				  strerror(-r));
+	if (!idle)
+		return 0;
+	r = wr_cg_try_write(fd, "cpu.idle", "1");
+	if (r == -ENOENT)
+		return 0; /* a kernel before 5.15: the lowest weight alone */
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup %s: write cpu.idle=1: %s", cg->rel,
+				  strerror(-r));
+	return 1;
+}
