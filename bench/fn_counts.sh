@@ -10,7 +10,9 @@
 #
 #   bench/fn_counts.sh BUILD_DIR [MODE...]     (default: all modes)
 #
-# Modes: bare (fork+exec+wait of /bin/true), fn-true, python-c, fn-python.
+# Modes: bare (fork+exec+wait of /bin/true), fn-true, python-c, py-fork
+# (bench/bench_pyfork.py: a warm interpreter forking per call, no isolation),
+# fn-python.
 # Columns: page faults, system calls (raw_syscalls:sys_enter), context
 # switches, CPU time (task-clock, ms) per call. Kernel work done in other
 # threads (kworkers: netns and cgroup teardown) is not counted.
@@ -22,7 +24,7 @@ shift
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
-MODES=${*:-bare fn-true python-c fn-python}
+MODES=${*:-bare fn-true python-c py-fork fn-python}
 N1=${FN_COUNTS_N1:-20}
 N2=${FN_COUNTS_N2:-120}
 PY=/usr/bin/python3
@@ -57,6 +59,7 @@ counts() {
 	python-c) cmd=("$BUILD/bench/bench_spawn" cmd "$n" 1 - -- "$PY" -c 'print(sum(range(1000)))') ;;
 	fn-true) cmd=("$BUILD/bench/bench_function" true "$n" 1 "$EROFS") ;;
 	fn-python) cmd=("$BUILD/bench/bench_function" python "$n" 1 "$PYIMG") ;;
+	py-fork) cmd=("$PY" "$ROOT/bench/bench_pyfork.py" "$n" 1) ;;
 	*) echo "fn_counts: unknown mode $mode" >&2; exit 2 ;;
 	esac
 	perf stat -x, -e "$EV" -o "$WORK/stat" -- "${cmd[@]}" >/dev/null

@@ -18,6 +18,9 @@ WHAT = {
     "bare-img": "the same with the image's static busybox true",
     "fn-true": "a call of /bin/true (static busybox) on a warm native pool, in-process API",
     "python-c": "python3 -c 'print(sum(range(1000)))' on the host (fork + exec + wait)",
+    "py-fork": "a warm python3 forks a child that runs print(sum(range(1000))) and exits: "
+               "no isolation at all, the floor of any fork-per-call Python design "
+               "(bench/bench_pyfork.py)",
     "fn-python": "a call of print(sum(range(1000))) on a warm Python pool, in-process API",
     "container": "container tier: create + exec /bin/true + destroy, in-process API",
 }
@@ -70,6 +73,13 @@ machine = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "commit": version(["git", "-C", os.path.dirname(readme), "describe", "--always",
                               "--dirty"])}
 rows = {m: {1: load(m, 1), 2: load(m, 2)} for m in modes}
+try:
+    with open(os.path.join(out, "uptime")) as f:
+        ups = [line.strip() for line in f if "load average" in line]
+except OSError:
+    ups = []
+loads = [float(u.rsplit("load average:", 1)[1].split(",")[0]) for u in ups]
+machine["uptime_per_round"] = ups
 
 
 def fmt(v, nd=0):
@@ -114,6 +124,14 @@ if b:
     verdicts.append("Target (b) Python call >= 10x faster than python3 -c (p50, concurrency "
                     "1): %.1fx paired per round (range %.1f-%.1f): %s."
                     % (b[0], b[1], b[2], "met" if b[0] >= 10 else "NOT met"))
+fl = paired("python-c", "py-fork")
+if fl:
+    verdicts.append("Ceiling of (b) on this machine: python3 -c / a bare fork of a warm "
+                    "interpreter (py-fork, no isolation), paired p50 at concurrency 1: "
+                    "%.1fx (range %.1f-%.1f); the Python call reaches %.0f%% of it "
+                    "(py-fork p50 / fn-python p50, paired: %.2f)."
+                    % (fl[0], fl[1], fl[2], 100 * (paired("py-fork", "fn-python") or (0,))[0],
+                       (paired("py-fork", "fn-python") or (0,))[0]))
 b2 = paired("python-c", "fn-python", 2)
 if b2:
     notes.append("- python3 -c / Python call at concurrency 2, paired p50: %.1fx (%.1f-%.1f)"
@@ -128,6 +146,9 @@ env_line = ("%s; %s CPUs (load %s); kernel %s; %s; commit %s; N=%s per cell in %
             "interleaved rounds, %s warm-up per worker and round"
             % (machine["date"], machine["nproc"], "/".join(machine["loadavg"]),
                machine["kernel"], machine["cpu"], machine["commit"], n, rounds, warmup))
+if loads:
+    env_line += ("; 1-min load during the rounds (uptime at each round's start) %.1f-%.1f"
+                 % (min(loads), max(loads)))
 md = ["# Function tier: calls on a warm pool", "", env_line, ""] + table + [""]
 md += verdicts + ([""] if verdicts else [])
 md += ["Modes:", ""] + ["- %s: %s" % (m, WHAT.get(m, m)) for m in modes] + [""]

@@ -2,8 +2,9 @@
 # The function tier: per-second and p50/p99 of (a) `/bin/true` calls and
 # (b) a Python `print(sum(range(1000)))` call on a warm pool, at concurrency
 # 1 and 2, side by side in one run with a bare fork+exec+wait of /bin/true,
-# `python3 -c` of the same code on the host, and the container tier's
-# create+exec+destroy. Run by `make bench` after bench/run.sh; method in
+# `python3 -c` of the same code on the host, a bare fork of a warm
+# interpreter running it (py-fork: the floor of any fork-per-call design,
+# bench/bench_pyfork.py), and the container tier's create+exec+destroy. Run by `make bench` after bench/run.sh; method in
 # bench/README.md ("Function tier").
 #
 #   bench/run_function.sh BUILD_DIR
@@ -12,9 +13,12 @@
 #   BENCH_FN_N       timed iterations per mode and concurrency (default 300)
 #   BENCH_FN_ROUNDS  interleaved rounds the N are split into (default 10)
 #   BENCH_FN_WARMUP  untimed iterations per worker and round (default 3)
-#   BENCH_FN_MODES   subset of: bare bare-img fn-true python-c fn-python container
+#   BENCH_FN_MODES   subset of: bare bare-img fn-true python-c py-fork fn-python
+#                    container
 #   BENCH_FN_COUNTS  0: skip the counts per call (bench/fn_counts.sh) that
 #                    are otherwise appended to function.md
+#   BENCH_FN_SPLIT   0: skip the CPU split of a Python call (bench/fn_split.sh)
+#                    that is otherwise appended to function.md
 #
 # Writes bench/results/function.md, bench/results/function-<UTC time>.json
 # and the README.md section between the bench:function markers. Everything
@@ -31,7 +35,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 
 N=${BENCH_FN_N:-300}
 ROUNDS=${BENCH_FN_ROUNDS:-10}
-MODES=${BENCH_FN_MODES:-bare bare-img fn-true python-c fn-python container}
+MODES=${BENCH_FN_MODES:-bare bare-img fn-true python-c py-fork fn-python container}
 export BENCH_WARMUP=${BENCH_FN_WARMUP:-3}
 PY=/usr/bin/python3
 SPAWN=$BUILD/bench/bench_spawn
@@ -109,6 +113,7 @@ print("p50 %8.0f us  p99 %8.0f us  %7.1f/s" % (r["p50_us"], r["p99_us"], r["per_
 }
 
 for round in $(seq 1 "$ROUNDS"); do
+	uptime >>"$OUT/uptime" # the machine's load next to every round
 	for mode in $MODES; do
 		for p in 1 2; do
 			case $mode in
@@ -116,6 +121,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			bare-img) run bare-img "$p" "$SPAWN" bare-img "$PER" "$p" "$ROOTFS" ;;
 			fn-true) run fn-true "$p" "$FN" true "$PER" "$p" "$EROFS" ;;
 			python-c) run python-c "$p" "$SPAWN" cmd "$PER" "$p" - -- "$PY" -c "$CODE" ;;
+			py-fork) run py-fork "$p" "$PY" "$ROOT/bench/bench_pyfork.py" "$PER" "$p" ;;
 			fn-python) run fn-python "$p" "$FN" python "$PER" "$p" "$PYIMG" ;;
 			container) run container "$p" "$SPAWN" warren "$PER" "$p" "$EROFS" ;;
 			*)
@@ -134,7 +140,7 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 if [ "${BENCH_FN_COUNTS:-1}" != 0 ]; then
 	# Counts per call, from the kernel's counters: they do not move with the
 	# machine's load the way wall times do (method: bench/README.md).
-	counts=$("$ROOT/bench/fn_counts.sh" "$BUILD" bare fn-true python-c fn-python) || {
+	counts=$("$ROOT/bench/fn_counts.sh" "$BUILD" bare fn-true python-c py-fork fn-python) || {
 		echo "bench-function: counts failed" >&2
 		failed="$failed counts"
 	}
@@ -143,6 +149,19 @@ if [ "${BENCH_FN_COUNTS:-1}" != 0 ]; then
 		echo "Counts per call (bench/fn_counts.sh, perf stat, marginal cost of one call):"
 		echo
 		printf '%s\n' "$counts"
+	} >>"$RESULTS/function.md"
+fi
+if [ "${BENCH_FN_SPLIT:-1}" != 0 ]; then
+	# Where a Python call's CPU time goes, per process and kernel path.
+	split=$("$ROOT/bench/fn_split.sh" "$BUILD" python) || {
+		echo "bench-function: split failed" >&2
+		failed="$failed split"
+	}
+	{
+		echo
+		echo "CPU time of one Python call by process and path (bench/fn_split.sh, perf record, load $(cut -d' ' -f1-3 /proc/loadavg)):"
+		echo
+		printf '%s\n' "$split"
 	} >>"$RESULTS/function.md"
 fi
 if [ -n "$failed" ]; then

@@ -376,8 +376,16 @@ bool wr_fn_zygote_alive(struct wr_function_pool *p)
 {
 	if (p->zpidfd < 0)
 		return false;
-	struct pollfd pf = {.fd = p->zpidfd, .events = POLLIN};
-	return poll(&pf, 1, 0) == 0;
+	/* Z's pidfd turns readable only once its pid namespace is empty, which
+	 * lags its death by the kill of every slot (tens of ms on a loaded
+	 * host): a slot taken meanwhile dies under its call. Z's files are
+	 * closed first in its exit, and no slot keeps the control socket (they
+	 * close it before anything else), so a hang-up there says it sooner. */
+	struct pollfd pf[2] = {{.fd = p->zpidfd, .events = POLLIN},
+			       {.fd = p->ctl, .events = POLLIN}};
+	if (poll(pf, 2, 0) < 0)
+		return true;
+	return !(pf[0].revents & POLLIN) && !(pf[1].revents & (POLLHUP | POLLERR));
 }
 
 int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err)
