@@ -3,9 +3,9 @@
  * Weights. A sandbox's CPU weight is its request: `cpu` x 100 (v2
  * cpu.weight units; v1 cpu.shares x 10.24), set at create
  * (wrd_spec_from_record), so under contention CPU is shared in proportion
- * to what each asked for. Its quota is `cpu_max` (absent: none), not its
- * request: an active sandbox bursts into whatever CPU the others leave,
- * up to its max.
+ * to what each asked for. Its quota is `cpu_max` (absent: its request
+ * `cpu`; neither: none): with a max above its request, an active sandbox
+ * bursts into whatever CPU the others leave, up to its max.
  *
  * Idleness. The sampler thread reads every running sandbox's CPU time
  * (one file) each interval_s. A sandbox that used at most idle_cpu of one
@@ -364,7 +364,7 @@ void wrd_harvest_metrics(FILE *f)
 					    "warren_sandbox_cpu_used_cores",
 					    "warren_sandbox_cpu_weight", "warren_sandbox_idle"};
 	static const char *const help[] = {
-	    "CPU quota (cpu_max; 0: none, bursts to the node's free CPU).",
+	    "CPU quota (cpu_max, else cpu; 0: none, bursts to the node's free CPU).",
 	    "CPU used over the last sampling interval, in CPUs.",
 	    "CPU weight in force (v2 units; 0: the lowest, idle).",
 	    "1 when the sampler marked it idle (lowest weight, memory reclaimed)."};
@@ -378,9 +378,12 @@ void wrd_harvest_metrics(FILE *f)
 				continue;
 			bool idle = atomic_load(&sb->hv.state) == WRD_HV_IDLE;
 			double val;
-			if (m == 0)
+			if (m == 0) {
 				val = json_number_value(json_object_get(sb->rec.spec, "cpu_max"));
-			else if (m == 1) {
+				if (val <= 0)
+					val =
+					    json_number_value(json_object_get(sb->rec.spec, "cpu"));
+			} else if (m == 1) {
 				val = (double)atomic_load(&sb->hv.rate_mcpu) / 1000.0;
 				used += val;
 			} else if (m == 2)

@@ -237,9 +237,15 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	spec->disk_bytes = (uint64_t)json_integer_value(json_object_get(s, "disk_mb")) << 20;
 	spec->pids = (uint64_t)json_integer_value(json_object_get(s, "pids"));
 	/* containers (harvest.c): the weight follows the request `cpu`, the
-	 * quota is `cpu_max`; the VM tiers' `cpu` is their vCPU count */
+	 * quota is `cpu_max`, or `cpu` when no max was asked for (a sandbox
+	 * bursts only when its creator said how far: the red team's c-cpu row
+	 * holds a plain `cpu` to its limit); the VM tiers' `cpu` is their vCPU
+	 * count */
 	bool container = strcmp(rec->tier, "container") == 0;
-	spec->cpus = json_number_value(json_object_get(s, container ? "cpu_max" : "cpu"));
+	spec->cpus = json_number_value(json_object_get(s, "cpu"));
+	double cpu_max = json_number_value(json_object_get(s, "cpu_max"));
+	if (container && cpu_max > 0)
+		spec->cpus = cpu_max;
 	if (container)
 		spec->cpu_weight = wrd_harvest_weight(json_number_value(json_object_get(s, "cpu")));
 	spec->user = (uid_t)json_integer_value(json_object_get(s, "user"));

@@ -444,4 +444,10 @@ def tenants(warrend):
 
 # ---- a node with networking on (tests/e2e/netnode.py; imports Daemon above) -
 
-from netnode import fresh_netd, napi, netd, netns, svc_daemon  # noqa: E402,F401
+# tests/redteam/conftest.py loads this file as a plain module
+# ("wr_e2e_harness") for Daemon and friends; there netnode's
+# `from conftest import Daemon` would find the red team's conftest, and
+# the red team has its own networked fixture, so the fixtures come only
+# when pytest loads this file as the e2e conftest.
+if __name__ != "wr_e2e_harness":
+    from netnode import fresh_netd, napi, netd, netns, svc_daemon  # noqa: E402,F401

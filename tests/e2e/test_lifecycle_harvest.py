@@ -50,8 +50,10 @@ def test_weights_follow_requests(fresh_daemon):
         assert read(d, "cpu", a, "cpu.shares") == "512"
         assert read(d, "cpu", a, "cpu.cfs_quota_us") == "150000"
         assert read(d, "cpu", b, "cpu.shares") == "2048"
-        assert read(d, "cpu", b, "cpu.cfs_quota_us") == "-1"
+        # no max: the request is also the cap
+        assert read(d, "cpu", b, "cpu.cfs_quota_us") == "200000"
         assert read(d, "cpu", be, "cpu.shares") == "1024"  # no request: the default
+        assert read(d, "cpu", be, "cpu.cfs_quota_us") == "-1"
         # (how far it bursts is the benchmark's: bench/results/lifecycle.md)
         for sid in (a, b, be):
             assert c.kill(sid).status == 204
