@@ -44,12 +44,6 @@ NOT_APPLICABLE = {
 # The row "events" stands for the refusal-event check of every probe in
 # that column: its outcome checks still run and must pass; only a missing
 # event is reported as the gap (the cell shows KNOWN-GAP).
-_OPEN_LATERAL = (
-    "mode open: the host's bridge address (warrend's TCP port on it too) and other "
-    "sandboxes are not refused by the eBPF filter: the bridge subnet is never put in the "
-    "deny set (wrd_nf_deny_add in src/daemon/netenforce.c has no caller; adding it needs "
-    "an exception for the sandbox's own address). nftables drops them instead: ETIMEDOUT, "
-    "no event (issue 6)")
 _OPEN_DNS = (
     "mode open allows every destination outside the deny set, port 53 included: DNS to "
     "another resolver is not refused and has no event (issue 6, netfilter.bpf.c would "
@@ -60,8 +54,6 @@ _RAW_EVENT = (
     "argument rule for SOCK_RAW/AF_PACKET with its log would; src/isolate/seccomp.c, "
     "issue 7)")
 KNOWN_GAPS = {
-    ("d-lateral", "open/uid0"): _OPEN_LATERAL,
-    ("d-lateral", "open/uid1000"): _OPEN_LATERAL,
     ("d-dns-exfil", "open/uid0"): _OPEN_DNS,
     ("d-dns-exfil", "open/uid1000"): _OPEN_DNS,
     **{("d-egress-bypass", c): _RAW_EVENT for c in
