@@ -184,7 +184,10 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 		ARG("defer");
 	}
 	ARG("-accel");
-	ARG("%s", wr_mvm.kvm ? "kvm" : "tcg");
+	if (wr_mvm.kvm)
+		ARG("kvm");
+	else
+		ARG("tcg,tb-size=%u", WR_QEMU_TCG_TB_MIB);
 	if (wr_mvm.kvm) {
 		ARG("-cpu");
 		ARG("host");

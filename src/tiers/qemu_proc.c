@@ -329,13 +329,14 @@ int wr_qemu_spawn(struct wr_qemu *q, const struct wr_qemu_spawn *s, wr_err *err)
 				  s->argv[0]);
 	if (jail_make(q->dir, s, err) < 0)
 		return -1;
-	/* its cgroup: guest RAM plus QEMU's own (TCG's translation cache,
-	 * device buffers), its threads, its vCPUs' worth of CPU */
+	/* its cgroup: guest RAM plus TCG's translation cache (bounded by
+	 * -accel tcg,tb-size: WR_QEMU_TCG_TB_MIB) plus QEMU's own (device
+	 * buffers, libraries), its threads, its vCPUs' worth of CPU */
 	char cgname[80];
 	snprintf(cgname, sizeof(cgname), "vm-%s", s->id);
 	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
-	lim.memory_bytes = s->memory_bytes + (256ull << 20);
+	lim.memory_bytes = s->memory_bytes + ((uint64_t)WR_QEMU_TCG_TB_MIB << 20) + (256ull << 20);
 	lim.pids = 256;
 	lim.cpu_quota_us = 100000ull * (s->cpus ? s->cpus : 1);
 	lim.cpu_period_us = 100000;

@@ -41,6 +41,13 @@
  * its jail (template RAM files): no file outside a jail is reachable. */
 #define WR_QEMU_GID (WR_QEMU_UID_BASE - 1u)
 
+/* TCG's translation cache, in MiB. QEMU 7.2's default is 1 GiB on a 64-bit
+ * host, which a busy guest fills: with the cgroup's margin below guest RAM
+ * + 256 MiB the vm tier's QEMU was OOM-killed by its own cgroup while a
+ * Debian guest ran `find`. Both tiers pass `-accel tcg,tb-size=` this, and
+ * the cgroup counts it (wr_qemu_spawn). */
+#define WR_QEMU_TCG_TB_MIB 128u
+
 struct wr_cgroup;
 
 struct wr_qemu {

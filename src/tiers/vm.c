@@ -155,7 +155,10 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("-M");
 	ARG("q35");
 	ARG("-accel");
-	ARG("%s", g.kvm ? "kvm" : "tcg");
+	if (g.kvm)
+		ARG("kvm");
+	else
+		ARG("tcg,tb-size=%u", WR_QEMU_TCG_TB_MIB);
 	if (g.kvm) {
 		ARG("-cpu");
 		ARG("host");
