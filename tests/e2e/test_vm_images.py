@@ -30,7 +30,10 @@ def sha_file(p):
 
 
 def qemu_img(*args):
-    subprocess.run(["qemu-img", *map(str, args)], check=True, capture_output=True)
+    p = subprocess.run(["qemu-img", *map(str, args)], capture_output=True, text=True)
+    # its message in the failure: once under load a create failed and
+    # CalledProcessError kept the reason to itself
+    assert p.returncode == 0, (args, p.stderr)
 
 
 def raw_disk(path, size=8 << 20):
