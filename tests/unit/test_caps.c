@@ -24,46 +24,7 @@
 
 #include "isolate/caps.h"
 #include "isolate/rlimit.h"
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__,       \
-				__LINE__, #cond, errno, strerrorname_np(errno));                   \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-#define CHECK_ERRNO(call, want)                                                                    \
-	do {                                                                                       \
-		errno = 0;                                                                         \
-		long r_ = (long)(call);                                                            \
-		int e_ = errno;                                                                    \
-		if (r_ != -1 || e_ != (want)) {                                                    \
-			fprintf(stderr, "%s:%d: %s: want -1/%s, got %ld/%s\n", __FILE__, __LINE__, \
-				#call, strerrorname_np(want), r_, strerrorname_np(e_));            \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-typedef int (*child_fn)(void *arg);
-
-static void expect_child_ok(child_fn fn, void *arg)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		signal(SIGSEGV, SIG_DFL);
-		signal(SIGABRT, SIG_DFL);
-		_exit(fn(arg));
-	}
-	int st = 0;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fail_msg("child failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
-			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-}
+#include "child_harness.h"
 
 /* ---- /proc/self/status -------------------------------------------------- */
 

@@ -25,59 +25,7 @@
 
 #include "common/compat.h"
 #include "isolate/landlock.h"
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__,       \
-				__LINE__, #cond, errno, strerrorname_np(errno));                   \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-#define CHECK_ERRNO(call, want)                                                                    \
-	do {                                                                                       \
-		errno = 0;                                                                         \
-		long r_ = (long)(call);                                                            \
-		int e_ = errno;                                                                    \
-		if (r_ != -1 || e_ != (want)) {                                                    \
-			fprintf(stderr, "%s:%d: %s: want -1/%s, got %ld/%s\n", __FILE__, __LINE__, \
-				#call, strerrorname_np(want), r_, strerrorname_np(e_));            \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-typedef int (*child_fn)(void *arg);
-
-/* Fork, run fn in the child, return the wait status. Fault signals go back
- * to their defaults so cmocka's handler cannot resume the test runner in
- * the child. */
-static int run_child(child_fn fn, void *arg)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		signal(SIGSEGV, SIG_DFL);
-		signal(SIGABRT, SIG_DFL);
-		_exit(fn(arg));
-	}
-	int st = 0;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	return st;
-}
-
-static void check_status(int st)
-{
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fail_msg("child failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
-			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-}
-
-static void expect_child_ok(child_fn fn, void *arg)
-{
-	check_status(run_child(fn, arg));
-}
+#include "child_harness.h"
 
 static const struct wr_landlock_policy full = {
     .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};

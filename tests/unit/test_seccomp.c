@@ -27,6 +27,7 @@
 
 #include <setjmp.h>
 #include <cmocka.h>
+#include "child_harness.h"
 
 #include "common/compat.h"
 #include "isolate/caps.h"
@@ -41,72 +42,6 @@
 #define TIOCLINUX 0x541C
 #endif
 #define X32_BIT 0x40000000L
-
-/* ---- child harness ------------------------------------------------------ */
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: check failed: %s (errno %d %s)\n", __FILE__,       \
-				__LINE__, #cond, errno, strerrorname_np(errno));                   \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-/* A raw syscall expected to fail with exactly `want`. */
-#define CHECK_ERRNO(call, want)                                                                    \
-	do {                                                                                       \
-		errno = 0;                                                                         \
-		long r_ = (long)(call);                                                            \
-		int e_ = errno;                                                                    \
-		if (r_ != -1 || e_ != (want)) {                                                    \
-			fprintf(stderr, "%s:%d: %s: want -1/%s, got %ld/%s\n", __FILE__, __LINE__, \
-				#call, strerrorname_np(want), r_, strerrorname_np(e_));            \
-			return 1;                                                                  \
-		}                                                                                  \
-	} while (0)
-
-typedef int (*child_fn)(void *arg);
-
-/* The child leaves through a raw exit_group: _exit() is noreturn, and ASan
- * prepares noreturn calls with sigaltstack(), which the init profile
- * refuses. Fault signals go back to their default action so that neither
- * ASan's nor cmocka's handler (which longjmps back into the test runner)
- * can make a dying child run the remaining tests. */
-static void child_exit(int code)
-{
-	syscall(SYS_exit_group, code);
-}
-
-static void child_setup(void)
-{
-	static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS};
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		signal(sigs[i], SIG_DFL);
-}
-
-/* Fork, run fn in the child, return the raw wait status. */
-static int run_child(child_fn fn, void *arg)
-{
-	fflush(NULL);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		child_setup();
-		child_exit(fn(arg));
-	}
-	int st = 0;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	return st;
-}
-
-static void expect_child_ok(child_fn fn, void *arg)
-{
-	int st = run_child(fn, arg);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		fail_msg("child failed: %s %d", WIFEXITED(st) ? "exit" : "signal",
-			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-}
 
 static const struct wr_seccomp_prog *profile(enum wr_seccomp_profile p)
 {
