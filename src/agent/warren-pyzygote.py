@@ -37,7 +37,7 @@ import struct
 import sys
 
 MAGIC = 0x314E4657
-T_MAKE, T_SLOT, T_ERROR, T_CALL, T_REAPED, T_READY = 1, 2, 3, 4, 5, 6
+T_MAKE, T_SLOT, T_ERROR, T_CALL, T_REAPED, T_READY, T_PREPARED = 1, 2, 3, 4, 5, 6, 7
 FD_CTL, FD_LANDLOCK, FD_SECCOMP = 3, 4, 5
 CALL_UID = 1000
 WORKDIR = "/work"
@@ -368,6 +368,8 @@ def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps):
         prefault()
         if learn >= 0:
             report_hot(learn, pagemap, maps)
+        # The host hands calls to prepared slots first.
+        send(sock, HDR.pack(MAGIC, T_PREPARED))
         argv, code = run_call(sock)
     except BaseException as e:
         send_error(sock, 0, e)

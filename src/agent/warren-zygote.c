@@ -18,7 +18,8 @@
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
  *   without capabilities -> no_new_privs -> Landlock -> seccomp -> waits
- *   for CALL (all of that ahead of the call, off its path).
+ *   for CALL (all of that ahead of the call, off its path), having told
+ *   the host it is PREPARED.
  * On CALL S writes the input files (as the call user, into its own /work),
  * takes its stdio, lowers its rlimits, marks every other fd close-on-exec
  * and execs argv.
@@ -367,6 +368,10 @@ static int slot_main(void *arg)
 	 * it needs a privilege or a refused call. */
 	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
 		slot_fail(sock, &e, 126);
+	/* The host hands calls to prepared slots first. */
+	struct wr_fnp_hdr prepared = {WR_FNP_MAGIC, WR_FNP_PREPARED};
+	if (send_fds(sock, &prepared, sizeof(prepared), NULL, 0) < 0)
+		slot_exit(0); /* the host dropped the slot */
 
 	char hdrbuf[sizeof(struct wr_fnp_call) + WR_FNP_INLINE_MAX];
 	char *vec[SLOT_VEC];

@@ -358,6 +358,7 @@ void wr_fn_zygote_stop(struct wr_function_pool *p)
 	p->ctl = -1;
 	wr_fn_slots_drop(&p->ready);
 	wr_fn_slots_drop(&p->pending);
+	p->ready_tail = &p->ready;
 	p->pending_tail = &p->pending;
 	p->nready = p->npending = 0;
 	if (p->zpidfd >= 0) {
@@ -607,6 +608,7 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&p->lock, NULL);
 	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = p->wake = p->devnull = -1;
+	p->ready_tail = &p->ready;
 	p->pending_tail = &p->pending;
 	p->spare = wr_fn_globals.spare;
 	p->memory_bytes = s->memory_bytes ? s->memory_bytes : 2ull << 30;

@@ -30,6 +30,7 @@ struct fn_slot {
 	struct wr_cgroup *leaf;	     /* S's leaf cgroup */
 	uint64_t mem, pids;	     /* the leaf's current limits */
 	bool low;		     /* the leaf still has the preparation's CPU weight */
+	bool prepared;		     /* S said PREPARED: it waits for its call */
 	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
 	int nprocs;
 	struct fn_slot *next;
@@ -51,7 +52,9 @@ struct wr_function_pool {
 	int zpidfd;
 	pid_t zpid;
 	unsigned gen, restarts;
-	struct fn_slot *ready, *pending, **pending_tail;
+	/* Both in the order the zygote answered: a call takes the oldest
+	 * prepared slot (function_slots.c). */
+	struct fn_slot *ready, **ready_tail, *pending, **pending_tail;
 	struct fn_slot *retired; /* used slots whose leaf is still to remove */
 	unsigned nready, npending, inflight, spare;
 	uint64_t next_slot, last_used_ns;

@@ -13,7 +13,10 @@
  *   slot socket (host <-> S; the zygote keeps a copy of S's end)
  *     host -> S       CALL  header + payload  fds: stdin, stdout, stderr
  *                           [, payload memfd when WR_FNP_PAYLOAD_FD]
- *     S -> host       ERROR {errnum, msg}  set-up or exec failed (S then
+ *     S -> host       PREPARED {}  S is confined and waits for its call
+ *                           (sent once, before it blocks on CALL: the host
+ *                           hands a call to a prepared slot first)
+ *                     ERROR {errnum, msg}  set-up or exec failed (S then
  *                           exits 126/127)
  *     zygote -> host  REAPED {status}  the zygote reaped S (wait status);
  *                           then the zygote closes its copy. The host takes
@@ -33,7 +36,8 @@ enum wr_fnp_type {
 	WR_FNP_ERROR = 3,
 	WR_FNP_CALL = 4,
 	WR_FNP_REAPED = 5,
-	WR_FNP_READY = 6, /* zygote -> host once, when it serves (or ERROR) */
+	WR_FNP_READY = 6,    /* zygote -> host once, when it serves (or ERROR) */
+	WR_FNP_PREPARED = 7, /* slot -> host once, when it waits for its call */
 };
 
 /* Fixed fds of a zygote process (set up before it execs). */

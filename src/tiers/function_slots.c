@@ -136,8 +136,8 @@ static int make_recv(struct wr_function_pool *p, bool wait, wr_err *err)
 	if (msg.h.type == WR_FNP_SLOT && nfds == 2 && msg.slot == s->id) {
 		s->pidfd = fds[0];
 		s->sock = fds[1];
-		s->next = p->ready;
-		p->ready = s;
+		*p->ready_tail = s;
+		p->ready_tail = &s->next;
 		p->nready++;
 		return 1;
 	}
@@ -165,12 +165,58 @@ static void boost(struct wr_function_pool *p, bool on)
 			s->low = false;
 }
 
-/* Is the slot's process still waiting for its call? */
-static bool slot_fresh(struct fn_slot *s)
+/* Is the slot's process alive and without a call? 1: and prepared (it
+ * said PREPARED: confined, waiting for its call), 0: still preparing, -1:
+ * unusable (dead, or it sent an error: its set-up failed). */
+static int slot_state(struct fn_slot *s)
 {
-	struct pollfd pf[2] = {{.fd = s->pidfd, .events = POLLIN},
-			       {.fd = s->sock, .events = POLLIN}};
-	return poll(pf, 2, 0) == 0;
+	struct pollfd pf = {.fd = s->pidfd, .events = POLLIN};
+	if (poll(&pf, 1, 0) != 0)
+		return -1;
+	while (!s->prepared) {
+		struct wr_fnp_hdr h;
+		ssize_t n = wr_fn_recv(s->sock, &h, sizeof(h), NULL, NULL, 0, MSG_DONTWAIT);
+		if (n == -EAGAIN)
+			return 0;
+		if (n != (ssize_t)sizeof(h) || h.magic != WR_FNP_MAGIC || h.type != WR_FNP_PREPARED)
+			return -1;
+		s->prepared = true;
+	}
+	return 1;
+}
+
+/* Unlink the ready slot *at (pool lock held). */
+static struct fn_slot *ready_unlink(struct wr_function_pool *p, struct fn_slot **at)
+{
+	struct fn_slot *s = *at;
+	*at = s->next;
+	if (p->ready_tail == &s->next)
+		p->ready_tail = at;
+	p->nready--;
+	s->next = NULL;
+	return s;
+}
+
+/* The oldest prepared slot, else the oldest one still preparing (it was
+ * made first, so it is done first); unusable ones are dropped. Handing a
+ * call to a slot that still mounts, unshares and confines itself (with the
+ * preparation's low CPU weight) would put all of that on the call's path. */
+static struct fn_slot *ready_pick(struct wr_function_pool *p)
+{
+	struct fn_slot **first = NULL;
+	for (struct fn_slot **at = &p->ready; *at;) {
+		int st = (*at)->gen == p->gen ? slot_state(*at) : -1;
+		if (st < 0) {
+			wr_fn_slot_free(ready_unlink(p, at), true);
+			continue;
+		}
+		if (st > 0)
+			return ready_unlink(p, at);
+		if (first == NULL)
+			first = at;
+		at = &(*at)->next;
+	}
+	return first ? ready_unlink(p, first) : NULL;
 }
 
 int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err)
@@ -188,21 +234,15 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 		}
 		if (p->ctl < 0 && (r = wr_fn_zygote_start(p, err)) < 0)
 			goto out;
-		while (p->ready) {
-			struct fn_slot *s = p->ready;
-			p->ready = s->next;
-			p->nready--;
-			s->next = NULL;
-			if (s->gen == p->gen && slot_fresh(s)) {
-				p->inflight++;
-				p->last_used_ns = wr_now_ns();
-				/* Demand: keep as many spares as calls run at once. */
-				if (p->inflight > p->spare && p->spare < wr_fn_globals.max_spare)
-					p->spare++;
-				*out = s;
-				goto out;
-			}
-			wr_fn_slot_free(s, true);
+		struct fn_slot *s = ready_pick(p);
+		if (s) {
+			p->inflight++;
+			p->last_used_ns = wr_now_ns();
+			/* Demand: keep as many spares as calls run at once. */
+			if (p->inflight > p->spare && p->spare < wr_fn_globals.max_spare)
+				p->spare++;
+			*out = s;
+			goto out;
 		}
 		wr_err e2 = NULL;
 		r = p->npending == 0 ? wr_fn_make_send(p, &e2) : 0;
