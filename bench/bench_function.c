@@ -10,7 +10,10 @@
  * PARALLEL  threads calling at once, each doing its share of N, on one pool
  *
  * Environment: BENCH_WARMUP (calls per thread, default 5); BENCH_RAW=FILE
- * appends every timed sample (ns) to FILE, one per line; WARREN_INIT,
+ * appends every timed sample (ns) to FILE, one per line; BENCH_GAP_MS: an
+ * untimed pause before each timed call (the pool refills meanwhile, so what
+ * is timed is a call on a full pool, not the pool's sustained rate);
+ * WARREN_INIT,
  * WARREN_ZYGOTE, WARREN_STATE_DIR, WARREN_RUN_DIR, WARREN_CGROUP_BASE.
  *
  * Prints one JSON object on stdout: mode, n, parallel, warmup, p50_us,
@@ -25,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/error.h"
 #include "common/util.h"
@@ -34,7 +38,7 @@
 struct bench {
 	struct wr_function_pool *pool;
 	bool python;
-	long n, par, warmup;
+	long n, par, warmup, gap_ms;
 	uint64_t *samples;
 	long next;
 	int failed;
@@ -82,6 +86,11 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&b->lock);
 		if (i >= b->n)
 			break;
+		if (b->gap_ms > 0) {
+			struct timespec ts = {.tv_sec = b->gap_ms / 1000,
+					      .tv_nsec = (b->gap_ms % 1000) * 1000000L};
+			nanosleep(&ts, NULL);
+		}
 		uint64_t t0 = wr_now_ns();
 		int r = one_call(b);
 		b->samples[i] = wr_now_ns() - t0;
@@ -120,7 +129,8 @@ int main(int argc, char **argv)
 	struct bench b = {.python = strcmp(argv[1], "python") == 0,
 			  .n = atol(argv[2]),
 			  .par = atol(argv[3]),
-			  .warmup = getenv("BENCH_WARMUP") ? atol(getenv("BENCH_WARMUP")) : 5};
+			  .warmup = getenv("BENCH_WARMUP") ? atol(getenv("BENCH_WARMUP")) : 5,
+			  .gap_ms = getenv("BENCH_GAP_MS") ? atol(getenv("BENCH_GAP_MS")) : 0};
 	if (b.n < 1 || b.par < 1 || b.par > 64 || b.warmup < 0) {
 		fprintf(stderr, "bench_function: bad N or PARALLEL\n");
 		return 2;
