@@ -63,6 +63,8 @@ PM_EXCLUSIVE = 1 << 56
 HOT_GAP = 8 << 12  # runs of written pages closer than this are copied as one
 
 HDR = struct.Struct("=II")
+PREPARED = struct.Struct("=IIII")
+PREPARED_HOLDER = 1
 MAKE = struct.Struct("=IIQQII")
 SLOT = struct.Struct("=IIQ")
 ERROR = struct.Struct("=IIQi480s")
@@ -74,6 +76,40 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+# The slot's exit tears its address space down (every page table entry the
+# fork copied): milliseconds on a paravirtualised host, and before the exit
+# is visible the call would wait for it. So a prepared slot P hands the call
+# to a child S sharing its memory (clone(CLONE_VM | CLONE_VFORK)): S runs the
+# call; P, suspended until S's exit releases the memory, then exits without
+# touching it, and the last of the two to let go of the memory (P, nearly
+# always) pays for the teardown, after the host has seen S's exit. This is
+# machine code because P must not return through a stack S has since used:
+#   mov edi, CLONE_VM|CLONE_VFORK|SIGCHLD; xor esi, esi (same stack);
+#   xor edx, edx; xor r10d, r10d; xor r8d, r8d; mov eax, SYS_clone; syscall
+#   test rax, rax; jg parent; ret (S: 0, or -errno: no S, P runs the call)
+#   parent: mov eax, SYS_exit; xor edi, edi; syscall; jmp parent
+# P and S have the same confinement (S inherits all of it), so S gains
+# nothing over P by writing P's memory. x86-64 only; elsewhere P runs the
+# call itself.
+VCLONE_X86_64 = bytes.fromhex("bf11410000" "31f6" "31d2" "4531d2" "4531c0" "b838000000" "0f05"
+                              "4885c0" "7f01" "c3" "b83c000000" "31ff" "0f05" "ebf5")
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+
+
+def make_vclone():
+    if os.uname().machine != "x86_64":
+        return None
+    import mmap
+    m = mmap.mmap(-1, mmap.PAGESIZE)
+    m.write(VCLONE_X86_64)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    if libc.mprotect(addr, mmap.PAGESIZE, PROT_READ | PROT_EXEC) < 0:
+        return None
+    fn = ctypes.PYFUNCTYPE(ctypes.c_long)(addr)  # the GIL stays held: S takes over
+    fn.mapping = m  # kept (and never written again) while fn lives
+    return fn
 
 
 class SockFprog(ctypes.Structure):
@@ -356,7 +392,7 @@ def report_hot(learn, pagemap, maps):
     os.close(learn)
 
 
-def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps):
+def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps, vclone):
     try:
         slot_setup(procs, tmp_bytes)
         hand_over_namespaces(keep)
@@ -368,8 +404,11 @@ def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps):
         prefault()
         if learn >= 0:
             report_hot(learn, pagemap, maps)
-        # The host hands calls to prepared slots first.
-        send(sock, HDR.pack(MAGIC, T_PREPARED))
+        # From here on we are S (or P when there is no S: clone failed).
+        flags = PREPARED_HOLDER if vclone is not None and vclone() == 0 else 0
+        # The host hands calls to prepared slots first; with a holder it
+        # watches S (P's only child) instead of P.
+        send(sock, PREPARED.pack(MAGIC, T_PREPARED, flags, 0))
         argv, code = run_call(sock)
     except BaseException as e:
         send_error(sock, 0, e)
@@ -401,6 +440,7 @@ def main():
     # in every slot (a lookup allocates and writes the library's cache).
     for name in ("mount", "unshare", "prctl", "syscall", "setns", "madvise"):
         getattr(libc, name)
+    vclone = make_vclone()
     maps = []
     hot = []  # (address, length) runs every slot copies right after its fork
     learn_r = -1
@@ -497,7 +537,7 @@ def main():
                 os.close(own_pidns)
                 if learn_r >= 0:
                     os.close(learn_r)
-                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf, learn_w, maps)
+                slot_main(slot_end, keep_slot, procs, tmp_bytes, bpf, learn_w, maps, vclone)
             for fd in procs:
                 os.close(fd)
             if learn_w >= 0:

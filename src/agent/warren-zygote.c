@@ -369,7 +369,7 @@ static int slot_main(void *arg)
 	if (wr_seccomp_load_insns(g_bpf, g_bpf_n, &e) < 0)
 		slot_fail(sock, &e, 126);
 	/* The host hands calls to prepared slots first. */
-	struct wr_fnp_hdr prepared = {WR_FNP_MAGIC, WR_FNP_PREPARED};
+	struct wr_fnp_prepared prepared = {.h = {WR_FNP_MAGIC, WR_FNP_PREPARED}};
 	if (send_fds(sock, &prepared, sizeof(prepared), NULL, 0) < 0)
 		slot_exit(0); /* the host dropped the slot */
 

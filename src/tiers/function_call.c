@@ -33,16 +33,6 @@
 #include "tiers/function_internal.h"
 #include "tiers/function_proto.h"
 
-/* PIDFD_GET_INFO (Linux 6.13, exit status 6.15); newer than our headers. */
-struct wr_pidfd_info {
-	uint64_t mask, cgroupid;
-	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
-	int32_t exit_code;
-};
-#define WR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wr_pidfd_info)
-#define WR_PIDFD_INFO_PID (1ull << 0)
-#define WR_PIDFD_INFO_EXIT (1ull << 3)
-
 #define MAX_TIMEOUT_MS (3600ull * 1000)
 #define MAX_PAYLOAD (64ull << 20)
 
@@ -314,6 +304,11 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		return r;
 	}
 	unsigned gen = slot->gen;
+	/* Usually prepared already; the call cannot start earlier anyway. */
+	if (wr_fn_slot_await_prepared(slot, t0 + s.timeout_ms * 1000000ull) < 0) {
+		r = wr_err_set(err, EIO, "call slot: the process to run the call is gone");
+		goto out;
+	}
 	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
 	if (slot->low) {

@@ -24,13 +24,15 @@ extern struct wr_function_globals wr_fn_globals;
 /* A call slot: a process the zygote forked ahead of a call, in its leaf. */
 struct fn_slot {
 	uint64_t id;
-	unsigned gen;		     /* zygote generation that made it */
-	int pidfd;		     /* S, from the zygote (host kernel object) */
-	int sock;		     /* our end of S's socket */
-	struct wr_cgroup *leaf;	     /* S's leaf cgroup */
-	uint64_t mem, pids;	     /* the leaf's current limits */
-	bool low;		     /* the leaf still has the preparation's CPU weight */
-	bool prepared;		     /* S said PREPARED: it waits for its call */
+	unsigned gen;		/* zygote generation that made it */
+	int pidfd;		/* S, from the zygote (host kernel object) */
+	int sock;		/* our end of S's socket */
+	struct wr_cgroup *leaf; /* S's leaf cgroup */
+	uint64_t mem, pids;	/* the leaf's current limits */
+	bool low;		/* the leaf still has the preparation's CPU weight */
+	bool prepared;		/* S said PREPARED: it waits for its call */
+	/* pidfd: the process that runs the call: S, or S's child when S
+	 * said PREPARED with a holder (function_proto.h). */
 	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
 	int nprocs;
 	struct fn_slot *next;
@@ -68,6 +70,16 @@ struct wr_function_pool {
 	int devnull;	     /* stdin of calls without one */
 };
 
+/* PIDFD_GET_INFO (Linux 6.13, exit status 6.15); newer than our headers. */
+struct wr_pidfd_info {
+	uint64_t mask, cgroupid;
+	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+	int32_t exit_code;
+};
+#define WR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wr_pidfd_info)
+#define WR_PIDFD_INFO_PID (1ull << 0)
+#define WR_PIDFD_INFO_EXIT (1ull << 3)
+
 /* function.c: zygotes (pool lock held) */
 int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err);
 void wr_fn_zygote_stop(struct wr_function_pool *p);
@@ -84,6 +96,12 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
  * spares forked ahead and removes used leaves. One eventfd write. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
+/* Wait (until deadline, ns) for a taken slot's PREPARED, so that the call
+ * goes to the process that runs it (a holder's child). Without PREPARED
+ * (the slot failed: its ERROR or exit is the call's to report) it returns
+ * 0; -1 when the slot said PREPARED but cannot be used (its holder's child
+ * is not to be found). */
+int wr_fn_slot_await_prepared(struct fn_slot *s, uint64_t deadline);
 /* CPU weights of a slot's leaf: while it is prepared (it yields to calls
  * that run) and once its call starts. */
 #define WR_FN_WEIGHT_PREP 1

@@ -13,9 +13,14 @@
  *   slot socket (host <-> S; the zygote keeps a copy of S's end)
  *     host -> S       CALL  header + payload  fds: stdin, stdout, stderr
  *                           [, payload memfd when WR_FNP_PAYLOAD_FD]
- *     S -> host       PREPARED {}  S is confined and waits for its call
- *                           (sent once, before it blocks on CALL: the host
- *                           hands a call to a prepared slot first)
+ *     S -> host       PREPARED {flags}  S is confined and waits for its
+ *                           call (sent once, before it blocks on CALL: the
+ *                           host hands a call to a prepared slot first).
+ *                           WR_FNP_PREPARED_HOLDER: S became a holder, its
+ *                           only child runs the call (same memory, same
+ *                           confinement) and S exits after it; the host
+ *                           watches that child (found from the kernel:
+ *                           S's children), not S.
  *                     ERROR {errnum, msg}  set-up or exec failed (S then
  *                           exits 126/127)
  *     zygote -> host  REAPED {status}  the zygote reaped S (wait status);
@@ -62,6 +67,13 @@ struct wr_fnp_make {
 	uint64_t slot;
 	uint64_t tmp_bytes; /* size of each fresh tmpfs: /tmp, /work, /dev/shm */
 	uint32_t nprocs;
+	uint32_t pad;
+};
+
+#define WR_FNP_PREPARED_HOLDER 1u
+struct wr_fnp_prepared {
+	struct wr_fnp_hdr h;
+	uint32_t flags;
 	uint32_t pad;
 };
 

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -165,6 +167,39 @@ static void boost(struct wr_function_pool *p, bool on)
 			s->low = false;
 }
 
+/* A holder slot: from now on s->pidfd is its only child, the process that
+ * runs the call. Found through the kernel (the holder's children, while the
+ * holder lives: a pid that is its child is not recycled), not taken from
+ * the slot's word. */
+static int holder_child(struct fn_slot *s)
+{
+	struct wr_pidfd_info info = {.mask = WR_PIDFD_INFO_PID};
+	if (ioctl(s->pidfd, WR_PIDFD_GET_INFO, &info) < 0 || !(info.mask & WR_PIDFD_INFO_PID) ||
+	    info.pid == 0)
+		return -1;
+	char path[80];
+	snprintf(path, sizeof(path), "/proc/%u/task/%u/children", info.pid, info.pid);
+	_cleanup_free_ char *kids = NULL;
+	if (wr_read_file_at(AT_FDCWD, path, &kids, 4096, NULL) < 0)
+		return -1;
+	char *end;
+	long child = strtol(kids, &end, 10);
+	if (end == kids || child <= 0 || strtol(end, NULL, 10) != 0)
+		return -1; /* none, or more than one */
+	int cfd = wr_pidfd_open((pid_t)child, 0);
+	if (cfd < 0)
+		return -1;
+	struct wr_pidfd_info ci = {.mask = WR_PIDFD_INFO_PID};
+	struct pollfd pf = {.fd = s->pidfd, .events = POLLIN};
+	if (ioctl(cfd, WR_PIDFD_GET_INFO, &ci) < 0 || ci.ppid != info.pid || poll(&pf, 1, 0) != 0) {
+		close(cfd);
+		return -1;
+	}
+	close(s->pidfd);
+	s->pidfd = cfd;
+	return 0;
+}
+
 /* Is the slot's process alive and without a call? 1: and prepared (it
  * said PREPARED: confined, waiting for its call), 0: still preparing, -1:
  * unusable (dead, or it sent an error: its set-up failed). */
@@ -174,15 +209,40 @@ static int slot_state(struct fn_slot *s)
 	if (poll(&pf, 1, 0) != 0)
 		return -1;
 	while (!s->prepared) {
-		struct wr_fnp_hdr h;
-		ssize_t n = wr_fn_recv(s->sock, &h, sizeof(h), NULL, NULL, 0, MSG_DONTWAIT);
+		struct wr_fnp_prepared m;
+		ssize_t n = wr_fn_recv(s->sock, &m, sizeof(m), NULL, NULL, 0, MSG_DONTWAIT);
 		if (n == -EAGAIN)
 			return 0;
-		if (n != (ssize_t)sizeof(h) || h.magic != WR_FNP_MAGIC || h.type != WR_FNP_PREPARED)
+		if (n < (ssize_t)sizeof(m.h) || m.h.magic != WR_FNP_MAGIC ||
+		    m.h.type != WR_FNP_PREPARED)
+			return -1;
+		if (n >= (ssize_t)sizeof(m) && (m.flags & WR_FNP_PREPARED_HOLDER) &&
+		    holder_child(s) < 0)
 			return -1;
 		s->prepared = true;
 	}
 	return 1;
+}
+
+int wr_fn_slot_await_prepared(struct fn_slot *s, uint64_t deadline)
+{
+	while (!s->prepared) {
+		uint64_t now = wr_now_ns();
+		if (now >= deadline)
+			return 0;
+		struct pollfd pf[2] = {{.fd = s->sock, .events = POLLIN},
+				       {.fd = s->pidfd, .events = POLLIN}};
+		int ms = (int)((deadline - now + 999999) / 1000000);
+		if (poll(pf, 2, ms) <= 0 || pf[1].revents)
+			return 0;
+		struct wr_fnp_hdr h;
+		ssize_t n = wr_fn_recv(s->sock, &h, sizeof(h), NULL, NULL, 0, MSG_PEEK);
+		if (n < (ssize_t)sizeof(h) || h.type != WR_FNP_PREPARED)
+			return 0; /* an ERROR (or EOF): the call reports it */
+		if (slot_state(s) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* Unlink the ready slot *at (pool lock held). */
