@@ -22,6 +22,9 @@ WHAT = {
                "no isolation at all, the floor of any fork-per-call Python design "
                "(bench/bench_pyfork.py)",
     "fn-python": "a call of print(sum(range(1000))) on a warm Python pool, in-process API",
+    "fn-python-full": "the same call after an untimed pause (BENCH_FN_GAP_MS, default 200 ms) "
+                      "in which the pool refills: a call on a full pool, where fn-python "
+                      "back to back is bound by the pool's refill (a fork per call)",
     "container": "container tier: create + exec /bin/true + destroy, in-process API",
 }
 
@@ -132,6 +135,10 @@ if fl:
                     "(py-fork p50 / fn-python p50, paired: %.2f)."
                     % (fl[0], fl[1], fl[2], 100 * (paired("py-fork", "fn-python") or (0,))[0],
                        (paired("py-fork", "fn-python") or (0,))[0]))
+bf = paired("python-c", "fn-python-full")
+if bf:
+    notes.append("- python3 -c / Python call on a full pool (fn-python-full), paired p50 at "
+                 "concurrency 1: %.1fx (%.1f-%.1f)" % bf)
 b2 = paired("python-c", "fn-python", 2)
 if b2:
     notes.append("- python3 -c / Python call at concurrency 2, paired p50: %.1fx (%.1f-%.1f)"

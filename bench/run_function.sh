@@ -14,7 +14,8 @@
 #   BENCH_FN_ROUNDS  interleaved rounds the N are split into (default 10)
 #   BENCH_FN_WARMUP  untimed iterations per worker and round (default 3)
 #   BENCH_FN_MODES   subset of: bare bare-img fn-true python-c py-fork fn-python
-#                    container
+#                    fn-python-full container
+#   BENCH_FN_GAP_MS  fn-python-full's untimed pause before each call (default 200)
 #   BENCH_FN_COUNTS  0: skip the counts per call (bench/fn_counts.sh) that
 #                    are otherwise appended to function.md
 #   BENCH_FN_SPLIT   0: skip the CPU split of a Python call (bench/fn_split.sh)
@@ -35,7 +36,7 @@ export PATH=$PATH:/usr/sbin:/sbin
 
 N=${BENCH_FN_N:-300}
 ROUNDS=${BENCH_FN_ROUNDS:-10}
-MODES=${BENCH_FN_MODES:-bare bare-img fn-true python-c py-fork fn-python container}
+MODES=${BENCH_FN_MODES:-bare bare-img fn-true python-c py-fork fn-python fn-python-full container}
 export BENCH_WARMUP=${BENCH_FN_WARMUP:-3}
 PY=/usr/bin/python3
 SPAWN=$BUILD/bench/bench_spawn
@@ -123,6 +124,10 @@ for round in $(seq 1 "$ROUNDS"); do
 			python-c) run python-c "$p" "$SPAWN" cmd "$PER" "$p" - -- "$PY" -c "$CODE" ;;
 			py-fork) run py-fork "$p" "$PY" "$ROOT/bench/bench_pyfork.py" "$PER" "$p" ;;
 			fn-python) run fn-python "$p" "$FN" python "$PER" "$p" "$PYIMG" ;;
+			fn-python-full)
+				run fn-python-full "$p" env BENCH_GAP_MS="${BENCH_FN_GAP_MS:-200}" "$FN" python \
+					"$PER" "$p" "$PYIMG"
+				;;
 			container) run container "$p" "$SPAWN" warren "$PER" "$p" "$EROFS" ;;
 			*)
 				echo "bench-function: unknown mode '$mode'" >&2
