@@ -112,27 +112,36 @@ static int attach_locked(struct wr_lazy *l, struct wrl_keeper *k)
 	json_t *res = NULL;
 	int fd = -1;
 	wr_err err = NULL;
-	if (wrl_request(l, json_pack("{s:s}", "op", "fuse_fd"), &res, &fd, &err) < 0) {
-		/* ECONNREFUSED: not running; ENOTSUP: not adoptable (then
-		 * the old behaviour: its death ends the mounts). */
-		wr_err_free(&err);
-		return 0;
+	int r = wrl_request(l, json_pack("{s:s}", "op", "fuse_fd"), &res, &fd, &err);
+	int code = r < 0 ? wr_err_code(err) : 0;
+	wr_err_free(&err);
+	int pid = 0;
+	uint64_t dev = 0;
+	if (r == 0) {
+		pid = (int)json_integer_value(json_object_get(res, "pid"));
+		dev = (uint64_t)json_integer_value(json_object_get(res, "dev"));
+		json_decref(res);
+	} else if (code == ENOTSUP) {
+		/* Not adoptable (no resend): watch it all the same, its death
+		 * ends its mounts and is worth an event. */
+		if (wrl_request(l, json_pack("{s:s}", "op", "ping"), &res, NULL, NULL) == 0) {
+			pid = (int)json_integer_value(json_object_get(res, "pid"));
+			json_decref(res);
+		}
 	}
-	int pid = (int)json_integer_value(json_object_get(res, "pid"));
-	uint64_t dev = (uint64_t)json_integer_value(json_object_get(res, "dev"));
-	json_decref(res);
-	if (fd < 0 || pid <= 0) {
+	if (pid <= 0) { /* not running */
 		if (fd >= 0)
 			close(fd);
 		return 0;
 	}
 	int pidfd = wr_pidfd_open(pid, 0);
 	if (pidfd < 0) {
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return -1;
 	}
 	/* The same connection again (warrend kept it across a lazyfs
-	 * restart) or a new one (a fresh mount): hold the newest. */
+	 * restart), a new one (a fresh mount) or none: hold the newest. */
 	drop_locked(k);
 	k->fd = fd;
 	k->dev = dev;

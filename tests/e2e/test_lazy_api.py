@@ -190,14 +190,32 @@ def in_background(fn, *args):
     return t, box
 
 
-def lazy_node(fresh_daemon, registry, remote):
+def lazy_node(fresh_daemon, registry, remote, env=None):
     proxy = CountingProxy(registry.port)
-    node = fresh_daemon().start()
+    node = fresh_daemon()
+    node.env.update(env or {})
+    node.start()
     c = node.client()
     g = c.post("/v1/images/pull", {"ref": f"{proxy.host}/{remote}", "as": "lzk:1",
                                    "lazy": True})
     assert g.status == 200 and g.json()["complete"] is False, g
     return proxy, node, c
+
+
+def finish_node(node, build, store, run, proxy):
+    """Stop everything the test made, also after a failure: the node, lazyfs,
+    a mount a dead lazyfs left (only this test's run dir), the proxy."""
+    problems = node.finish()
+    lazytool(build, store, run, "stop", check=False)
+    mnt = str(run / "lazyfs/mnt")
+    if f" {mnt} " in Path("/proc/self/mounts").read_text():
+        problems.append(f"{mnt} still mounted after the stop")
+    for _ in range(20):
+        if f" {mnt} " not in Path("/proc/self/mounts").read_text():
+            break
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    proxy.close()
+    return problems
 
 
 def no_leaks(node, run):
@@ -283,9 +301,7 @@ def test_lazyfs_killed_mounts_keep_working(registry, fresh_daemon, build, ballas
     finally:
         proxy.resume()
         c.close()
-        problems = node.finish()
-        lazytool(build, store, run, "stop", check=False)
-        proxy.close()
+        problems = finish_node(node, build, store, run, proxy)
     assert not problems, problems
     assert not lazyfs_procs(run)
     assert str(run) not in Path("/proc/self/mounts").read_text()
@@ -351,9 +367,42 @@ def test_warrend_and_lazyfs_killed_in_turn(registry, fresh_daemon, build, ballas
         c.kill(sid)
     finally:
         c.close()
-        problems = node.finish()
-        lazytool(build, store, run, "stop", check=False)
-        proxy.close()
+        problems = finish_node(node, build, store, run, proxy)
+    assert not problems, problems
+    assert not lazyfs_procs(run)
+    assert str(run) not in Path("/proc/self/mounts").read_text()
+
+
+def test_without_resend_a_killed_lazyfs_ends_its_mounts_cleanly(registry, fresh_daemon, build,
+                                                                ballast_image):
+    """A kernel older than 6.9 cannot resend (simulated with
+    WARREN_LAZYFS_NO_RESEND): lazyfs then keeps its connection to itself, and
+    its death ends its mounts at once (an error, never a hang) with an event;
+    the next sandbox mounts afresh."""
+    remote, sums = ballast_image
+    proxy, node, c = lazy_node(fresh_daemon, registry, remote, {"WARREN_LAZYFS_NO_RESEND": "1"})
+    store, run = node.state / "images", node.run
+    try:
+        sid = c.create(image="lzk:1")
+        assert c.run(sid, ["cat", "/etc/passwd"])["exit_code"] == 0
+        time.sleep(1)
+        assert fuse_fds(node.proc.pid) == 0  # not handed over
+        assert "cloned fds" in (run / "lazyfs/lazyfs.log").read_text()
+        kill_and_wait(supervisor(run))
+        t0 = time.monotonic()
+        out = c.run(sid, ["sh", "-c", "cat /ballast/b5 >/dev/null; echo rc=$?"])
+        assert "rc=0" not in out["stdout"], out
+        assert time.monotonic() - t0 < 15
+        wait_for(lambda: "lazyfs_died" in [e["type"] for e in image_events(c)], 10,
+                 "the lazyfs_died event")
+        c.kill(sid)
+        sid2 = c.create(image="lzk:1")
+        assert sha_in(c, sid2, "b5") == sums["b5"]
+        wait_for(lambda: len(lazyfs_procs(run)) == 2, 10, "one lazyfs")
+        c.kill(sid2)
+    finally:
+        c.close()
+        problems = finish_node(node, build, store, run, proxy)
     assert not problems, problems
     assert not lazyfs_procs(run)
     assert str(run) not in Path("/proc/self/mounts").read_text()
