@@ -114,9 +114,11 @@ int wr_lazy_forget(struct wr_lazy *l, const char *digest, wr_err *err);
  * and watches its supervisor. When lazyfs dies, the keeper starts another
  * on the same connection (the mounts keep working; reads that were waiting
  * get their bytes); a restarted keeper fetches the connection from the
- * running lazyfs. cb reports each transition (type "lazyfs_died",
- * "lazyfs_restarted", "lazyfs_lost", "lazyfs_stopped"; may be called from
- * the keeper's thread or a wr_lazy_ensure caller). Stopping the keeper
+ * running lazyfs. An upgrade: SIGUSR1 to the lazyfs supervisor makes it
+ * stop without unmounting, and the keeper starts the binary now installed
+ * on the same mounts. cb reports each transition (type "lazyfs_died",
+ * "lazyfs_handover", "lazyfs_restarted", "lazyfs_lost", "lazyfs_stopped";
+ * from the keeper's thread or a wr_lazy_ensure caller). Stopping the keeper
  * (or wr_lazy_close) leaves lazyfs running. */
 typedef void (*wr_lazy_keep_cb)(void *ctx, const char *type, const char *msg);
 int wr_lazy_keep_start(struct wr_lazy *l, wr_lazy_keep_cb cb, void *ctx, wr_err *err);

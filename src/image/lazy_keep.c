@@ -13,14 +13,17 @@
  *  - the pid file is gone or names another process: a clean stop
  *    (wr_lazy_stop, SIGTERM), which unmounted; the keeper closes its dup so
  *    the connection ends and readers get EIO instead of waiting;
- *  - else it died: wr_lazy_ensure starts the next one on the dup; when that
- *    fails (or the kernel cannot resend) the dup is closed: EIO, an event.
+ *  - else it died, or handed its mounts over for an upgrade (SIGUSR1: the
+ *    pid file says "handover"): wr_lazy_ensure starts the next one (the
+ *    binary now installed) on the dup; when that fails (or the kernel
+ *    cannot resend) the dup is closed: EIO, an event.
  * Every transition is reported through the callback (warrend turns them
  * into image events). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,14 +166,18 @@ void wrl_keep_attach(struct wr_lazy *l)
 	poke(k);
 }
 
-static int pidfile_pid(struct wr_lazy *l)
+/* The pid in <run>/lazyfs/pid; *handover: it stopped for an upgrade
+ * (SIGUSR1), leaving its mounts to the next one. */
+static int pidfile_pid(struct wr_lazy *l, bool *handover)
 {
-	char buf[32];
+	char buf[64];
 	_cleanup_close_ int fd = open(l->pidfile, O_RDONLY | O_CLOEXEC);
 	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
+	if (handover)
+		*handover = strstr(buf, "handover") != NULL;
 	return atoi(buf);
 }
 
@@ -183,7 +190,15 @@ static void on_exit_of(struct wr_lazy *l, struct wrl_keeper *k)
 	close(k->pidfd);
 	k->pidfd = -1;
 	k->pid = 0;
-	if (pidfile_pid(l) != pid) {
+	bool handover = false;
+	int now = pidfile_pid(l, &handover);
+	if (now != pid && now > 0 && kill(now, 0) == 0) {
+		/* Already replaced (an acquire's wr_lazy_ensure adopted the
+		 * connection first): the next loop attaches to the new one. */
+		pthread_mutex_unlock(&k->lock);
+		return;
+	}
+	if (now != pid) {
 		/* A clean stop (it unmounted): end the connection too. */
 		drop_locked(k);
 		pthread_mutex_unlock(&k->lock);
@@ -202,9 +217,15 @@ static void on_exit_of(struct wr_lazy *l, struct wrl_keeper *k)
 		       pid);
 		return;
 	}
-	report(k, "lazyfs_died",
-	       "warren-lazyfs %d died; starting another on the same mounts (their reads wait)",
-	       pid);
+	if (handover)
+		report(k, "lazyfs_handover",
+		       "warren-lazyfs %d stopped for an upgrade; starting %s on the same mounts",
+		       pid, l->lazyfs_path);
+	else
+		report(k, "lazyfs_died",
+		       "warren-lazyfs %d died; starting another on the same mounts (their reads "
+		       "wait)",
+		       pid);
 	_cleanup_err_ wr_err err = NULL;
 	if (wr_lazy_ensure(l, &err) < 0) {
 		wrl_keep_drop(l, err->msg);
@@ -212,13 +233,13 @@ static void on_exit_of(struct wr_lazy *l, struct wrl_keeper *k)
 	}
 	pthread_mutex_lock(&k->lock);
 	bool kept = k->fd >= 0;
-	int now = k->pid;
+	int next = k->pid;
 	pthread_mutex_unlock(&k->lock);
 	if (kept)
 		report(k, "lazyfs_restarted",
 		       "warren-lazyfs %d took over the mounts of %d; unanswered reads were queued "
 		       "again",
-		       now, pid);
+		       next, pid);
 }
 
 static void *keep_run(void *arg)

@@ -18,7 +18,10 @@
  *
  * --adopt-fd N: fd N is the /dev/fuse connection of a lazyfs that died (the
  * mount keeper's dup, lazyfs.h): serve that mount instead of mounting. Exit
- * status 4 (--daemon: at once) when the kernel cannot resend requests. */
+ * status 4 (--daemon: at once) when the kernel cannot resend requests.
+ * SIGUSR1 (an upgrade): stop without unmounting, so that the keeper starts
+ * the binary now installed on the same mounts; without resend mode it is a
+ * SIGTERM. */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
 #include <fcntl.h>
@@ -48,13 +51,13 @@
 #include "image/lazy.h"
 #include "image/lazyfs.h"
 
-static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_stop, g_handover;
 static volatile pid_t g_worker;
 
 static void on_term(int sig)
 {
-	(void)sig;
 	g_stop = 1;
+	g_handover = sig == SIGUSR1;
 	if (g_worker > 0)
 		kill(g_worker, SIGTERM);
 }
@@ -495,6 +498,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: waitpid returns */
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	uint64_t starts = 0;
@@ -560,6 +564,25 @@ int main(int argc, char **argv)
 			usleep(100000);
 		kill(g_worker, SIGKILL);
 		waitpid(g_worker, NULL, 0);
+	}
+	if (g_handover && g_cfg.resend) {
+		/* An upgrade: the worker flushed and stopped; leave the mount,
+		 * conn and the pid file (naming us) to the keeper, which starts
+		 * the next lazyfs on them as after a crash; what our worker had
+		 * read and not answered is resent by the next one. */
+		_cleanup_free_ char *ho = NULL;
+		int hfd = open(pidf, O_WRONLY | O_TRUNC | O_CLOEXEC);
+		if (hfd >= 0 && asprintf(&ho, "%d handover\n", (int)getpid()) > 0 &&
+		    wr_write_all(hfd, ho, strlen(ho)) < 0)
+			fprintf(stderr, "warren-lazyfs: write %s: %m\n", pidf);
+		if (hfd >= 0)
+			close(hfd);
+		close(master);
+		close(lfd);
+		free(init);
+		close(lockfd);
+		fprintf(stderr, "warren-lazyfs: handed the mount over (SIGUSR1)\n");
+		return 0;
 	}
 	/* Detach the mount, then drop our fd of the connection: reads through
 	 * mounts of our files fail from here on (a mount keeper seeing the pid

@@ -229,9 +229,9 @@ def no_leaks(node, run):
 
 def test_lazyfs_killed_mounts_keep_working(registry, fresh_daemon, build, ballast_image):
     """The whole lazyfs (supervisor and worker) or its worker killed -9,
-    between reads and in the middle of a read stalled on the registry: the
-    sandbox's reads wait and then get the right bytes; each death and
-    takeover is an image event."""
+    between reads and in the middle of a read stalled on the registry, and an
+    upgrade (SIGUSR1): the sandbox's reads wait and then get the right bytes;
+    each death and takeover is an image event."""
     remote, sums = ballast_image
     proxy, node, c = lazy_node(fresh_daemon, registry, remote)
     store, run = node.state / "images", node.run
@@ -241,8 +241,12 @@ def test_lazyfs_killed_mounts_keep_working(registry, fresh_daemon, build, ballas
         wait_for(lambda: fuse_fds(node.proc.pid) == 1, 10, "warrend to hold the connection")
         # 1. Killed between reads.
         sup = supervisor(run)
+        t0 = time.monotonic()
         kill_and_wait(sup)
         assert sha_in(c, sid, "b1") == sums["b1"]
+        took = time.monotonic() - t0
+        print(f"takeover: killed -9 to a 1 MiB uncached read done in {took:.2f} s")
+        assert took < 15, took
         sup2 = supervisor(run)
         assert sup2 not in (0, sup)
         # 2. The worker killed while a read waits on a stalled registry.
@@ -272,13 +276,27 @@ def test_lazyfs_killed_mounts_keep_working(registry, fresh_daemon, build, ballas
         proxy.resume()
         t.join(60)
         assert not t.is_alive() and box.get("value") == sums["b3"], box
+        # 4. An upgrade: SIGUSR1 hands the mounts over (a read waiting meanwhile).
+        proxy.stall()
+        asked = len(proxy.requests)
+        t, box = in_background(sha_in, bc, sid, "b4")
+        wait_for(lambda: len(proxy.requests) > asked, 20, "a range request")
+        os.kill(sup3, signal.SIGUSR1)
+        sup4 = wait_for(lambda: supervisor(run) not in (0, sup3) and supervisor(run), 30,
+                        "the next lazyfs")
+        proxy.resume()
+        t.join(60)
+        assert not t.is_alive() and box.get("value") == sums["b4"], box
+        assert "handed the mount over" in (run / "lazyfs/lazyfs.log").read_text()
+        wait_for(lambda: "lazyfs_handover" in [e["type"] for e in image_events(c)], 10,
+                 "the lazyfs_handover event")
         bc.close()
         # Cached and uncached bytes alike after all that.
-        for name in ("b1", "b2", "b3", "b20"):
+        for name in ("b1", "b2", "b3", "b4", "b20"):
             assert sha_in(c, sid, name) == sums[name]
         wait_for(lambda: lazyfs_procs(run) and len(lazyfs_procs(run)) == 2, 10, "2 procs")
         no_leaks(node, run)
-        assert lazytool(build, store, run, "pid")[1]["pid"] == str(sup3)
+        assert lazytool(build, store, run, "pid")[1]["pid"] == str(sup4)
         ev = image_events(c)
         types = [e["type"] for e in ev]
         assert types.count("lazyfs_died") >= 2 and types.count("lazyfs_restarted") >= 2, types

@@ -462,7 +462,8 @@ static void test_fuse_resend_requeues_an_unanswered_request(void **state)
 	(void)state;
 	if (geteuid() != 0 || access("/dev/fuse", R_OK | W_OK) < 0)
 		skip();
-	char mnt[] = "/tmp/wr-lazy-resend.XXXXXX";
+	char mnt[64] = "/tmp/wr-lazy-resend.";
+	memset(mnt + strlen(mnt), 'X', 6); /* mkdtemp's template */
 	assert_non_null(mkdtemp(mnt));
 	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	assert_true(fd >= 0);
