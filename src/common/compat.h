@@ -210,6 +210,17 @@ struct wr_clone_args {
 #define XFS_IOC_EXCHANGE_RANGE 0x40285881UL
 #endif
 
+/* ---- FUSE protocol 7.40 (Linux 6.9): resend of pending requests --------- */
+/* linux/fuse.h of 6.1 has protocol 7.38; fuse_notify_code is an enum there,
+ * so these carry a WR_ prefix instead of a guard. A server writes a
+ * fuse_out_header {len = 16, error = WR_FUSE_NOTIFY_RESEND, unique = 0} on
+ * its /dev/fuse fd: the kernel puts every request that was read from the
+ * connection but not answered back at the head of the queue, its unique
+ * marked with WR_FUSE_UNIQUE_RESEND. Older kernels answer EINVAL. */
+#define WR_FUSE_NOTIFY_RESEND 7
+#define WR_FUSE_MINOR_RESEND 40
+#define WR_FUSE_UNIQUE_RESEND (1ULL << 63)
+
 /* ---- thin syscall wrappers glibc 2.36 lacks ----------------------------- */
 static inline long wr_clone3(struct wr_clone_args *a)
 {

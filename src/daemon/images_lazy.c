@@ -1,7 +1,9 @@
 /* warrend's on-demand loading: the config's "lazy" object into the
- * warren-lazyfs client the store uses, and a poller that turns lazyfs's
- * events (fetch failures, commits, verification failures) into node-level
- * image events and log lines. */
+ * warren-lazyfs client the store uses, a poller that turns lazyfs's events
+ * (fetch failures, commits, verification failures) into node-level image
+ * events and log lines, and the mount keeper (lazy_keep.c): warrend holds
+ * lazyfs's FUSE connection, so that a lazyfs that dies is replaced under
+ * the same mounts. */
 #include "daemon/images.h"
 
 #include <errno.h>
@@ -216,10 +218,21 @@ static void *poller_main(void *arg)
 	return NULL;
 }
 
+/* The keeper's transitions: "lazyfs_died" and "lazyfs_lost" are warnings. */
+static void on_keep(void *ctx, const char *type, const char *msg)
+{
+	(void)ctx;
+	wrd_images_event(type, json_pack("{s:s, s:s}", "source", "lazyfs-keeper", "message", msg));
+	bool info = strcmp(type, "lazyfs_restarted") == 0;
+	wr_log(info ? WR_LOG_INFO : WR_LOG_WARN, "%s: %s", type, msg);
+}
+
 int wrd_images_lazy_start(wr_err *err)
 {
 	if (g_lazy == NULL || g_poller_on)
 		return 0;
+	if (wr_lazy_keep_start(g_lazy, on_keep, NULL, err) < 0)
+		return wr_err_wrap(err, "lazy images");
 	g_stop = false;
 	int e = pthread_create(&g_poller, NULL, poller_main, NULL);
 	if (e != 0)
@@ -238,4 +251,5 @@ void wrd_images_lazy_stop(void)
 	pthread_mutex_unlock(&g_plock);
 	pthread_join(g_poller, NULL);
 	g_poller_on = false;
+	wr_lazy_keep_stop(g_lazy); /* lazyfs keeps serving the mounts */
 }

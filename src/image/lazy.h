@@ -13,7 +13,8 @@
  * (wr_image_blob_commit): later acquires get the local blob.
  *
  * This module starts lazyfs on demand (it survives the caller: warrend can
- * restart without breaking mounted images), finds it again through its
+ * restart without breaking mounted images; with the mount keeper below,
+ * lazyfs can die and be replaced without breaking them either), finds it again through its
  * control socket <run>/lazyfs/ctl.sock, registers blobs, reads counters and
  * events, and sizes and trims the chunk cache for the store's gc. It plugs
  * into the store through wr_lazy_image_ops (image.h's struct
@@ -107,6 +108,23 @@ uint64_t wr_lazy_cache_bytes(struct wr_lazy *l);
 int wr_lazy_cache_trim(struct wr_lazy *l, uint64_t want, uint64_t *freed, wr_err *err);
 /* Drop everything cached for digest (the image was removed). */
 int wr_lazy_forget(struct wr_lazy *l, const char *digest, wr_err *err);
+
+/* The mount keeper (lazy_keep.c; warrend runs one, process model in
+ * lazyfs.h): a thread that holds a dup of lazyfs's /dev/fuse connection
+ * and watches its supervisor. When lazyfs dies, the keeper starts another
+ * on the same connection (the mounts keep working; reads that were waiting
+ * get their bytes); a restarted keeper fetches the connection from the
+ * running lazyfs. An upgrade: SIGUSR1 to the lazyfs supervisor makes it
+ * stop without unmounting, and the keeper starts the binary now installed
+ * on the same mounts. cb reports each transition (type "lazyfs_died",
+ * "lazyfs_handover", "lazyfs_restarted", "lazyfs_lost", "lazyfs_stopped";
+ * from the keeper's thread or a wr_lazy_ensure caller). Stopping the keeper
+ * (or wr_lazy_close) leaves lazyfs running. */
+typedef void (*wr_lazy_keep_cb)(void *ctx, const char *type, const char *msg);
+int wr_lazy_keep_start(struct wr_lazy *l, wr_lazy_keep_cb cb, void *ctx, wr_err *err);
+void wr_lazy_keep_stop(struct wr_lazy *l);
+/* pid of the lazyfs whose connection the keeper holds, 0 when none. */
+int wr_lazy_keep_held(struct wr_lazy *l);
 
 /* The store's hooks (image.h); ctx is a struct wr_lazy *. */
 extern const struct wr_image_lazy_ops wr_lazy_image_ops;

@@ -23,6 +23,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "image/lazy.h"
+#include "image/lazy_client.h"
 #include "image/lazy_internal.h"
 
 #ifndef WARREN_LIBEXECDIR
@@ -30,13 +31,6 @@
 #endif
 
 extern char **environ;
-
-struct wr_lazy {
-	struct wr_lazy_opts o;
-	char *store_dir, *run_dir, *lazyfs_path, *auth_file, *ca_file, *log_path;
-	char *dir, *sock, *pidfile;
-	pthread_mutex_t lock; /* serialises starts */
-};
 
 int wr_lazy_open(const struct wr_lazy_opts *o, struct wr_lazy **out, wr_err *err)
 {
@@ -92,6 +86,7 @@ void wr_lazy_close(struct wr_lazy **lp)
 	struct wr_lazy *l = *lp;
 	if (l == NULL)
 		return;
+	wrl_keep_free(l);
 	free(l->store_dir);
 	free(l->run_dir);
 	free(l->lazyfs_path);
@@ -130,11 +125,41 @@ static int ctl_connect(struct wr_lazy *l, wr_err *err)
 	return steal_fd(&fd);
 }
 
-/* One request, one answer. *res owns the answer object. */
-static int request(struct wr_lazy *l, json_t *req, json_t **res, wr_err *err)
+/* One read of the answer; a passed fd lands in *fd (else closed). */
+static ssize_t recv_some(int sock, char *buf, size_t len, int *fd)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b)};
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int got;
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (fd && *fd < 0)
+				*fd = got;
+			else
+				close(got);
+		}
+	}
+	return n;
+}
+
+int wrl_request(struct wr_lazy *l, json_t *req, json_t **res, int *pfd, wr_err *err)
 {
 	_cleanup_free_ char *s = json_dumps(req, JSON_COMPACT);
 	json_decref(req);
+	if (pfd)
+		*pfd = -1;
 	if (s == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	_cleanup_close_ int fd = ctl_connect(l, err);
@@ -144,6 +169,7 @@ static int request(struct wr_lazy *l, json_t *req, json_t **res, wr_err *err)
 		return wr_err_sys(err, "lazyfs: send");
 	size_t cap = 1 << 16, len = 0;
 	_cleanup_free_ char *buf = malloc(cap);
+	_cleanup_close_ int got = -1;
 	if (buf == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	for (;;) {
@@ -154,7 +180,7 @@ static int request(struct wr_lazy *l, json_t *req, json_t **res, wr_err *err)
 			buf = nb;
 			cap *= 2;
 		}
-		ssize_t n = read(fd, buf + len, cap - len - 1);
+		ssize_t n = recv_some(fd, buf + len, cap - len - 1, &got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -179,7 +205,14 @@ static int request(struct wr_lazy *l, json_t *req, json_t **res, wr_err *err)
 		return r;
 	}
 	*res = j;
+	if (pfd)
+		*pfd = steal_fd(&got);
 	return 0;
+}
+
+static int request(struct wr_lazy *l, json_t *req, json_t **res, wr_err *err)
+{
+	return wrl_request(l, req, res, NULL, err);
 }
 
 /* ---- starting and stopping ---------------------------------------------- */
@@ -193,7 +226,10 @@ static int ping(struct wr_lazy *l, wr_err *err)
 	return r < 0 ? r : pid;
 }
 
-static int spawn_lazyfs(struct wr_lazy *l, wr_err *err)
+/* 0: it serves; 3: another lazyfs (or an offline trim, or the workers of
+ * a lazyfs that just died) holds the chunk lock; 4: adopt_fd cannot be
+ * taken over (the kernel cannot resend, lazyfs.h). */
+static int spawn_lazyfs(struct wr_lazy *l, int adopt_fd, wr_err *err)
 {
 	char cs[24], pt[24], mt[24], ct[24], rt[24], rr[24];
 	snprintf(cs, sizeof(cs), "%" PRIu32, l->o.chunk_size);
@@ -248,6 +284,15 @@ static int spawn_lazyfs(struct wr_lazy *l, wr_err *err)
 		argv[n++] = "--log";
 		argv[n++] = l->log_path;
 	}
+	/* The connection goes to fd 3 of the child; from a copy above 3, so
+	 * that the dup2 always clears close-on-exec. */
+	_cleanup_close_ int afd = adopt_fd >= 0 ? fcntl(adopt_fd, F_DUPFD_CLOEXEC, 10) : -1;
+	if (adopt_fd >= 0 && afd < 0)
+		return wr_err_sys(err, "lazyfs: dup the FUSE connection");
+	if (afd >= 0) {
+		argv[n++] = "--adopt-fd";
+		argv[n++] = "3";
+	}
 	argv[n] = NULL;
 	_cleanup_close_ int errfd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	posix_spawn_file_actions_t fa;
@@ -256,6 +301,8 @@ static int spawn_lazyfs(struct wr_lazy *l, wr_err *err)
 	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	if (errfd >= 0)
 		posix_spawn_file_actions_adddup2(&fa, errfd, 2);
+	if (afd >= 0)
+		posix_spawn_file_actions_adddup2(&fa, afd, 3);
 	/* Default dispositions and an empty mask, whatever the caller (a
 	 * daemon reading signals through signalfd) has. */
 	posix_spawnattr_t sa;
@@ -281,6 +328,8 @@ static int spawn_lazyfs(struct wr_lazy *l, wr_err *err)
 		;
 	if (WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 3))
 		return WEXITSTATUS(st);
+	if (afd >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 4)
+		return 4;
 	char msg[512] = "";
 	if (errfd >= 0) {
 		ssize_t k = pread(errfd, msg, sizeof(msg) - 1, 0);
@@ -308,14 +357,29 @@ int wr_lazy_ensure(struct wr_lazy *l, wr_err *err)
 	}
 	/* Another process may have started it while we waited for the lock;
 	 * a status of 3 means a lazyfs (or an offline trim) held the chunk
-	 * lock: wait for it to answer. */
+	 * lock: wait for it to answer. With the keeper's connection, the new
+	 * lazyfs takes over the mounts of the one that died (its workers
+	 * still hold the chunk lock for a moment: ask again soon). */
 	for (int i = 0; r == 0 && i < 100; i++) {
 		if (ping(l, NULL) > 0)
 			break;
-		if (i == 0 || i % 20 == 0) {
-			int s = spawn_lazyfs(l, err);
+		_cleanup_close_ int afd = wrl_keep_dup(l);
+		if (i == 0 || i % (afd >= 0 ? 2 : 20) == 0) {
+			wr_err se = NULL;
+			int s = spawn_lazyfs(l, afd, &se);
+			if (afd >= 0 && (s < 0 || s == 4)) {
+				/* Not adoptable: end that connection (its readers
+				 * get EIO) before a fresh mount replaces it. */
+				wrl_keep_drop(l, s == 4 ? "the kernel cannot resend pending "
+							  "FUSE requests"
+							: se->msg);
+				wr_err_free(&se);
+				i = -1;
+				continue;
+			}
 			if (s < 0) {
-				r = s;
+				r = wr_err_set(err, wr_err_code(se), "%s", se->msg);
+				wr_err_free(&se);
 				break;
 			}
 			if (s == 0)
@@ -326,6 +390,8 @@ int wr_lazy_ensure(struct wr_lazy *l, wr_err *err)
 	if (r == 0 && ping(l, err) <= 0)
 		r = wr_err_wrap(err, "lazyfs did not come up");
 	pthread_mutex_unlock(&l->lock);
+	if (r == 0)
+		wrl_keep_attach(l);
 	return r < 0 ? r : 0;
 }
 

@@ -21,6 +21,7 @@
 #include <fuse3/fuse_lowlevel.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 #include "common/util.h"
 #include "image/lazyfs.h"
 
@@ -823,14 +824,27 @@ static int load_blobs(struct lazyfs *fs, bool fresh, wr_err *err)
 	return 0;
 }
 
-int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, size_t init_len,
-		      int listenfd, int readyfd, bool fresh, uint64_t starts)
+/* Queue again every request of this connection that was read but not
+ * answered (a dead worker's): lazyfs.h, resend mode. */
+static int send_resend(int fd)
 {
-	/* The supervisor's death ends the mount: nothing left to serve. */
+	struct fuse_out_header oh = {
+	    .len = sizeof(oh), .error = WR_FUSE_NOTIFY_RESEND, .unique = 0};
+	ssize_t n = write(fd, &oh, sizeof(oh));
+	return n == (ssize_t)sizeof(oh) ? 0 : -1;
+}
+
+int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, uint64_t dev, const void *init,
+		      size_t init_len, int listenfd, int readyfd, bool fresh, uint64_t starts)
+{
+	/* The supervisor's death ends this worker: the next lazyfs serves
+	 * (resend mode) or the mount ends. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	static struct lazyfs fs; /* lives as long as the process */
 	fs.cfg = *cfg;
 	fs.chunksfd = -1;
+	fs.master_fd = master_fd;
+	fs.dev = dev;
 	fs.worker_starts = starts;
 	pthread_mutex_init(&fs.lock, NULL);
 	wr_err err = NULL;
@@ -849,18 +863,22 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 		fprintf(stderr, "warren-lazyfs: worker: %s\n", err->msg);
 		return 1;
 	}
-	int clonefd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	/* Resend mode reads on the master itself (a request read there
+	 * outlives us); otherwise on a clone, whose requests the kernel ends
+	 * when we die. */
+	int sfd = cfg->resend ? dup(master_fd) : open("/dev/fuse", O_RDWR | O_CLOEXEC);
 	uint32_t mfd = (uint32_t)master_fd;
-	if (clonefd < 0 || ioctl(clonefd, FUSE_DEV_IOC_CLONE, &mfd) < 0) {
-		fprintf(stderr, "warren-lazyfs: worker: clone /dev/fuse: %m\n");
+	if (sfd < 0 || (!cfg->resend && ioctl(sfd, FUSE_DEV_IOC_CLONE, &mfd) < 0)) {
+		fprintf(stderr, "warren-lazyfs: worker: %s /dev/fuse: %m\n",
+			cfg->resend ? "dup" : "clone");
 		return 1;
 	}
-	close(master_fd);
+	fcntl(sfd, F_SETFD, FD_CLOEXEC);
 	char *argv[] = {"warren-lazyfs", NULL};
 	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
 	struct fuse_session *se = fuse_session_new(&args, &worker_ops, sizeof(worker_ops), &fs);
 	char mp[32];
-	snprintf(mp, sizeof(mp), "/dev/fd/%d", clonefd);
+	snprintf(mp, sizeof(mp), "/dev/fd/%d", sfd);
 	if (se == NULL || fuse_session_mount(se, mp) != 0) {
 		fprintf(stderr, "warren-lazyfs: worker: fuse session failed\n");
 		return 1;
@@ -881,6 +899,22 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 		fprintf(stderr, "warren-lazyfs: worker: %s\n", err ? err->msg : "signal handlers");
 		return 1;
 	}
+	if (cfg->resend && (!fresh || cfg->adopted)) {
+		/* Before we read anything: what an earlier worker or lazyfs
+		 * had read and not answered comes first again. */
+		if (send_resend(master_fd) < 0) {
+			fprintf(stderr, "warren-lazyfs: worker: resend pending requests: %m\n");
+			lazyfs_event(&fs, "resend_failed", "",
+				     "the kernel refused FUSE_NOTIFY_RESEND (%s): the mount ends, "
+				     "its readers get EIO",
+				     strerror(errno));
+			return LAZYFS_EXIT_NORESEND;
+		}
+		lazyfs_event(&fs, cfg->adopted && starts == 1 ? "adopted" : "resumed", "",
+			     "worker %" PRIu64 " serves the mount%s; requests left unanswered "
+			     "were queued again",
+			     starts, cfg->adopted && starts == 1 ? " of a lazyfs that died" : "");
+	}
 	if (readyfd >= 0) {
 		char ok = 'R';
 		if (write(readyfd, &ok, 1) < 0) {
@@ -889,7 +923,7 @@ int lazyfs_worker_run(struct lazyfs_cfg *cfg, int master_fd, const void *init, s
 		close(readyfd);
 	}
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(lc, 1);
+	fuse_loop_cfg_set_clone_fd(lc, cfg->resend ? 0 : 1);
 	fuse_loop_cfg_set_max_threads(lc, cfg->max_threads ? cfg->max_threads : 64);
 	fuse_loop_cfg_set_idle_threads(lc, 8);
 	int r = fuse_session_loop_mt(se, lc);

@@ -9,6 +9,10 @@
  *   {"op":"cache_bytes"}                            {"bytes":N}
  *   {"op":"trim","want":N}                          {"freed":N}
  *   {"op":"forget","digest":D}                      {}
+ *   {"op":"fuse_fd"}                                {"pid":N,"dev":N} + the fd
+ * fuse_fd hands a dup of the /dev/fuse connection over (SCM_RIGHTS, with
+ * the answer's first byte) to warrend's mount keeper (lazyfs.h); only in
+ * resend mode, where a new lazyfs can take the mount over (else ENOTSUP).
  * Errors: {"error":{"errno":N,"message":M}}. */
 #include <errno.h>
 #include <inttypes.h>
@@ -148,7 +152,7 @@ static json_t *do_events(struct lazyfs *fs, uint64_t since)
 	return json_pack("{s:o, s:I}", "events", a, "last", (json_int_t)last);
 }
 
-static json_t *handle(struct lazyfs *fs, json_t *req, wr_err *err)
+static json_t *handle(struct lazyfs *fs, json_t *req, int *pass, wr_err *err)
 {
 	const char *op = NULL, *digest = NULL, *reference = NULL;
 	json_int_t size = 0, since = 0, want = 0;
@@ -177,6 +181,16 @@ static json_t *handle(struct lazyfs *fs, json_t *req, wr_err *err)
 		 * the blob's chunk index (the client refuses one that does not
 		 * say so: a lazyfs older than indexes, still running). */
 		return json_pack("{s:s, s:b}", "path", path, "verified", 1);
+	}
+	if (strcmp(op, "fuse_fd") == 0) {
+		if (!fs->cfg.resend) {
+			wr_err_set(err, ENOTSUP,
+				   "this kernel cannot resend pending FUSE requests: the mount "
+				   "cannot be taken over");
+			return NULL;
+		}
+		*pass = fs->master_fd;
+		return json_pack("{s:i, s:I}", "pid", (int)getppid(), "dev", (json_int_t)fs->dev);
 	}
 	if (strcmp(op, "stats") == 0)
 		return do_stats(fs, digest, err);
@@ -214,6 +228,31 @@ static json_t *handle(struct lazyfs *fs, json_t *req, wr_err *err)
 	return NULL;
 }
 
+/* One byte (a space, which the JSON reader skips) carrying fd. */
+static int send_fd(int sock, int fd)
+{
+	char byte = ' ';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.buf,
+			    .msg_controllen = sizeof(u.buf)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	ssize_t n;
+	while ((n = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n == 1 ? 0 : -1;
+}
+
 static void *conn_run(void *arg)
 {
 	struct lazyfs *fs = ((void **)arg)[0];
@@ -233,7 +272,8 @@ static void *conn_run(void *arg)
 		wr_err err = NULL;
 		json_error_t je;
 		json_t *req = json_loads(line, 0, &je);
-		json_t *res = req ? handle(fs, req, &err) : NULL;
+		int pass = -1;
+		json_t *res = req ? handle(fs, req, &pass, &err) : NULL;
 		if (req == NULL)
 			wr_err_set(&err, EINVAL, "request: %s", je.text);
 		if (res == NULL)
@@ -242,8 +282,8 @@ static void *conn_run(void *arg)
 		json_decref(req);
 		char *s = json_dumps(res, JSON_COMPACT);
 		json_decref(res);
-		bool ok =
-		    s && wr_write_all(fd, s, strlen(s)) >= 0 && wr_write_all(fd, "\n", 1) >= 0;
+		bool ok = s && (pass < 0 || send_fd(fd, pass) == 0) &&
+			  wr_write_all(fd, s, strlen(s)) >= 0 && wr_write_all(fd, "\n", 1) >= 0;
 		free(s);
 		if (!ok)
 			break;

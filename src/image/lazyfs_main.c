@@ -7,13 +7,21 @@
  *                 [--pattern-window-s N] [--page-cache] [--insecure]
  *                 [--auth-file F] [--ca-file F] [--connect-timeout-ms N]
  *                 [--range-timeout-ms N] [--retries N] [--log FILE]
+ *                 [--adopt-fd N]
  *
  * Mounts <run>/lazyfs/mnt, listens on <run>/lazyfs/ctl.sock, writes
  * <run>/lazyfs/pid, holds <store>/chunks/.lock (a second instance for the
  * same store exits with status 3). --daemon: returns once the file system
  * serves (status 0) or failed (1, one line on stderr); the supervisor lives
  * on in its own session with stdio on the log file. SIGTERM stops it and
- * unmounts: reads through mounts of its files then fail with EIO. */
+ * unmounts: reads through mounts of its files then fail with EIO.
+ *
+ * --adopt-fd N: fd N is the /dev/fuse connection of a lazyfs that died (the
+ * mount keeper's dup, lazyfs.h): serve that mount instead of mounting. Exit
+ * status 4 (--daemon: at once) when the kernel cannot resend requests.
+ * SIGUSR1 (an upgrade): stop without unmounting, so that the keeper starts
+ * the binary now installed on the same mounts; without resend mode it is a
+ * SIGTERM. */
 #define FUSE_USE_VERSION 312
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +34,10 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,17 +46,18 @@
 #include <fuse3/fuse_lowlevel.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 #include "common/util.h"
 #include "image/lazy.h"
 #include "image/lazyfs.h"
 
-static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_stop, g_handover;
 static volatile pid_t g_worker;
 
 static void on_term(int sig)
 {
-	(void)sig;
 	g_stop = 1;
+	g_handover = sig == SIGUSR1;
 	if (g_worker > 0)
 		kill(g_worker, SIGTERM);
 }
@@ -78,6 +89,8 @@ static unsigned num(const char *name, const char *s, uint64_t max)
 	return (unsigned)v;
 }
 
+static int g_adopt = -1;
+
 static void parse(int argc, char **argv, bool *daemon, const char **log)
 {
 	static const struct option lo[] = {
@@ -97,6 +110,7 @@ static void parse(int argc, char **argv, bool *daemon, const char **log)
 	    {"range-timeout-ms", 1, 0, 'R'},
 	    {"retries", 1, 0, 'y'},
 	    {"log", 1, 0, 'l'},
+	    {"adopt-fd", 1, 0, 'F'},
 	    {0, 0, 0, 0},
 	};
 	g_cfg.chunk_size = WR_LAZY_CHUNK_DEFAULT;
@@ -133,6 +147,7 @@ static void parse(int argc, char **argv, bool *daemon, const char **log)
 			break;
 		case 'y': g_cfg.reg.retries = num("--retries", optarg, 10); break;
 		case 'l': *log = optarg; break;
+		case 'F': g_adopt = (int)num("--adopt-fd", optarg, 1 << 20); break;
 		default: usage();
 		}
 	}
@@ -188,6 +203,10 @@ static int daemonize(const char *log)
 			_exit(0);
 		if (strncmp(buf, "BUSY", 4) == 0)
 			_exit(3);
+		if (strncmp(buf, "NORESEND", 8) == 0) {
+			fprintf(stderr, "warren-lazyfs: %s\n", buf);
+			_exit(4);
+		}
 		fprintf(stderr, "warren-lazyfs: %s\n", n > 0 ? buf : "failed to start");
 		_exit(1);
 	}
@@ -230,20 +249,26 @@ static int listen_ctl(const char *path)
 	return fd;
 }
 
-static pid_t start_worker(int master, const void *init, size_t len, int lfd, bool fresh,
-			  uint64_t starts, int *readyfd)
+static pid_t start_worker(int master, uint64_t dev, const void *init, size_t len, int lfd,
+			  bool fresh, uint64_t starts, int *readyfd)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
+	pid_t self = getpid();
 	pid_t pid = fork();
 	if (pid == 0) {
+		/* Dies with us (set again by the worker): no worker of a dead
+		 * supervisor may go on reading the connection (lazyfs.h). */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != self)
+			_exit(1);
 		close(p[0]);
 		if (g_notify >= 0) /* the --daemon parent waits for EOF */
 			close(g_notify);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGINT, SIG_DFL);
-		_exit(lazyfs_worker_run(&g_cfg, master, init, len, lfd, p[1], fresh, starts));
+		_exit(lazyfs_worker_run(&g_cfg, master, dev, init, len, lfd, p[1], fresh, starts));
 	}
 	close(p[1]);
 	if (pid < 0) {
@@ -252,6 +277,93 @@ static pid_t start_worker(int master, const void *init, size_t len, int lfd, boo
 	}
 	*readyfd = p[0];
 	return pid;
+}
+
+/* <run>/lazyfs/conn: what a lazyfs adopting this mount needs, written
+ * (by rename) once the mount answered FUSE_INIT:
+ *   dev=<st_dev of the mount>\nminor=<kernel's FUSE minor>\ninit=<hex>\n */
+static int conn_write(const char *path, uint64_t dev, unsigned minor, const uint8_t *init,
+		      size_t len)
+{
+	_cleanup_free_ char *tmp = NULL, *txt = malloc(64 + 2 * len);
+	if (txt == NULL || asprintf(&tmp, "%s.tmp", path) < 0)
+		return -1;
+	int n = sprintf(txt, "dev=%llu\nminor=%u\ninit=", (unsigned long long)dev, minor);
+	for (size_t i = 0; i < len; i++)
+		n += sprintf(txt + n, "%02x", init[i]);
+	txt[n++] = '\n';
+	_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || wr_write_all(fd, txt, (size_t)n) < 0 || fsync(fd) < 0)
+		return -1;
+	return rename(tmp, path);
+}
+
+static int conn_read(const char *path, uint64_t *dev, unsigned *minor, uint8_t **init, size_t *len)
+{
+	char txt[2048];
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? wr_read_all(fd, txt, sizeof(txt) - 1) : -1;
+	if (n <= 0)
+		return -1;
+	txt[n] = '\0';
+	unsigned long long d;
+	int off = 0;
+	if (sscanf(txt, "dev=%llu\nminor=%u\ninit=%n", &d, minor, &off) != 2 || off == 0)
+		return -1;
+	const char *h = txt + off;
+	size_t hl = strcspn(h, "\n");
+	if (hl < 2 * 48 || hl % 2)
+		return -1;
+	*init = malloc(hl / 2);
+	if (*init == NULL)
+		return -1;
+	for (size_t i = 0; i < hl / 2; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1) {
+			free(*init);
+			return -1;
+		}
+		(*init)[i] = (uint8_t)v;
+	}
+	*dev = d;
+	*len = hl / 2;
+	return 0;
+}
+
+/* st_dev of the topmost mount at path, from /proc/self/mountinfo (0 when
+ * none): a stat there would ask the FUSE server, which may not run yet. */
+static uint64_t mount_dev(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (f == NULL)
+		return 0;
+	char *line = NULL;
+	size_t cap = 0;
+	uint64_t dev = 0;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned maj, min;
+		char mp[4096];
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, mp) == 3 &&
+		    strcmp(mp, path) == 0)
+			dev = (uint64_t)makedev(maj, min);
+	}
+	free(line);
+	fclose(f);
+	return dev;
+}
+
+/* The kernel's protocol minor in its FUSE_INIT (fuse_in_header, then
+ * fuse_init_in {major, minor, ...}): what it can do, whatever libfuse
+ * 3.14 (protocol 7.38) negotiates. The kernel accepts a notification by
+ * its own version (fs/fuse/dev.c, fuse_notify), not the negotiated one. */
+static unsigned kernel_minor(const uint8_t *init, size_t len)
+{
+	uint32_t major, minor;
+	if (len < 48)
+		return 0;
+	memcpy(&major, init + 40, 4);
+	memcpy(&minor, init + 44, 4);
+	return major == 7 ? minor : 0;
 }
 
 /* Wait for the worker's ready byte (or its death). */
@@ -274,13 +386,19 @@ int main(int argc, char **argv)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	parse(argc, argv, &daemon, &log);
-	_cleanup_free_ char *dir = NULL, *mnt = NULL, *sock = NULL, *pidf = NULL, *deflog = NULL;
+	_cleanup_free_ char *dir = NULL, *mnt = NULL, *sock = NULL, *pidf = NULL, *deflog = NULL,
+			    *connf = NULL;
 	if (asprintf(&dir, "%s/lazyfs", g_cfg.run_dir) < 0 ||
 	    asprintf(&mnt, "%s/lazyfs/mnt", g_cfg.run_dir) < 0 ||
 	    asprintf(&sock, "%s/lazyfs/ctl.sock", g_cfg.run_dir) < 0 ||
 	    asprintf(&pidf, "%s/lazyfs/pid", g_cfg.run_dir) < 0 ||
+	    asprintf(&connf, "%s/lazyfs/conn", g_cfg.run_dir) < 0 ||
 	    asprintf(&deflog, "%s/lazyfs/lazyfs.log", g_cfg.run_dir) < 0)
 		return 1;
+	if (g_adopt >= 0 && fcntl(g_adopt, F_SETFD, FD_CLOEXEC) < 0) {
+		fprintf(stderr, "warren-lazyfs: --adopt-fd %d: %m\n", g_adopt);
+		return 1;
+	}
 	wr_err err = NULL;
 	if (wr_mkdir_p(dir, 0700, &err) < 0) {
 		fprintf(stderr, "warren-lazyfs: %s\n", err->msg);
@@ -300,57 +418,98 @@ int main(int argc, char **argv)
 		notify("%s", err->msg);
 		return 1;
 	}
-	/* A mount left by a lazyfs that died: its connection is gone. */
-	while (umount2(mnt, MNT_DETACH) == 0)
-		;
-	if (mkdir(mnt, 0700) < 0 && errno != EEXIST) {
-		notify("mkdir %s: %s", mnt, strerror(errno));
-		return 1;
+	struct fuse_session *se = NULL;
+	char *fargv[] = {"warren-lazyfs", "-o",
+			 "ro,default_permissions,fsname=warren-lazyfs,subtype=warren-lazyfs", NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
+	uint8_t *init = NULL;
+	size_t init_len = 0;
+	uint64_t dev = 0;
+	unsigned kminor = 0;
+	int master = -1;
+	if (g_adopt >= 0) {
+		/* Take over the mount of a lazyfs that died (lazyfs.h): the same
+		 * connection must still be mounted here. */
+		if (conn_read(connf, &dev, &kminor, &init, &init_len) < 0) {
+			notify("adopt: %s: missing or unreadable", connf);
+			return 1;
+		}
+		if (dev == 0 || mount_dev(mnt) != dev) {
+			notify("adopt: the mount of that connection is gone from %s", mnt);
+			return 1;
+		}
+		if (kminor < WR_FUSE_MINOR_RESEND) {
+			notify("NORESEND: adopt: the kernel's FUSE protocol 7.%u cannot resend "
+			       "pending requests (7.%u needed); the mount ends",
+			       kminor, WR_FUSE_MINOR_RESEND);
+			return 4;
+		}
+		master = g_adopt;
+		g_cfg.adopted = true;
+	} else {
+		/* A mount left by a lazyfs that died: its connection is gone. */
+		while (umount2(mnt, MNT_DETACH) == 0)
+			;
+		unlink(connf);
+		if (mkdir(mnt, 0700) < 0 && errno != EEXIST) {
+			notify("mkdir %s: %s", mnt, strerror(errno));
+			return 1;
+		}
 	}
 	int lfd = listen_ctl(sock);
 	if (lfd < 0) {
 		notify("control socket %s: %s", sock, strerror(errno));
 		return 1;
 	}
-	char *fargv[] = {"warren-lazyfs", "-o",
-			 "ro,default_permissions,fsname=warren-lazyfs,subtype=warren-lazyfs", NULL};
-	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
-	struct fuse_session *se = fuse_session_new(&args, &sup_ops, sizeof(sup_ops), NULL);
-	if (se == NULL || fuse_session_mount(se, mnt) != 0) {
-		notify("mount %s: failed (is /dev/fuse there?)", mnt);
-		return 1;
+	if (g_adopt < 0) {
+		se = fuse_session_new(&args, &sup_ops, sizeof(sup_ops), NULL);
+		if (se == NULL || fuse_session_mount(se, mnt) != 0) {
+			notify("mount %s: failed (is /dev/fuse there?)", mnt);
+			return 1;
+		}
+		/* The kernel's first request is FUSE_INIT: answer it here and
+		 * keep its bytes, which every worker replays (lazyfs.h). */
+		struct fuse_buf fb = {0};
+		int n = fuse_session_receive_buf(se, &fb);
+		if (n <= 0) {
+			notify("mount %s: no FUSE_INIT from the kernel", mnt);
+			fuse_session_unmount(se);
+			return 1;
+		}
+		init_len = (size_t)n;
+		init = malloc(init_len);
+		if (init == NULL)
+			return 1;
+		memcpy(init, fb.mem, init_len);
+		fuse_session_process_buf(se, &fb);
+		free(fb.mem);
+		master = fuse_session_fd(se);
+		kminor = kernel_minor(init, init_len);
+		dev = mount_dev(mnt);
+		if (conn_write(connf, dev, kminor, init, init_len) < 0)
+			fprintf(stderr,
+				"warren-lazyfs: write %s: %m (the mount is not adoptable)\n",
+				connf);
 	}
-	/* The kernel's first request is FUSE_INIT: answer it here and keep
-	 * its bytes, which every worker replays (lazyfs.h). */
-	struct fuse_buf fb = {0};
-	int n = fuse_session_receive_buf(se, &fb);
-	if (n <= 0) {
-		notify("mount %s: no FUSE_INIT from the kernel", mnt);
-		fuse_session_unmount(se);
-		return 1;
-	}
-	size_t init_len = (size_t)n;
-	void *init = malloc(init_len);
-	if (init == NULL)
-		return 1;
-	memcpy(init, fb.mem, init_len);
-	fuse_session_process_buf(se, &fb);
-	free(fb.mem);
-	int master = fuse_session_fd(se);
+	/* The environment knob stands in for a kernel older than 6.9 (tests
+	 * of the fallback on a newer one). */
+	g_cfg.resend = kminor >= WR_FUSE_MINOR_RESEND && getenv("WARREN_LAZYFS_NO_RESEND") == NULL;
 
 	struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: waitpid returns */
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	uint64_t starts = 0;
 	int readyfd = -1;
-	g_worker = start_worker(master, init, init_len, lfd, true, ++starts, &readyfd);
+	g_worker = start_worker(master, dev, init, init_len, lfd, g_adopt < 0, ++starts, &readyfd);
 	if (g_worker < 0 || !worker_ready(readyfd)) {
 		notify("worker did not start (see the log)");
 		if (g_worker > 0)
 			kill(g_worker, SIGKILL);
-		fuse_session_unmount(se);
+		if (se)
+			fuse_session_unmount(se);
 		unlink(sock);
 		return 1;
 	}
@@ -362,8 +521,9 @@ int main(int argc, char **argv)
 	if (pfd >= 0)
 		close(pfd);
 	notify("OK");
-	fprintf(stderr, "warren-lazyfs: serving %s on %s (pid %d)\n", g_cfg.store_dir, mnt,
-		(int)getpid());
+	fprintf(stderr, "warren-lazyfs: %s %s on %s (pid %d, kernel FUSE 7.%u, %s)\n",
+		g_adopt >= 0 ? "took over" : "serving", g_cfg.store_dir, mnt, (int)getpid(), kminor,
+		g_cfg.resend ? "resend mode" : "cloned fds");
 
 	double backoff = 0.1;
 	time_t started = time(NULL);
@@ -374,6 +534,13 @@ int main(int argc, char **argv)
 			continue;
 		if (g_stop)
 			break;
+		if (w > 0 && WIFEXITED(st) && WEXITSTATUS(st) == LAZYFS_EXIT_NORESEND) {
+			/* Requests of the last worker would wait forever: end the
+			 * connection instead (EIO for the readers). */
+			fprintf(stderr, "warren-lazyfs: worker could not resend; stopping\n");
+			g_worker = 0;
+			break;
+		}
 		/* A worker that dies soon after its start is restarted ever
 		 * later (up to 5 s), one that ran a while at once. */
 		backoff = time(NULL) - started < 5 ? (backoff < 2.5 ? backoff * 2 : 5) : 0.1;
@@ -386,7 +553,8 @@ int main(int argc, char **argv)
 		if (g_stop)
 			break;
 		started = time(NULL);
-		g_worker = start_worker(master, init, init_len, lfd, false, ++starts, &readyfd);
+		g_worker =
+		    start_worker(master, dev, init, init_len, lfd, false, ++starts, &readyfd);
 		if (g_worker > 0)
 			worker_ready(readyfd);
 	}
@@ -397,11 +565,36 @@ int main(int argc, char **argv)
 		kill(g_worker, SIGKILL);
 		waitpid(g_worker, NULL, 0);
 	}
-	/* Detach the mount, then drop the last fd of the connection: reads
-	 * through mounts of our files fail from here on. */
-	fuse_session_unmount(se); /* a lazy unmount; frees its mountpoint copy */
+	if (g_handover && g_cfg.resend) {
+		/* An upgrade: the worker flushed and stopped; leave the mount,
+		 * conn and the pid file (naming us) to the keeper, which starts
+		 * the next lazyfs on them as after a crash; what our worker had
+		 * read and not answered is resent by the next one. */
+		_cleanup_free_ char *ho = NULL;
+		int hfd = open(pidf, O_WRONLY | O_TRUNC | O_CLOEXEC);
+		if (hfd >= 0 && asprintf(&ho, "%d handover\n", (int)getpid()) > 0 &&
+		    wr_write_all(hfd, ho, strlen(ho)) < 0)
+			fprintf(stderr, "warren-lazyfs: write %s: %m\n", pidf);
+		if (hfd >= 0)
+			close(hfd);
+		close(master);
+		close(lfd);
+		free(init);
+		close(lockfd);
+		fprintf(stderr, "warren-lazyfs: handed the mount over (SIGUSR1)\n");
+		return 0;
+	}
+	/* Detach the mount, then drop our fd of the connection: reads through
+	 * mounts of our files fail from here on (a mount keeper seeing the pid
+	 * file gone closes its dup too, lazyfs.h). */
+	unlink(connf);
+	if (se)
+		fuse_session_unmount(se); /* a lazy unmount; frees its mountpoint copy */
 	umount2(mnt, MNT_DETACH);
-	fuse_session_destroy(se); /* closes master */
+	if (se)
+		fuse_session_destroy(se); /* closes master */
+	else
+		close(master);
 	fuse_opt_free_args(&args);
 	free(init);
 	unlink(sock);

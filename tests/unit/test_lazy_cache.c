@@ -1,8 +1,12 @@
 /* Unit tests of the lazy chunk cache (src/image/lazy_cache.c): layout,
  * write ordering across a crash, LRU trim rules, pattern merging,
- * verification, the chunk index and digest parsing. */
+ * verification, the chunk index and digest parsing; and the kernel fact
+ * lazyfs's restarts rest on (FUSE_NOTIFY_RESEND, src/image/lazyfs.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 #include "image/lazy_internal.h"
 
 #define CS (64u << 10)
@@ -397,6 +403,122 @@ static void test_bad_input(void **state)
 	assert_int_equal(access(path, F_OK), -1);
 }
 
+/* ---- FUSE resend (a raw connection, no libfuse) ------------------------- */
+
+static uint8_t g_fbuf[1 << 17]; /* a /dev/fuse read wants >= 8 KiB + max_write */
+
+struct stat_arg {
+	char path[96];
+	int rc, err;
+};
+
+static void *do_stat(void *a)
+{
+	struct stat_arg *s = a;
+	struct stat st;
+	s->rc = stat(s->path, &st);
+	s->err = errno;
+	return NULL;
+}
+
+static void reply(int fd, uint64_t unique, int error, const void *body, size_t len)
+{
+	uint8_t out[256];
+	struct fuse_out_header oh = {
+	    .len = (uint32_t)(sizeof(oh) + len), .error = error, .unique = unique};
+	memcpy(out, &oh, sizeof(oh));
+	if (len)
+		memcpy(out + sizeof(oh), body, len);
+	assert_int_equal(write(fd, out, oh.len), (ssize_t)oh.len);
+}
+
+/* Read requests until one with opcode `want`, answering the root's GETATTR
+ * (a directory) on the way. Returns its header (in g_fbuf). */
+static struct fuse_in_header *next_request(int fd, uint32_t want)
+{
+	for (;;) {
+		ssize_t n = read(fd, g_fbuf, sizeof(g_fbuf));
+		assert_true(n >= (ssize_t)sizeof(struct fuse_in_header));
+		struct fuse_in_header *ih = (void *)g_fbuf;
+		if (ih->opcode == want)
+			return ih;
+		assert_int_equal(ih->opcode, FUSE_GETATTR);
+		struct fuse_attr_out ao = {.attr_valid = 60};
+		ao.attr.ino = 1;
+		ao.attr.mode = S_IFDIR | 0755;
+		ao.attr.nlink = 2;
+		reply(fd, ih->unique, 0, &ao, sizeof(ao));
+	}
+}
+
+/* What lazyfs's takeover rests on: a request read through one fd of a
+ * connection and never answered stays queued in the kernel while another fd
+ * of the same open file lives (it is not answered nor failed by itself); a
+ * FUSE_NOTIFY_RESEND written on the connection (Linux 6.9+, protocol 7.40)
+ * delivers it again, its unique marked with bit 63, and the answer to that
+ * copy completes the waiting reader. */
+static void test_fuse_resend_requeues_an_unanswered_request(void **state)
+{
+	(void)state;
+	if (geteuid() != 0 || access("/dev/fuse", R_OK | W_OK) < 0)
+		skip();
+	char mnt[64] = "/tmp/wr-lazy-resend.";
+	memset(mnt + strlen(mnt), 'X', 6); /* mkdtemp's template */
+	assert_non_null(mkdtemp(mnt));
+	int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	char opts[128];
+	snprintf(opts, sizeof(opts), "fd=%d,rootmode=40000,user_id=0,group_id=0", fd);
+	if (mount("wr-resend-test", mnt, "fuse.wr-resend-test", MS_RDONLY | MS_NOSUID | MS_NODEV,
+		  opts) < 0) {
+		close(fd);
+		rmdir(mnt);
+		skip();
+	}
+	struct fuse_in_header *ih = next_request(fd, FUSE_INIT);
+	struct fuse_init_in *ii = (void *)(ih + 1);
+	uint32_t kminor = ii->minor;
+	struct fuse_init_out io = {.major = 7, .minor = 38, .max_write = 4096};
+	reply(fd, ih->unique, 0, &io, sizeof(io));
+	struct stat_arg sa = {.rc = 0};
+	snprintf(sa.path, sizeof(sa.path), "%s/x", mnt);
+	pthread_t t;
+	bool resent = false;
+	if (kminor >= WR_FUSE_MINOR_RESEND) {
+		assert_int_equal(pthread_create(&t, NULL, do_stat, &sa), 0);
+		/* The server that will die: it reads the LOOKUP on a dup. */
+		int dying = dup(fd);
+		ih = next_request(dying, FUSE_LOOKUP);
+		uint64_t unique = ih->unique;
+		close(dying);
+		/* Not answered, not failed: still queued, nothing new to read. */
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		assert_int_equal(poll(&p, 1, 200), 0);
+		struct fuse_out_header rs = {
+		    .len = sizeof(rs), .error = WR_FUSE_NOTIFY_RESEND, .unique = 0};
+		assert_int_equal(write(fd, &rs, sizeof(rs)), (ssize_t)sizeof(rs));
+		ih = next_request(fd, FUSE_LOOKUP);
+		assert_true(ih->unique == (unique | WR_FUSE_UNIQUE_RESEND));
+		assert_string_equal((const char *)(ih + 1), "x");
+		reply(fd, ih->unique, -ENOENT, NULL, 0);
+		assert_int_equal(pthread_join(t, NULL), 0);
+		assert_int_equal(sa.rc, -1);
+		assert_int_equal(sa.err, ENOENT);
+		resent = true;
+	} else {
+		/* An older kernel refuses the notification. */
+		struct fuse_out_header rs = {
+		    .len = sizeof(rs), .error = WR_FUSE_NOTIFY_RESEND, .unique = 0};
+		assert_int_equal(write(fd, &rs, sizeof(rs)), -1);
+		assert_int_equal(errno, EINVAL);
+	}
+	assert_int_equal(umount2(mnt, MNT_DETACH), 0);
+	close(fd);
+	rmdir(mnt);
+	if (!resent)
+		skip(); /* the resend itself needs Linux 6.9+ */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -406,6 +528,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_chunk_index, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unverified_cache_is_dropped, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+	    cmocka_unit_test(test_fuse_resend_requeues_an_unanswered_request),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
