@@ -255,7 +255,10 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = -1;
 	bool container = sb->ops && strcmp(sb->ops->name, "container") == 0;
-	if (sb->ops && (container || sb->ops->adopt) && rec->init_pid > 0 &&
+	/* init_pid 0 with a paused record: suspended to disk (no process;
+	 * lifecycle_suspend.c), found again by the tier's adopt */
+	bool disk = sb->ops && sb->ops->suspend && rec->state == WRD_PAUSED && rec->init_pid == 0;
+	if (sb->ops && (container || sb->ops->adopt) && (rec->init_pid > 0 || disk) &&
 	    wrd_spec_from_record(&sb->rec, &spec, &env, &err) == 0)
 		r = container ? wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err)
 			      : sb->ops->adopt(&spec, rec->init_pid, &sb->tsb, &err);

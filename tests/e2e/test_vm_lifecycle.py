@@ -1,0 +1,138 @@
+"""Lifecycle of the VM tiers (issues 8, 9, 10): pause with keep_memory=false
+(the VM's state to a file on disk, QEMU gone, resume restores it), snapshots
+of a whole VM as image-store objects restored on a second store, and warrend
+killed between steps. TCG is slow: each test boots one VM and reuses it."""
+import os
+import time
+
+import pytest
+
+from conftest import Client, Daemon
+from vmtiers import guest, vm_image
+
+COUNTER = ("(i=0; while :; do i=$((i+1)); echo $i > /n.t; mv /n.t /n; sleep 0.2; done) "
+           ">/dev/null 2>&1 &")
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def qemu_of(sid):
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and sid.encode() in cmdline(p)]
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def gone(pids, secs=10):
+    for _ in range(int(secs * 10)):
+        if not any(os.path.exists(f"/proc/{p}") for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def counter(c, sid):
+    return int(c.run(sid, ["cat", "/n"])["stdout"])
+
+
+def test_microvm_pause_to_disk(fresh_daemon, build):
+    """keep_memory=false: the VM's state goes to a file and QEMU ends (its
+    memory released); resume restores it and the counting process counts on
+    from where it was. A suspended VM survives warrend's kill -9 (adopted
+    from its saved state) and a clean restart. Containers refuse it."""
+    d = fresh_daemon(extra={"microvm": guest(build)}).start()
+    c = d.client()
+    try:
+        r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
+                                     "memory_mb": 256, "disk_mb": 64, "timeout": 600})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        c.run(sid, ["sh", "-c", "echo kept > /data; " + COUNTER])
+        time.sleep(1)
+        q = qemu_of(sid)
+        assert len(q) == 1, q
+        rss = rss_kib(q[0])
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        t_save = time.monotonic() - t0
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        assert gone(q), "QEMU still runs after keep_memory=false"
+        saved = d.state / "microvm" / "saved" / sid
+        size = (saved / "state").stat().st_size
+        assert size > 0 and (saved / "meta.json").exists()
+        print(f"\nkeep_memory=false: save {t_save:.2f} s, QEMU RSS {rss // 1024} MiB before, "
+              f"process gone after; state file {size / 2**20:.1f} MiB")
+        # its time does not run; a second pause is a no-op
+        assert c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False}).status == 200
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        t_restore = time.monotonic() - t0
+        assert r.status == 200 and r.json()["state"] == "running", r
+        a = counter(c, sid)
+        time.sleep(1.5)
+        b = counter(c, sid)
+        print(f"resume from disk: {t_restore:.2f} s; counter {a} -> {b}")
+        assert a >= 3 and b > a, (a, b)
+        assert c.run(sid, ["cat", "/data"])["stdout"] == "kept\n"
+        assert c.run(sid, ["hostname"])["stdout"] == f"{sid}\n"
+        assert not saved.exists(), "the saved state outlived the resume"
+        q2 = qemu_of(sid)
+        assert len(q2) == 1 and q2 != q, (q, q2)
+
+        # suspended, then warrend dies (kill -9): the next start finds the
+        # saved state and the sandbox resumes from it
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        assert gone(q2)
+        c.close()
+        d.kill9()
+        d.start()
+        c = d.client()
+        got = c.get(f"/v1/sandboxes/{sid}").json()
+        assert got["state"] == "paused", got
+        # auto-resume: an exec on a suspended VM restores it
+        a2 = counter(c, sid)
+        assert a2 >= b, (b, a2)
+        time.sleep(1)
+        assert counter(c, sid) > a2
+
+        # pause in memory, then to disk (it stays paused), clean restart
+        assert c.post(f"/v1/sandboxes/{sid}/pause", None).status == 200
+        q3 = qemu_of(sid)
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        assert gone(q3)
+        c.close()
+        assert d.stop() == 0
+        d.start()
+        c = d.client()
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        a3 = counter(c, sid)
+        time.sleep(1)
+        assert counter(c, sid) > a3 >= a2
+        ev = c.get(f"/v1/sandboxes/{sid}/events").json()
+        types = [e["type"] for e in ev.get("events", ev if isinstance(ev, list) else [])]
+        assert "restored" in types, types
+        c.kill(sid)
+        assert not saved.exists()
+        # containers keep the refusal, naming the field
+        r = c.post("/v1/sandboxes", {"image": "busybox"})
+        assert r.status == 201, r
+        cid = r.json()["id"]
+        r = c.post(f"/v1/sandboxes/{cid}/pause", {"keep_memory": False})
+        assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
+        c.kill(cid)
+    finally:
+        c.close()
