@@ -136,3 +136,94 @@ def test_microvm_pause_to_disk(fresh_daemon, build):
         c.kill(cid)
     finally:
         c.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
+                    reason="docker-registry not installed (scripts/deps.sh)")
+def test_microvm_snapshot_second_store(fresh_daemon, build, tmp_path):
+    """A running microVM's snapshot (RAM, devices and disk) is a named
+    store image: pushed to a registry, pulled by a second warrend with its
+    own state and store, and a create from it restores the VM there with
+    its counting process counting on. A restore whose QEMU version differs
+    from the saved one is refused with a clear error, and nothing is lost."""
+    import sys
+    from pathlib import Path
+    import urllib.parse
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+    from registry_util import Registry
+    reg = Registry(tmp_path / "reg")
+    d = fresh_daemon(extra={"microvm": guest(build)}).start()
+    c = d.client()
+    try:
+        r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
+                                     "memory_mb": 256, "disk_mb": 64, "timeout": 600})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        c.run(sid, ["sh", "-c", "echo travelled > /data; " + COUNTER])
+        time.sleep(1.5)
+        name = f"vmsnap{os.getpid()}:1"
+        before = counter(c, sid)
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/snapshot", {"name": name})
+        t_snap = time.monotonic() - t0
+        assert r.status == 201, r
+        img = r.json()
+        at = counter(c, sid)
+        time.sleep(1)
+        assert counter(c, sid) > at, "the VM does not run after its snapshot"
+        print(f"\nsnapshot of a running microVM: {t_snap:.2f} s, image "
+              f"{img['size'] / 2**20:.1f} MiB")
+        p = c.post(f"/v1/images/{urllib.parse.quote(name, safe='')}/push",
+                   {"to": f"{reg.host}/team/vmsnap:1"})
+        assert p.status == 200, p
+
+        # the QEMU version is checked before a state is loaded: a saved
+        # state that names another version is refused, and kept
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        meta = d.state / "microvm" / "saved" / sid / "meta.json"
+        orig = meta.read_text()
+        meta.write_text(orig.replace('"qemu_version": "', '"qemu_version": "0.0.0 other '))
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 400 and r.error[1] == "image", r
+        assert "QEMU 0.0.0 other" in r.json()["error"]["message"], r
+        assert not qemu_of(sid), "a refused restore left a QEMU"
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        meta.write_text(orig)
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        assert c.run(sid, ["cat", "/data"])["stdout"] == "travelled\n"
+        c.kill(sid)
+
+        node2 = fresh_daemon(extra={"microvm": guest(build)}).start()
+        c2 = node2.client()
+        try:
+            g = c2.post("/v1/images/pull", {"ref": f"{reg.host}/team/vmsnap:1", "as": "snap:1"})
+            assert g.status == 200 and g.json()["digest"] == img["digest"], g
+            # sizes are the snapshot's
+            r = c2.post("/v1/sandboxes", {"image": "snap:1", "memory_mb": 512})
+            assert r.status == 400 and r.error[1] == "memory_mb", r
+            r = c2.post("/v1/sandboxes", {"image": "snap:1", "tier": "container"})
+            assert r.status == 400 and r.error[1] == "tier", r
+            t0 = time.monotonic()
+            r = c2.post("/v1/sandboxes", {"image": "snap:1", "timeout": 600})
+            t_restore = time.monotonic() - t0
+            assert r.status == 201, r
+            s2 = r.json()
+            assert s2["tier"] == "microvm" and s2["memory_mb"] == 256, s2
+            sid2 = s2["id"]
+            b = counter(c2, sid2)
+            time.sleep(1)
+            b2 = counter(c2, sid2)
+            print(f"create from the pulled snapshot on a second node: {t_restore:.2f} s; "
+                  f"counter {before} before the snapshot, {at} after; restored {b} -> {b2}")
+            # the state of the snapshot's instant: between the two readings
+            assert before <= b <= at and b2 > b, (before, at, b, b2)
+            out = c2.run(sid2, ["sh", "-c", "cat /data; hostname"])
+            assert out["stdout"] == f"travelled\n{sid2}\n", out
+            c2.kill(sid2)
+        finally:
+            c2.close()
+    finally:
+        c.close()
+        reg.stop()
