@@ -24,6 +24,7 @@
 #include "tiers/container.h"
 #include "tiers/microvm.h"
 #include "tiers/vm.h"
+#include "tiers/vm_tier.h"
 
 static int g_ep = -1, g_wake = -1;
 static pthread_t g_thread;
@@ -328,7 +329,8 @@ int wrd_mgr_recover(wr_err *err)
 	if (wr_tier_lookup("microvm"))
 		swept += (int)wr_microvm_sweep(keep_live, NULL);
 	if (wr_tier_lookup("vm"))
-		swept += (int)wr_fullvm_sweep(keep_live, NULL);
+		swept += (int)wr_fullvm_sweep(keep_live, NULL) +
+			 (int)wr_vm_tier_sweep_saved(keep_live, NULL);
 	if (st.adopted || st.failed || st.cleaned || swept)
 		wr_info("recovered: %u adopted, %u failed, %u half-created cleaned, %d leftovers "
 			"swept",

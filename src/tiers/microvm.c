@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "tiers/microvm_internal.h"
 #include "tiers/qemu_proc.h"
+#include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
 
 struct wr_microvm_globals wr_mvm;
@@ -721,5 +722,10 @@ size_t wr_microvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx)
 	/* Left by a daemon that died: every VM directory whose id keep()
 	 * refuses, its QEMU (still running: nothing ties it to the daemon)
 	 * and its cgroup. */
-	return wr_mvm.ready ? wr_qemu_sweep(wr_mvm.run_dir, keep, ctx) : 0;
+	if (!wr_mvm.ready)
+		return 0;
+	/* and saved states (keep_memory=false) of sandboxes no longer live */
+	char saved[900];
+	snprintf(saved, sizeof(saved), "%s/saved", wr_mvm.state_dir);
+	return wr_qemu_sweep(wr_mvm.run_dir, keep, ctx) + wr_qsnap_sweep(saved, keep, ctx);
 }

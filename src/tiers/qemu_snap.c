@@ -291,6 +291,11 @@ int wr_qsnap_link_or_copy(const char *from, const char *to, wr_err *err)
 		return 0;
 	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
 		return wr_err_sys(err, "link %s", to);
+	return wr_qsnap_copy(from, to, err);
+}
+
+int wr_qsnap_copy(const char *from, const char *to, wr_err *err)
+{
 	_cleanup_close_ int in = open(from, O_RDONLY | O_CLOEXEC);
 	if (in < 0)
 		return wr_err_sys(err, "open %s", from);
@@ -302,6 +307,16 @@ int wr_qsnap_link_or_copy(const char *from, const char *to, wr_err *err)
 		return wr_err_wrap(err, "copy %s", from);
 	}
 	return 0;
+}
+
+int wr_qsnap_kvm(const struct wr_qsnap_qmp *q, wr_err *err)
+{
+	json_t *k = NULL;
+	if (cmd(q, "query-kvm", NULL, &k, err) < 0)
+		return -1;
+	int r = json_is_true(json_object_get(k, "enabled"));
+	json_decref(k);
+	return r;
 }
 
 void wr_qsnap_remove(const char *dir)
@@ -351,4 +366,25 @@ int wr_qsnap_run(char *const *argv, wr_err *err)
 		if (*c == '\n')
 			*c = ' ';
 	return wr_err_set(err, EIO, "%s failed (status %d): %s", argv[0], st, msg);
+}
+
+size_t wr_qsnap_sweep(const char *dir, bool (*keep)(const char *id, void *ctx), void *ctx)
+{
+	size_t n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		/* half-made (.tmp-) and half-removed (.old-) ones always go */
+		if (de->d_name[0] != '.' && keep && keep(de->d_name, ctx))
+			continue;
+		char p[1100];
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		wr_qsnap_remove(p);
+		n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
 }

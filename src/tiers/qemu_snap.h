@@ -76,8 +76,15 @@ int wr_qsnap_publish(const char *tmp, const char *final, wr_err *err);
 /* A hard link of from at to (the same inode: nothing is copied), or a
  * sparse copy when they are on different filesystems; fsync'd. */
 int wr_qsnap_link_or_copy(const char *from, const char *to, wr_err *err);
+/* A sparse copy, fsync'd. */
+int wr_qsnap_copy(const char *from, const char *to, wr_err *err);
+/* 1 when QEMU runs with KVM, 0 with TCG. */
+int wr_qsnap_kvm(const struct wr_qsnap_qmp *q, wr_err *err);
 /* Removes a saved directory (its files, then itself); quiet. */
 void wr_qsnap_remove(const char *dir);
+/* At start, after recovery: the saved directories under dir whose id
+ * keep() refuses (no live record), and every .tmp- and .old- one. */
+size_t wr_qsnap_sweep(const char *dir, bool (*keep)(const char *id, void *ctx), void *ctx);
 /* Runs a host tool (qemu-img) with a fixed argv and no shell; its stderr
  * goes into the error. */
 int wr_qsnap_run(char *const *argv, wr_err *err);

@@ -10,8 +10,15 @@ import pytest
 from conftest import Client, Daemon
 from vmtiers import guest, vm_image
 
-COUNTER = ("(i=0; while :; do i=$((i+1)); echo $i > /n.t; mv /n.t /n; sleep 0.2; done) "
-           ">/dev/null 2>&1 &")
+
+
+def counter_cmd(path="/n"):
+    """A process counting in the background: its value in path."""
+    return (f"(i=0; while :; do i=$((i+1)); echo $i > {path}.t; mv {path}.t {path}; "
+            "sleep 0.2; done) >/dev/null 2>&1 &")
+
+
+COUNTER = counter_cmd()
 
 
 def cmdline(pid):
@@ -46,6 +53,34 @@ def counter(c, sid):
     return int(c.run(sid, ["cat", "/n"])["stdout"])
 
 
+def qmp(vmdir, *cmds):
+    """QMP commands on a VM's monitor socket (QEMU listens again once
+    warrend is gone); the socket's path goes through /proc/self/fd (long
+    test paths overflow sun_path)."""
+    import json
+    import socket
+    dfd = os.open(vmdir, os.O_PATH)
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.settimeout(30)
+        s.connect(f"/proc/self/fd/{dfd}/qmp.sock")
+        f = s.makefile("rw")
+        f.readline()  # greeting
+        out = []
+        for cmd in ("qmp_capabilities",) + cmds:
+            f.write(json.dumps({"execute": cmd}) + "\n")
+            f.flush()
+            while True:
+                m = json.loads(f.readline())
+                if "return" in m or "error" in m:
+                    out.append(m)
+                    break
+        return out[1:]
+    finally:
+        s.close()
+        os.close(dfd)
+
+
 def test_microvm_pause_to_disk(fresh_daemon, build):
     """keep_memory=false: the VM's state goes to a file and QEMU ends (its
     memory released); resume restores it and the counting process counts on
@@ -62,13 +97,33 @@ def test_microvm_pause_to_disk(fresh_daemon, build):
         time.sleep(1)
         q = qemu_of(sid)
         assert len(q) == 1, q
+        saved = d.state / "microvm" / "saved" / sid
+
+        # a crash in the middle of a pause to disk, after the state was
+        # saved (QEMU stopped, the saved directory published) and before
+        # the record was committed: the record says running, so the next
+        # start runs the VM again and drops the obsolete saved state
+        c.close()
+        d.kill9()
+        assert qmp(d.run / "microvm" / sid, "stop")[0] == {"return": {}}
+        saved.mkdir(parents=True)
+        (saved / "meta.json").write_text("{}")
+        (saved / "state").write_bytes(b"obsolete")
+        d.start()
+        c = d.client()
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        n0 = counter(c, sid)
+        time.sleep(1)
+        assert counter(c, sid) > n0, "the VM does not run after the recovery"
+        assert not saved.exists(), "an uncommitted saved state outlived the recovery"
+        assert qemu_of(sid) == q
+
         rss = rss_kib(q[0])
         t0 = time.monotonic()
         r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
         t_save = time.monotonic() - t0
         assert r.status == 200 and r.json()["state"] == "paused", r
         assert gone(q), "QEMU still runs after keep_memory=false"
-        saved = d.state / "microvm" / "saved" / sid
         size = (saved / "state").stat().st_size
         assert size > 0 and (saved / "meta.json").exists()
         print(f"\nkeep_memory=false: save {t_save:.2f} s, QEMU RSS {rss // 1024} MiB before, "
@@ -97,7 +152,17 @@ def test_microvm_pause_to_disk(fresh_daemon, build):
         assert gone(q2)
         c.close()
         d.kill9()
+        # as if the crash had cut a resume before its commit: a run
+        # directory with the disk linked from the saved state and a
+        # vm.json of a QEMU that is gone; the next start removes them and
+        # keeps the saved state whole
+        run = d.run / "microvm" / sid
+        run.mkdir()
+        os.link(saved / "disk", run / "rw.ext4")
+        (run / "vm.json").write_text('{"pid": 4194000, "start": 1, "uid": 1342177281}')
         d.start()
+        assert not run.exists(), "a cut restore's files outlived the recovery"
+        assert (saved / "disk").exists()
         c = d.client()
         got = c.get(f"/v1/sandboxes/{sid}").json()
         assert got["state"] == "paused", got
@@ -227,3 +292,101 @@ def test_microvm_snapshot_second_store(fresh_daemon, build, tmp_path):
     finally:
         c.close()
         reg.stop()
+
+
+def test_vm_tier_lifecycle(fresh_daemon, build):
+    """One Debian VM (TCG boots are slow): keep_memory=false frees its QEMU
+    and resume keeps a counting process; warrend killed (-9) while it is
+    suspended; a snapshot restored as a second VM keeps the running
+    process; the ACPI shutdown of a kill: a guest that ignores the power
+    button is hard-stopped at the deadline."""
+    deadline = 20
+    d = fresh_daemon(extra={"vm": {"accel": "tcg", "boot_timeout": 900,
+                                   "shutdown_timeout": deadline},
+                            "images": {"debian-vm": str(vm_image(build))}}).start()
+    c = Client(d, timeout=900)
+    try:
+        t0 = time.monotonic()
+        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm", "memory_mb": 512,
+                                     "timeout": 3600})
+        assert r.status == 201, r
+        sid = r.json()["id"]
+        print(f"\nvm boot: {time.monotonic() - t0:.1f} s")
+        c.run(sid, ["sh", "-c", "echo kept > /root/data; " + counter_cmd("/root/n")])
+        time.sleep(2)
+        cnt = lambda cl, s: int(cl.run(s, ["cat", "/root/n"])["stdout"])  # noqa: E731
+        q = qemu_of(sid)
+        assert len(q) == 1, q
+        rss = rss_kib(q[0])
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        t_save = time.monotonic() - t0
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        assert gone(q), "QEMU still runs after keep_memory=false"
+        size = (d.state / "vm-saved" / sid / "state").stat().st_size
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        t_restore = time.monotonic() - t0
+        assert r.status == 200 and r.json()["state"] == "running", r
+        a = cnt(c, sid)
+        time.sleep(2)
+        b = cnt(c, sid)
+        print(f"vm keep_memory=false: save {t_save:.2f} s (QEMU RSS {rss // 1024} MiB, state "
+              f"{size / 2**20:.0f} MiB), resume {t_restore:.2f} s; counter {a} -> {b}")
+        assert a >= 3 and b > a, (a, b)
+
+        # suspended, warrend killed: the next start finds the saved state
+        assert c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False}).status == 200
+        c.close()
+        d.kill9()
+        d.start()
+        c = Client(d, timeout=900)
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        b2 = cnt(c, sid)
+        assert b2 >= b, (b, b2)
+
+        # a snapshot of the running VM, restored as a second VM
+        before = cnt(c, sid)
+        t0 = time.monotonic()
+        r = c.post(f"/v1/sandboxes/{sid}/snapshot", {"name": f"vmtier{os.getpid()}:1"})
+        t_snap = time.monotonic() - t0
+        assert r.status == 201, r
+        after = cnt(c, sid)
+        t0 = time.monotonic()
+        r = c.post("/v1/sandboxes", {"image": f"vmtier{os.getpid()}:1", "timeout": 3600})
+        t_from = time.monotonic() - t0
+        assert r.status == 201, r
+        assert r.json()["tier"] == "vm", r
+        sid2 = r.json()["id"]
+        x = cnt(c, sid2)
+        time.sleep(2)
+        y = cnt(c, sid2)
+        print(f"vm snapshot {t_snap:.2f} s ({r.json().get('memory_mb')} MiB VM), create from it "
+              f"{t_from:.2f} s; counter {before}..{after} at the snapshot, restored {x} -> {y}")
+        assert before <= x <= after and y > x, (before, after, x, y)
+        assert c.run(sid2, ["cat", "/root/data"])["stdout"] == "kept\n"
+
+        # ACPI: the copy honours the power button; the source ignores it
+        # (logind, which acts on it, stopped) and is hard-stopped at the
+        # deadline
+        out = c.run(sid, ["sh", "-c", "systemctl mask --now systemd-logind.service "
+                                      ">/dev/null 2>&1; systemctl is-active systemd-logind"],
+                    timeout=120)
+        assert out["stdout"].strip() != "active", out
+        q1, q2 = qemu_of(sid), qemu_of(sid2)
+        t0 = time.monotonic()
+        c.kill(sid2)
+        t_clean = time.monotonic() - t0
+        assert gone(q2)
+        t0 = time.monotonic()
+        c.kill(sid)
+        t_hard = time.monotonic() - t0
+        assert gone(q1)
+        print(f"ACPI shutdown: honoured in {t_clean:.1f} s; ignored: hard stop after "
+              f"{t_hard:.1f} s (deadline {deadline} s)")
+        assert t_hard >= deadline - 1, t_hard
+        assert not (d.state / "vm-saved" / sid).exists()
+    finally:
+        c.close()
