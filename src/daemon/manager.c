@@ -524,6 +524,7 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 					       .run_dir = cfg->run_dir,
 					       .boot_timeout_ms = cfg->vm_boot_timeout_ms,
 					       .shutdown_timeout_ms = cfg->vm_shutdown_timeout_ms,
+					       .state_dir = cfg->state_dir,
 					       .cgroup_base = cfg->cgroup_base,
 					       .adoptable = true};
 		if (wr_vm_tier_init(&vc, err) < 0)
