@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -134,12 +135,21 @@ int wr_qsnap_load(const struct wr_qsnap_qmp *q, int fd, uint64_t deadline_ns, wr
 	    cmd(q, "migrate-incoming", json_pack("{s:s}", "uri", "fd:wrsnap"), NULL, err) < 0)
 		return wr_err_wrap(err, "load the VM's state");
 	for (;;) {
+		/* QEMU's main loop reads a file's stream without yielding: QMP
+		 * answers only once the load is done, so the wait for an
+		 * answer is bounded by the deadline, not a short timeout */
 		char st[64];
+		uint64_t now = now_ns();
+		int left = now < deadline_ns ? (int)((deadline_ns - now) / 1000000) + 1 : 1;
+		json_t *ret = NULL;
 		pthread_mutex_lock(q->lock);
-		int r = wr_qmp_status(q->qmp, st, sizeof(st), err);
+		int r = wr_qmp_cmd(q->qmp, "query-status", NULL, left, &ret, err);
 		pthread_mutex_unlock(q->lock);
 		if (r < 0)
 			return wr_err_wrap(err, "load the VM's state");
+		snprintf(st, sizeof(st), "%s",
+			 json_string_value(json_object_get(ret, "status")) ?: "?");
+		json_decref(ret);
 		/* loaded: the VM stays stopped (-incoming without autostart
 		 * ends paused) until the caller's cont */
 		if (strcmp(st, "paused") == 0 || strcmp(st, "running") == 0)
@@ -333,11 +343,11 @@ void wr_qsnap_remove(const char *dir)
 
 int wr_qsnap_run(char *const *argv, wr_err *err)
 {
-	char tmpl[] = "/tmp/warren-qsnap-XXXXXX";
-	int efd = mkstemp(tmpl);
+	/* its stderr, for the error: a memfd (dup2 into the child clears
+	 * close-on-exec there) */
+	int efd = memfd_create("qsnap-stderr", MFD_CLOEXEC);
 	if (efd < 0)
-		return wr_err_sys(err, "mkstemp");
-	unlink(tmpl);
+		return wr_err_sys(err, "memfd_create");
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);

@@ -42,11 +42,11 @@ static json_t *state_meta(const struct wr_fullvm_spec *s, bool kvm)
 	else
 		snprintf(accel, sizeof(accel), "tcg,tb-size=%u", WR_QEMU_TCG_TB_MIB);
 	snprintf(disk, sizeof(disk), "overlay=%llu", (unsigned long long)s->disk_bytes);
-	return json_pack("{s:s, s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s], s:I, s:i, s:I}",
-			 "format", WR_QSNAP_FORMAT, "tier", "vm", "accel", kvm ? "kvm" : "tcg",
-			 "machine", "q35", "args", "-M", "q35", "-m", mem, "-smp", smp, "-accel",
-			 accel, "-vga", "std", disk, "memory_bytes", (json_int_t)s->memory_bytes,
-			 "cpus", (int)s->cpus, "disk_bytes", (json_int_t)s->disk_bytes);
+	return json_pack("{s:s, s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s], s:I, s:i, s:I}", "format",
+			 WR_QSNAP_FORMAT, "tier", "vm", "accel", kvm ? "kvm" : "tcg", "machine",
+			 "q35", "args", "-M", "q35", "-m", mem, "-smp", smp, "-accel", accel,
+			 "-vga", "std", disk, "memory_bytes", (json_int_t)s->memory_bytes, "cpus",
+			 (int)s->cpus, "disk_bytes", (json_int_t)s->disk_bytes);
 }
 
 int wr_fullvm_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *sizes, const char *dir,
@@ -128,7 +128,8 @@ int wr_fullvm_restore(const struct wr_fullvm_spec *in, const char *dir, struct w
 	if (s.memory_bytes == 0 || s.cpus == 0)
 		return wr_err_set(err, EINVAL, "restore vm: saved sizes missing");
 	if (wr_qsnap_check(meta, now, err) < 0)
-		return wr_err_wrap(err, "restore vm (saved with %s)", saved_accel ? saved_accel : "?");
+		return wr_err_wrap(err, "restore vm (saved with %s)",
+				   saved_accel ? saved_accel : "?");
 	char disk[1100], state[1100];
 	snprintf(disk, sizeof(disk), "%s/disk", dir);
 	snprintf(state, sizeof(state), "%s/state", dir);
@@ -144,8 +145,8 @@ int wr_fullvm_restore(const struct wr_fullvm_spec *in, const char *dir, struct w
 	struct wr_qsnap_qmp q;
 	wr_fullvm_qsnap(vm, &q);
 	uint64_t deadline = start + (s.boot_timeout_ms ? s.boot_timeout_ms : 300000) * 1000000ull;
-	if (wr_qsnap_check_version(meta, &q, err) < 0 || wr_qsnap_load(&q, sfd, deadline, err) < 0 ||
-	    wr_fullvm_record(vm, err) < 0) {
+	if (wr_qsnap_check_version(meta, &q, err) < 0 ||
+	    wr_qsnap_load(&q, sfd, deadline, err) < 0 || wr_fullvm_record(vm, err) < 0) {
 		/* QEMU killed, its files gone: the saved directory stays */
 		wr_fullvm_kill(vm);
 		wr_fullvm_destroy(&vm, NULL);

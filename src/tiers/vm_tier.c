@@ -292,7 +292,8 @@ static void fvm_saved_remove(const char *dir)
 static bool only_id(const char *name, void *ctx)
 {
 	const char *id = ctx;
-	return strcmp(name, id) != 0 && !(strncmp(name, "vm-", 3) == 0 && strcmp(name + 3, id) == 0);
+	return strcmp(name, id) != 0 &&
+	       !(strncmp(name, "vm-", 3) == 0 && strcmp(name + 3, id) == 0);
 }
 
 /* Recorded suspended: the saved state must be whole; a QEMU a crash left
@@ -372,9 +373,7 @@ static int fvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err 
 		m->saved = dir;
 		return 0;
 	}
-	case WR_SUSPEND_END:
-		m->fsx.vm = NULL;
-		return wr_fullvm_destroy(&m->vm, err);
+	case WR_SUSPEND_END: m->fsx.vm = NULL; return wr_fullvm_destroy(&m->vm, err);
 	case WR_SUSPEND_UNDO:
 		if (m->saved) {
 			fvm_saved_remove(m->saved);
@@ -399,8 +398,7 @@ static int fvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err 
 			m->saved = NULL;
 		}
 		return wr_fullvm_restore_run(m->vm, err);
-	case WR_SUSPEND_UNLOAD:
-		return m->saved ? wr_fullvm_destroy(&m->vm, err) : 0;
+	case WR_SUSPEND_UNLOAD: return m->saved ? wr_fullvm_destroy(&m->vm, err) : 0;
 	}
 	return wr_err_set(err, EINVAL, "suspend: unknown step");
 }
