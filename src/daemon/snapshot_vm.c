@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,12 +49,43 @@
 #define L_DISK "dev.warren.vm.disk_mb"
 #define L_CPU "dev.warren.vm.cpu"
 
+/* Digests of configured image files, by identity (a 1 GiB raw disk takes
+ * seconds to hash): a file changed in place gets a new mtime or size. */
+#define DIGEST_CACHE 16
+static struct {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	char digest[72];
+} g_dc[DIGEST_CACHE];
+static unsigned g_dc_next;
+static pthread_mutex_t g_dc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_file(int i, const struct stat *st)
+{
+	return g_dc[i].digest[0] && g_dc[i].dev == st->st_dev && g_dc[i].ino == st->st_ino &&
+	       g_dc[i].size == st->st_size && g_dc[i].mtime.tv_sec == st->st_mtim.tv_sec &&
+	       g_dc[i].mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
 /* "sha256:<hex>" of a file's bytes. */
 static int file_digest(const char *path, char out[72], wr_err *err)
 {
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return wr_err_sys(err, "open %s", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return wr_err_sys(err, "stat %s", path);
+	pthread_mutex_lock(&g_dc_lock);
+	for (int i = 0; i < DIGEST_CACHE; i++)
+		if (same_file(i, &st)) {
+			memcpy(out, g_dc[i].digest, 72);
+			pthread_mutex_unlock(&g_dc_lock);
+			return 0;
+		}
+	pthread_mutex_unlock(&g_dc_lock);
 	EVP_MD_CTX *c = EVP_MD_CTX_new();
 	if (c == NULL || EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1) {
 		EVP_MD_CTX_free(c);
@@ -71,6 +104,14 @@ static int file_digest(const char *path, char out[72], wr_err *err)
 	memcpy(out, "sha256:", 7);
 	for (int i = 0; i < 32; i++)
 		snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+	pthread_mutex_lock(&g_dc_lock);
+	unsigned k = g_dc_next++ % DIGEST_CACHE;
+	g_dc[k].dev = st.st_dev;
+	g_dc[k].ino = st.st_ino;
+	g_dc[k].size = st.st_size;
+	g_dc[k].mtime = st.st_mtim;
+	memcpy(g_dc[k].digest, out, 72);
+	pthread_mutex_unlock(&g_dc_lock);
 	return 0;
 }
 
