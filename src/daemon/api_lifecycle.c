@@ -76,16 +76,13 @@ void wrd_api_sb_pause(struct wrd_req *r)
 		wrd_reply_err(r, err);
 		return;
 	}
-	if (!keep) {
-		wrd_reply_error(r, "invalid_argument", "keep_memory",
-				"keep_memory: false (checkpoint to disk) is not available on this "
-				"node; a paused sandbox keeps its memory");
-		return;
-	}
 	struct wrd_sbx *sb = wrd_api_sandbox(r, false);
 	if (sb == NULL)
 		return;
-	int rc = wrd_mgr_pause(sb, "request", &err);
+	/* keep_memory=false: the VM tiers write the VM's state to disk and
+	 * end its QEMU (lifecycle_suspend.c); containers refuse it (CRIU 3.17
+	 * cannot run on this node's kernel) */
+	int rc = keep ? wrd_mgr_pause(sb, "request", &err) : wrd_mgr_suspend(sb, "request", &err);
 	reply_sandbox(r, sb, rc, err);
 	wrd_mgr_put(sb);
 }

@@ -369,8 +369,10 @@ static struct wrd_sbx *create_body(struct wrd_req *r)
 	const char *image, *tier;
 	/* a snapshot stands for its stack: base + layers + itself */
 	_cleanup_err_ wr_err xerr = NULL;
+	_cleanup_(wrd_snapshot_restore_done) char *restore = NULL; /* a VM snapshot unpacked */
 	json_t *orig_image = r->json ? json_incref(json_object_get(r->json, "image")) : NULL;
-	if (r->json && json_is_string(orig_image) && wrd_snapshot_expand(r->json, &xerr) < 0) {
+	if (r->json && json_is_string(orig_image) &&
+	    wrd_snapshot_expand(r->json, &restore, &xerr) < 0) {
 		json_decref(orig_image);
 		wrd_reply_err(r, xerr);
 		return NULL;
@@ -380,6 +382,8 @@ static struct wrd_sbx *create_body(struct wrd_req *r)
 		json_decref(orig_image);
 		return NULL;
 	}
+	if (restore)
+		json_object_set_new(spec, "restore_dir", json_string(restore));
 	const char *path = wrd_config_image(wrd_mgr_cfg, image);
 	/* image store refs and layers (images.c): held by the sandbox */
 	_cleanup_free_ char *store_path = NULL;

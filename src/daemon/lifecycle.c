@@ -127,6 +127,7 @@ int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason,
 		return 0;
 	}
 	sb->transition = true;
+	bool disk = wrd_sbx_suspended(sb);
 	int64_t left = sb->rec.remaining_ms;
 	if (left <= 0) /* paused at its lifetime's end: a fresh lifetime */
 		left = json_integer_value(json_object_get(sb->rec.spec, "timeout")) * 1000;
@@ -135,9 +136,14 @@ int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason,
 	int64_t paused_for = wrd_now_ms() - sb->rec.paused_ms;
 	pthread_mutex_unlock(&sb->lock);
 
-	int r = sb->ops->freeze(sb->tsb, false, err);
+	/* suspended to disk (lifecycle_suspend.c): a new process from the
+	 * saved state, committed with its pid */
 	int64_t now = wrd_now_ms();
-	if (r == 0 && wrd_db_set_resumed(sb->rec.id, now + left, err) < 0) {
+	int r =
+	    disk ? wrd_life_resume_disk(sb, left, &now, err) : sb->ops->freeze(sb->tsb, false, err);
+	if (!disk)
+		now = wrd_now_ms();
+	if (r == 0 && !disk && wrd_db_set_resumed(sb->rec.id, now + left, err) < 0) {
 		/* not recorded: back to paused, as the record says */
 		_cleanup_err_ wr_err e2 = NULL;
 		if (sb->ops->freeze(sb->tsb, true, &e2) < 0)

@@ -253,6 +253,8 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	spec->workdir = json_string_value(json_object_get(s, "workdir"));
 	spec->id = rec->id;
 	spec->die_with_parent = false; /* sandboxes outlive a daemon restart */
+	/* a VM snapshot unpacked for this create (snapshot_vm.c) */
+	spec->restore = json_string_value(json_object_get(s, "restore_dir"));
 	json_t *e = json_object_get(s, "env");
 	size_t n = json_object_size(e);
 	/* One allocation, freed by the caller as *env, also holds the layer
@@ -522,6 +524,7 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 					       .run_dir = cfg->run_dir,
 					       .boot_timeout_ms = cfg->vm_boot_timeout_ms,
 					       .shutdown_timeout_ms = cfg->vm_shutdown_timeout_ms,
+					       .state_dir = cfg->state_dir,
 					       .cgroup_base = cfg->cgroup_base,
 					       .adoptable = true};
 		if (wr_vm_tier_init(&vc, err) < 0)

@@ -117,6 +117,14 @@ int wrd_mgr_pause(struct wrd_sbx *sb, const char *reason, wr_err *err);
  * 0, nothing done. only_reason (may be NULL): resume only a sandbox paused
  * for that reason (a lease resumes what it paused, no more). */
 int wrd_mgr_resume(struct wrd_sbx *sb, const char *why, const char *only_reason, wr_err *err);
+/* keep_memory=false (lifecycle_suspend.c): running or paused -> paused with
+ * the state on disk and no process (VM tiers); a resume restores it.
+ * Containers: EINVAL naming keep_memory. Operations in flight: ESRCH. */
+int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err);
+/* Paused with its state on disk (tier op suspend, init_pid 0). */
+bool wrd_sbx_suspended(const struct wrd_sbx *sb);
+/* wrd_mgr_resume's part for a suspended sandbox, inside its transition. */
+int wrd_life_resume_disk(struct wrd_sbx *sb, int64_t left, int64_t *now, wr_err *err);
 /* A client waits on (or streams) a command that still runs: on resumes a
  * paused sandbox and holds idleness off until the matching off. */
 void wrd_sbx_watch(struct wrd_sbx *sb, bool on);

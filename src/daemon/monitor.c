@@ -24,6 +24,7 @@
 #include "tiers/container.h"
 #include "tiers/microvm.h"
 #include "tiers/vm.h"
+#include "tiers/vm_tier.h"
 
 static int g_ep = -1, g_wake = -1;
 static pthread_t g_thread;
@@ -255,7 +256,10 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = -1;
 	bool container = sb->ops && strcmp(sb->ops->name, "container") == 0;
-	if (sb->ops && (container || sb->ops->adopt) && rec->init_pid > 0 &&
+	/* init_pid 0 with a paused record: suspended to disk (no process;
+	 * lifecycle_suspend.c), found again by the tier's adopt */
+	bool disk = sb->ops && sb->ops->suspend && rec->state == WRD_PAUSED && rec->init_pid == 0;
+	if (sb->ops && (container || sb->ops->adopt) && (rec->init_pid > 0 || disk) &&
 	    wrd_spec_from_record(&sb->rec, &spec, &env, &err) == 0)
 		r = container ? wr_container_adopt(&spec, rec->init_pid, &sb->tsb, &err)
 			      : sb->ops->adopt(&spec, rec->init_pid, &sb->tsb, &err);
@@ -325,7 +329,8 @@ int wrd_mgr_recover(wr_err *err)
 	if (wr_tier_lookup("microvm"))
 		swept += (int)wr_microvm_sweep(keep_live, NULL);
 	if (wr_tier_lookup("vm"))
-		swept += (int)wr_fullvm_sweep(keep_live, NULL);
+		swept += (int)wr_fullvm_sweep(keep_live, NULL) +
+			 (int)wr_vm_tier_sweep_saved(keep_live, NULL);
 	if (st.adopted || st.failed || st.cleaned || swept)
 		wr_info("recovered: %u adopted, %u failed, %u half-created cleaned, %d leftovers "
 			"swept",

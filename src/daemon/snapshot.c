@@ -74,6 +74,8 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 	struct wr_image_store *store = wrd_images();
 	if (store == NULL)
 		return wr_err_set(err, EOPNOTSUPP, "this node has no image store");
+	if (sb->ops->save) /* a whole VM: snapshot_vm.c */
+		return wrd_snapshot_vm_take(sb, ref, out, err);
 	if (sb->ops->upper == NULL || sb->ops->freeze == NULL)
 		return wr_err_set(err, EOPNOTSUPP, "the %s tier has no snapshots", sb->ops->name);
 	json_t *digests = json_object_get(sb->rec.spec, "image_digests");
@@ -144,8 +146,9 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 	return 0;
 }
 
-int wrd_snapshot_expand(json_t *body, wr_err *err)
+int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 {
+	*restore_dir = NULL;
 	struct wr_image_store *store = wrd_images();
 	const char *image = json_string_value(json_object_get(body, "image"));
 	if (store == NULL || image == NULL || image[0] == '/' || image[0] == '.')
@@ -154,6 +157,11 @@ int wrd_snapshot_expand(json_t *body, wr_err *err)
 	_cleanup_err_ wr_err e2 = NULL;
 	if (wr_image_resolve(store, image, &img, &e2) < 0)
 		return 0; /* not a store image: the create resolves it otherwise */
+	if (wr_image_label(&img->config, "dev.warren.vm.snapshot")) {
+		int vr = wrd_snapshot_vm_expand(body, img, restore_dir, err);
+		wr_image_free(&img);
+		return vr;
+	}
 	const char *base = wr_image_label(&img->config, WRD_SNAP_BASE);
 	if (base == NULL) {
 		wr_image_free(&img);

@@ -32,8 +32,19 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 
 /* A create body whose "image" is a snapshot: rewritten in place to its
  * base image with "layers" = the snapshot's stack (+ the body's own
- * layers after it). 0 when done or nothing to do; errors name "image". */
-int wrd_snapshot_expand(json_t *body, wr_err *err);
+ * layers after it); a VM snapshot as wrd_snapshot_vm_expand says (then
+ * *restore_dir is set). 0 when done or nothing to do; errors name
+ * "image". */
+int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err);
+
+/* VM tiers (snapshot_vm.c): the whole VM (RAM, devices, disk) as a store
+ * image; and a create body whose image is one: rewritten to its base
+ * image, tier and sizes, the snapshot unpacked into *restore_dir (the
+ * caller removes it after the create: wr_qsnap_remove). */
+int wrd_snapshot_vm_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out, wr_err *err);
+int wrd_snapshot_vm_expand(json_t *body, struct wr_image *img, char **restore_dir, wr_err *err);
+/* Cleanup of a create's *restore_dir: the unpacked snapshot goes. */
+void wrd_snapshot_restore_done(char **restore_dir);
 
 /* The default name of an automatic snapshot of sb: "snapshot/<id>:<what>". */
 void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, size_t len);

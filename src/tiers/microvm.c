@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "tiers/microvm_internal.h"
 #include "tiers/qemu_proc.h"
+#include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
 
 struct wr_microvm_globals wr_mvm;
@@ -176,8 +177,13 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 		 * restore. QEMU 7.2 opens mem-path itself: the file we opened,
 		 * bound into its jail as /mem. */
 		ARG("-object");
-		ARG("memory-backend-file,id=mem,size=%lluM,mem-path=/mem,share=%s",
-		    (unsigned long long)(spec->memory_bytes >> 20), boot->share ? "on" : "off");
+		if (boot->mem_ram) /* a state restore: the stream fills it */
+			ARG("memory-backend-ram,id=mem,size=%lluM",
+			    (unsigned long long)(spec->memory_bytes >> 20));
+		else
+			ARG("memory-backend-file,id=mem,size=%lluM,mem-path=/mem,share=%s",
+			    (unsigned long long)(spec->memory_bytes >> 20),
+			    boot->share ? "on" : "off");
 	}
 	if (boot->incoming) {
 		ARG("-incoming");
@@ -258,7 +264,7 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 				   .n_fds = N_FDS,
 				   .log_fd = log_fd,
 				   .files = files,
-				   .n_files = boot->mem ? 3 : 2,
+				   .n_files = boot->mem && !boot->mem_ram ? 3 : 2,
 				   .kvm = wr_mvm.kvm,
 				   .memory_bytes = spec->memory_bytes,
 				   .cpus = spec->cpus,
@@ -449,6 +455,10 @@ int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct v
 		return wr_err_sys(err, "open %s/qemu.log", vm->dir);
 	if (mem_fd >= 0 && (fchown(mem_fd, 0, WR_QEMU_GID) < 0 || fchmod(mem_fd, 0660) < 0))
 		return wr_err_sys(err, "guest RAM file: give it to QEMU's group");
+	vm->ram_backend = boot->mem;
+	vm->memory_bytes = spec->memory_bytes;
+	vm->disk_bytes = spec->disk_bytes;
+	vm->cpus = spec->cpus;
 	/* QEMU's fds in the order of FD_AGENT.. */
 	int fds[N_FDS] = {ag, qm, co, image, rw, rw_ro};
 	int r = spawn_qemu(vm, spec, boot, fds, log, mem_fd, err);
@@ -540,9 +550,10 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 		return wr_err_wrap(err, "create microvm");
 	snprintf((*out)->tmpl_note, sizeof((*out)->tmpl_note), "%s", note);
 	/* what a restarted daemon needs to adopt it (wr_vm_adopt) */
-	json_t *extra = json_pack("{s:b, s:I, s:I}", "restored", (*out)->restored, "boot_ms",
-				  (json_int_t)(*out)->boot_ms, "ready_ms",
-				  (json_int_t)((*out)->ready_ns / 1000000));
+	json_t *extra =
+	    json_pack("{s:b, s:I, s:I, s:b}", "restored", (*out)->restored, "boot_ms",
+		      (json_int_t)(*out)->boot_ms, "ready_ms",
+		      (json_int_t)((*out)->ready_ns / 1000000), "ram_backend", (*out)->ram_backend);
 	int r = wr_qemu_save(&(*out)->qp, extra, err);
 	json_decref(extra);
 	if (r < 0) {
@@ -580,6 +591,8 @@ int wr_vm_adopt(const char *id, pid_t pid_hint, struct wr_vm **out, wr_err *err)
 	    (qfd = r = wr_qemu_connect(dfd, "qmp.sock", err)) < 0)
 		goto fail;
 	vm->restored = json_is_true(json_object_get(st, "restored"));
+	json_t *rb = json_object_get(st, "ram_backend");
+	vm->ram_backend = rb ? json_is_true(rb) : vm->restored;
 	vm->boot_ms = (uint64_t)json_integer_value(json_object_get(st, "boot_ms"));
 	vm->ready_ns = (uint64_t)json_integer_value(json_object_get(st, "ready_ms")) * 1000000ull;
 	/* the guest said hello to the previous daemon */
@@ -644,7 +657,8 @@ int wr_vm_paused(struct wr_vm *vm, wr_err *err)
 	pthread_mutex_unlock(&vm->qmp_lock);
 	if (r < 0)
 		return r;
-	return strcmp(st, "paused") == 0;
+	/* postmigrate: stopped after a save of its state (a cont runs it) */
+	return strcmp(st, "paused") == 0 || strcmp(st, "postmigrate") == 0;
 }
 
 int wr_vm_usage(struct wr_vm *vm, struct wr_cgroup_stats *st, wr_err *err)
@@ -708,5 +722,10 @@ size_t wr_microvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx)
 	/* Left by a daemon that died: every VM directory whose id keep()
 	 * refuses, its QEMU (still running: nothing ties it to the daemon)
 	 * and its cgroup. */
-	return wr_mvm.ready ? wr_qemu_sweep(wr_mvm.run_dir, keep, ctx) : 0;
+	if (!wr_mvm.ready)
+		return 0;
+	/* and saved states (keep_memory=false) of sandboxes no longer live */
+	char saved[900];
+	snprintf(saved, sizeof(saved), "%s/saved", wr_mvm.state_dir);
+	return wr_qemu_sweep(wr_mvm.run_dir, keep, ctx) + wr_qsnap_sweep(saved, keep, ctx);
 }

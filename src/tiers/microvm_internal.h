@@ -76,6 +76,11 @@ struct wr_vm {
 	bool restored;	       /* from a template */
 	char tmpl_note[256];   /* why a template was not used, if it was not */
 	struct vm_fsop *fsops; /* file requests in flight (microvm_files.c) */
+	/* as launched, for a save (microvm_snap.c): guest RAM is the memory
+	 * backend "mem" (template and state restores) or the machine's own */
+	bool ram_backend;
+	uint64_t memory_bytes, disk_bytes;
+	unsigned cpus;
 };
 
 /* How QEMU starts: a cold boot, a boot that makes a template (RAM in a
@@ -86,6 +91,7 @@ struct vm_boot {
 	bool mem;	      /* RAM in the file at FD_MEM (mem_fd) */
 	bool share;
 	bool incoming;
+	bool mem_ram; /* with mem: an anonymous memory-backend-ram "mem" (no file) */
 };
 
 /* microvm.c */
@@ -110,6 +116,27 @@ int wr_vm_attach_fds(int agent, int console, struct wr_vm **out, wr_err *err);
 int wr_vm_tmpl_restore(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err *err);
 /* Removes templates half made by a daemon that died. */
 void wr_vm_tmpl_sweep(void);
+
+/* microvm_tmpl.c: the guest learns its hostname, fresh entropy and the
+ * host's clock; answered by a HELLO (wr_vm_wait_hello). */
+int wr_vm_send_identity(struct wr_vm *vm, const char *hostname, wr_err *err);
+
+/* microvm_snap.c: a VM's whole state in a directory (qemu_snap.h) and
+ * back. Save stops a running VM and leaves it stopped (the caller's
+ * wr_vm_resume runs it again); compact: the disk as qcow2 (zeros left
+ * out: a store image), else a hard link of the stopped VM's disk (or a
+ * copy). *meta (may be NULL) gets meta.json's content. */
+int wr_vm_save(struct wr_vm *vm, const char *dir, bool compact, json_t **meta, wr_err *err);
+/* A new VM (spec's id and image; sizes from the saved meta) from the
+ * saved directory dir, loaded and stopped: wr_vm_restore_run runs it. */
+int wr_vm_restore(const struct wr_vm_spec *spec, const char *dir, struct wr_vm **out, wr_err *err);
+/* cont, then the agent resynced and (identity) told its hostname, new
+ * entropy and the clock. */
+int wr_vm_restore_run(struct wr_vm *vm, const char *hostname, wr_err *err);
+/* What this node would record for a save of a VM of these sizes (the
+ * check of a restore compares it with the saved meta). */
+json_t *wr_vm_state_meta(uint64_t memory_bytes, unsigned cpus, uint64_t disk_bytes,
+			 bool ram_backend);
 
 /* microvm_files.c: FS_DATA, FS_LIST and FS_DONE frames, from the reader
  * thread with vm->lock held. */

@@ -3,17 +3,24 @@
  * command as in the container tier. The handle is our own struct, passed
  * through the ops as the opaque struct wr_sandbox pointer. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include "common/cleanup.h"
 
 #include "isolate/cgroup.h"
 #include "tiers/microvm.h"
 #include "tiers/microvm_files.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_snap.h"
 
 struct mvm_sandbox {
-	struct wr_vm *vm;
+	struct wr_vm *vm;     /* NULL while suspended */
+	char *saved;	      /* suspended (or being): its saved directory */
+	struct wr_vm_spec vs; /* what a restore starts again (image owned) */
+	char id[65];
 	struct wr_vm_fsctx fsx; /* the files view's context (microvm_files.c) */
 	struct wr_env_kv *env;	/* the sandbox's env; strings owned in strs */
 	size_t n_env;
@@ -34,10 +41,47 @@ static void mvm_free(struct mvm_sandbox *m)
 	free(m->strs);
 	free(m->env);
 	free(m->workdir);
+	free(m->saved);
+	free((char *)m->vs.image);
 	free(m);
 }
 
-/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+/* <state>/microvm/saved/<id>: a suspended VM's state (or "" when the
+ * directory cannot be named). */
+static char *saved_dir(const char *id, const char *prefix)
+{
+	char *p = NULL;
+	char base[900];
+	snprintf(base, sizeof(base), "%s/saved", wr_mvm.state_dir);
+	if (mkdir(base, 0700) < 0 && errno != EEXIST)
+		return NULL;
+	if (asprintf(&p, "%s/%s%s", base, prefix, id) < 0)
+		return NULL;
+	return p;
+}
+
+/* A saved directory goes: renamed out of the way first (a crash leaves
+ * a .old- name the sweep removes, never a half-removed directory under
+ * its own name). */
+static void saved_remove(const char *dir)
+{
+	char old[1100];
+	const char *slash = strrchr(dir, '/');
+	if (slash == NULL)
+		return;
+	snprintf(old, sizeof(old), "%.*s/.old-%s", (int)(slash - dir), dir, slash + 1);
+	if (rename(dir, old) == 0)
+		wr_qsnap_remove(old);
+	else
+		wr_qsnap_remove(dir);
+}
+
+static int mvm_adopt_saved(struct mvm_sandbox *m, const char *id, wr_err *err);
+static int mvm_adopt_running(struct mvm_sandbox *m, const char *id, pid_t pid, wr_err *err);
+static int mvm_from_saved(struct mvm_sandbox *m, const char *dir, wr_err *err);
+
+/* A new VM (adopt < 0), one a previous daemon left running (adopt: QEMU's
+ * pid) or left suspended (adopt 0). */
 static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
 		    wr_err *err)
 {
@@ -75,12 +119,26 @@ static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 	}
 	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
 	struct wr_vm_spec vs = {.image = image,
-				.memory_bytes = spec->memory_bytes,
-				.disk_bytes = spec->disk_bytes,
+				.memory_bytes =
+				    spec->memory_bytes ? spec->memory_bytes : 256ull << 20,
+				.disk_bytes = spec->disk_bytes ? spec->disk_bytes : 1ull << 30,
 				.cpus = (unsigned)cpus,
 				.id = spec->id};
-	if ((adopt ? wr_vm_adopt(spec->id, adopt, &m->vm, err) : wr_vm_create(&vs, &m->vm, err)) <
-	    0) {
+	m->vs = vs;
+	snprintf(m->id, sizeof(m->id), "%s", spec->id ? spec->id : "");
+	m->vs.id = spec->id ? m->id : NULL;
+	if ((m->vs.image = strdup(image)) == NULL)
+		goto nomem;
+	int r;
+	if (adopt == 0)
+		r = mvm_adopt_saved(m, spec->id, err);
+	else if (adopt > 0)
+		r = mvm_adopt_running(m, spec->id, adopt, err);
+	else if (spec->restore)
+		r = mvm_from_saved(m, spec->restore, err);
+	else
+		r = wr_vm_create(&vs, &m->vm, err);
+	if (r < 0) {
 		mvm_free(m);
 		return -1;
 	}
@@ -92,9 +150,70 @@ nomem:
 	return wr_err_set(err, ENOMEM, "out of memory");
 }
 
+/* The sizes a save records (wr_vm_adopt does not know them). */
+static void vm_sizes(struct mvm_sandbox *m)
+{
+	m->vm->memory_bytes = m->vs.memory_bytes;
+	m->vm->disk_bytes = m->vs.disk_bytes;
+	m->vm->cpus = m->vs.cpus;
+}
+
+static bool only_id(const char *name, void *ctx)
+{
+	const char *id = ctx;
+	/* keep everything but the VM's directory and its cgroup vm-<id> */
+	return strcmp(name, id) != 0 &&
+	       !(strncmp(name, "vm-", 3) == 0 && strcmp(name + 3, id) == 0);
+}
+
+/* Recorded suspended: its saved state must be there whole; a QEMU a crash
+ * left (a restore cut before its commit: it never ran) is killed and its
+ * files go. */
+static int mvm_adopt_saved(struct mvm_sandbox *m, const char *id, wr_err *err)
+{
+	wr_qemu_sweep(wr_mvm.run_dir, only_id, (void *)id);
+	m->saved = saved_dir(id, "");
+	if (m->saved == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	json_t *meta = wr_qsnap_read_meta(m->saved, err);
+	if (meta == NULL)
+		return wr_err_wrap(err, "adopt suspended microvm %s", id);
+	json_decref(meta);
+	return 0;
+}
+
+/* A QEMU that runs (or is stopped): a saved state of a suspend that was
+ * not committed (the crash came before) is obsolete. */
+static int mvm_adopt_running(struct mvm_sandbox *m, const char *id, pid_t pid, wr_err *err)
+{
+	if (wr_vm_adopt(id, pid, &m->vm, err) < 0)
+		return -1;
+	vm_sizes(m);
+	_cleanup_free_ char *dir = saved_dir(id, "");
+	if (dir)
+		saved_remove(dir);
+	return 0;
+}
+
+/* A new sandbox from a saved VM (a snapshot of the store, unpacked by the
+ * daemon into dir). */
+static int mvm_from_saved(struct mvm_sandbox *m, const char *dir, wr_err *err)
+{
+	if (wr_vm_restore(&m->vs, dir, &m->vm, err) < 0)
+		return -1;
+	if (wr_vm_restore_run(m->vm, NULL, err) < 0) {
+		wr_vm_destroy(&m->vm, NULL);
+		return wr_err_wrap(err, "create microvm from a snapshot");
+	}
+	m->vs.memory_bytes = m->vm->memory_bytes;
+	m->vs.disk_bytes = m->vm->disk_bytes;
+	m->vs.cpus = m->vm->cpus;
+	return 0;
+}
+
 static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
 {
-	return mvm_make(spec, 0, out, err);
+	return mvm_make(spec, -1, out, err);
 }
 
 /* warrend's recovery: the sandbox's defaults from its record, the VM found
@@ -103,7 +222,7 @@ static int mvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 static int mvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
 		     wr_err *err)
 {
-	if (spec->id == NULL || pid <= 0)
+	if (spec->id == NULL || pid < 0)
 		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
 	return mvm_make(spec, pid, out, err);
 }
@@ -134,6 +253,8 @@ static int mvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 
 static int mvm_kill(struct wr_sandbox *sb, wr_err *err)
 {
+	if (of(sb)->vm == NULL)
+		return 0; /* suspended: no process */
 	int r = wr_vm_kill(of(sb)->vm);
 	if (r < 0) {
 		errno = -r;
@@ -149,6 +270,8 @@ static int mvm_destroy(struct wr_sandbox **sb, wr_err *err)
 	struct mvm_sandbox *m = of(*sb);
 	*sb = NULL;
 	int r = wr_vm_destroy(&m->vm, err);
+	if (m->saved)
+		saved_remove(m->saved);
 	mvm_free(m);
 	return r;
 }
@@ -158,22 +281,149 @@ static int mvm_destroy(struct wr_sandbox **sb, wr_err *err)
  * guest stops with them, and the host's deadlines keep running. */
 static int mvm_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
 {
-	return frozen ? wr_vm_pause(of(sb)->vm, err) : wr_vm_resume(of(sb)->vm, err);
+	struct mvm_sandbox *m = of(sb);
+	if (m->vm == NULL)
+		return frozen ? 0
+			      : wr_err_set(err, EINVAL, "microvm %s is suspended to disk",
+					   m->vs.id ? m->vs.id : "");
+	return frozen ? wr_vm_pause(m->vm, err) : wr_vm_resume(m->vm, err);
 }
 
 static int mvm_frozen(struct wr_sandbox *sb, wr_err *err)
 {
+	if (of(sb)->vm == NULL)
+		return 1;
 	return wr_vm_paused(of(sb)->vm, err);
 }
 
 static int mvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err)
 {
+	if (of(sb)->vm == NULL) {
+		memset(st, 0, sizeof(*st)); /* suspended: nothing in use */
+		return 0;
+	}
 	return wr_vm_usage(of(sb)->vm, st, err);
 }
 
 static pid_t mvm_main_pid(const struct wr_sandbox *sb)
 {
-	return wr_vm_qemu_pid(((const struct mvm_sandbox *)(const void *)sb)->vm);
+	const struct mvm_sandbox *m = (const struct mvm_sandbox *)(const void *)sb;
+	return m->vm ? wr_vm_qemu_pid(m->vm) : 0;
+}
+
+/* keep_memory=false: the VM's state into <state>/microvm/saved/<id>
+ * (qemu_snap.h; the disk a hard link of the stopped VM's), QEMU ended once
+ * the daemon recorded it; resume starts a new QEMU from it. */
+static int mvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	const char *id = m->vs.id;
+	switch (step) {
+	case WR_SUSPEND_SAVE: {
+		if (m->vm == NULL)
+			return 0;
+		_cleanup_free_ char *tmp = saved_dir(id, ".tmp-");
+		char *dir = saved_dir(id, "");
+		if (tmp == NULL || dir == NULL) {
+			free(dir);
+			return wr_err_set(err, ENOMEM, "out of memory");
+		}
+		wr_qsnap_remove(tmp);
+		saved_remove(dir); /* an obsolete one (not committed) */
+		json_t *meta = NULL;
+		if (wr_vm_save(m->vm, tmp, false, &meta, err) < 0 ||
+		    wr_qsnap_publish(tmp, dir, err) < 0) {
+			wr_qsnap_remove(tmp);
+			if (meta) {
+				_cleanup_err_ wr_err e2 = NULL;
+				if (json_is_true(json_object_get(meta, "running")))
+					wr_vm_resume(m->vm, &e2);
+			}
+			json_decref(meta);
+			free(dir);
+			return wr_err_wrap(err, "suspend microvm %s", id);
+		}
+		json_decref(meta);
+		free(m->saved);
+		m->saved = dir;
+		return 0;
+	}
+	case WR_SUSPEND_END:
+		/* QEMU goes: its memory, cgroup, uid and run directory */
+		m->fsx.vm = NULL;
+		return wr_vm_destroy(&m->vm, err);
+	case WR_SUSPEND_UNDO:
+		if (m->saved) {
+			saved_remove(m->saved);
+			free(m->saved);
+			m->saved = NULL;
+		}
+		return m->vm ? wr_vm_resume(m->vm, err) : 0;
+	case WR_SUSPEND_LOAD:
+		if (m->vm)
+			return 0;
+		if (m->saved == NULL)
+			return wr_err_set(err, ENOENT, "microvm %s has no saved state", id);
+		return wr_vm_restore(&m->vs, m->saved, &m->vm, err);
+	case WR_SUSPEND_RUN:
+		if (m->vm == NULL)
+			return wr_err_set(err, ENOENT, "microvm %s is not loaded", id);
+		vm_sizes(m);
+		m->fsx.vm = m->vm;
+		if (m->saved) {
+			saved_remove(m->saved);
+			free(m->saved);
+			m->saved = NULL;
+		}
+		return wr_vm_restore_run(m->vm, id, err);
+	case WR_SUSPEND_UNLOAD: return m->saved ? wr_vm_destroy(&m->vm, err) : 0;
+	}
+	return wr_err_set(err, EINVAL, "suspend: unknown step");
+}
+
+/* A snapshot of the whole VM (RAM, devices, the disk as qcow2) into dir;
+ * the VM runs again after when it ran. A suspended VM's saved state is
+ * copied. */
+static int mvm_save(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	if (m->vm == NULL) {
+		if (m->saved == NULL)
+			return wr_err_set(err, ENOENT, "microvm %s has no state", m->vs.id);
+		char from[1100], to[1100];
+		if (mkdir(dir, 0700) < 0)
+			return wr_err_sys(err, "mkdir %s", dir);
+		json_t *j = wr_qsnap_read_meta(m->saved, err);
+		int r = j ? 0 : -1;
+		snprintf(from, sizeof(from), "%s/state", m->saved);
+		snprintf(to, sizeof(to), "%s/state", dir);
+		if (r == 0)
+			r = wr_qsnap_link_or_copy(from, to, err);
+		snprintf(from, sizeof(from), "%s/disk", m->saved);
+		snprintf(to, sizeof(to), "%s/disk", dir);
+		char *qimg = wr_find_in_path("qemu-img");
+		char *argv[] = {qimg, "convert", "-q", "-f", "raw", "-O", "qcow2", from, to, NULL};
+		if (r == 0)
+			r = qimg ? wr_qsnap_run(argv, err)
+				 : wr_err_set(err, ENOENT, "qemu-img not found");
+		free(qimg);
+		if (r == 0) {
+			json_object_set_new(j, "disk_format", json_string("qcow2"));
+			r = wr_qsnap_write_meta(dir, j, err);
+		}
+		if (r < 0) {
+			json_decref(j);
+			wr_qsnap_remove(dir);
+			return wr_err_wrap(err, "snapshot suspended microvm %s", m->vs.id);
+		}
+		*meta = j;
+		return 0;
+	}
+	if (wr_vm_save(m->vm, dir, true, meta, err) < 0)
+		return -1;
+	if (json_is_true(json_object_get(*meta, "running")) && wr_vm_resume(m->vm, err) < 0)
+		return wr_err_wrap(err, "snapshot microvm %s: run it again", m->vs.id);
+	return 0;
 }
 
 const struct wr_tier_ops wr_microvm_tier = {
@@ -188,4 +438,6 @@ const struct wr_tier_ops wr_microvm_tier = {
     .frozen = mvm_frozen,
     .usage = mvm_usage,
     .adopt = mvm_adopt,
+    .suspend = mvm_suspend,
+    .save = mvm_save,
 };

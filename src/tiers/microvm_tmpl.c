@@ -285,7 +285,7 @@ out:
 	return wr_err_wrap(err, "make template");
 }
 
-static int send_identity(struct wr_vm *vm, const char *hostname, wr_err *err)
+int wr_vm_send_identity(struct wr_vm *vm, const char *hostname, wr_err *err)
 {
 	uint8_t seed[32];
 	if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
@@ -365,7 +365,7 @@ static int restore(const struct wr_vm_spec *spec, int dfd, struct wr_vm **out, w
 		struct timespec ts = {0, 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	if ((r = send_identity(vm, vm->id, err)) < 0 ||
+	if ((r = wr_vm_send_identity(vm, vm->id, err)) < 0 ||
 	    (r = wr_vm_wait_hello(vm, deadline, err)) < 0)
 		goto fail;
 	vm->restored = true;

@@ -3,6 +3,7 @@
 #ifndef WARREN_TIERS_TIER_H
 #define WARREN_TIERS_TIER_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -58,6 +59,24 @@ struct wr_sandbox_spec {
 	bool die_with_parent; /* one-shot front ends: the sandbox dies with us */
 	/* NULL: a private network namespace with loopback only (offline). */
 	const struct wr_sandbox_net *net;
+	/* VM tiers: start from this saved VM (a directory of qemu_snap.h)
+	 * instead of a boot; its sizes are the saved ones. */
+	const char *restore;
+};
+
+/* The steps of a pause that frees the sandbox's memory (tier op suspend),
+ * in the daemon's order: SAVE (state on disk, the VM stopped), the record
+ * committed, END (its process gone); or UNDO (the record could not be
+ * committed: the VM runs again, the saved state goes). Resume: LOAD (a
+ * new process with the state loaded, stopped), the record committed, RUN;
+ * or UNLOAD (not committed: the new process goes, the saved state stays). */
+enum wr_suspend_step {
+	WR_SUSPEND_SAVE,
+	WR_SUSPEND_END,
+	WR_SUSPEND_UNDO,
+	WR_SUSPEND_LOAD,
+	WR_SUSPEND_RUN,
+	WR_SUSPEND_UNLOAD,
 };
 
 /* Control of a running command from other threads (optional, see
@@ -172,6 +191,15 @@ struct wr_tier_ops {
 	 * fd the caller closes, and the host id that is 0 inside. NULL: the
 	 * tier has no such layer (no snapshots). */
 	int (*upper)(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
+	/* A pause that frees the memory (steps above); NULL: the tier keeps
+	 * paused sandboxes in memory only. While suspended, main_pid is 0,
+	 * frozen is 1 and kill has nothing to kill. */
+	int (*suspend)(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err);
+	/* The sandbox's whole state (VM tiers: qemu_snap.h's directory, the
+	 * disk compacted) saved into the new directory dir; a running sandbox
+	 * runs again after, a paused one stays paused. *meta: its meta.json.
+	 * NULL: the tier has no such snapshots. */
+	int (*save)(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_err *err);
 	/* Kill everything, release every resource, free sb. */
 	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
 	/* The host process whose exit means the sandbox is dead (container:
@@ -179,7 +207,9 @@ struct wr_tier_ops {
 	pid_t (*main_pid)(const struct wr_sandbox *sb);
 	/* Finds a sandbox a previous daemon left running again (spec from its
 	 * record, pid its recorded main_pid); one that cannot be adopted is
-	 * killed and cleaned. NULL: the daemon's own path (container). */
+	 * killed and cleaned. NULL: the daemon's own path (container).
+	 * pid 0 (tiers with suspend): a sandbox recorded as suspended, whose
+	 * saved state is found again (a process a crash left is killed). */
 	int (*adopt)(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
 		     wr_err *err);
 };

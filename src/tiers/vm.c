@@ -25,6 +25,7 @@
 #include "common/util.h"
 #include "tiers/qga.h"
 #include "tiers/qemu_proc.h"
+#include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
 
 static struct {
@@ -176,6 +177,10 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("-vga");
 	ARG("std");
 	ARG("-no-reboot");
+	if (s->incoming) { /* a restore: the state comes through QMP */
+		ARG("-incoming");
+		ARG("defer");
+	}
 	ARG("-chardev");
 	ARG("socket,id=qmp,fd=%d,server=on,wait=off", FD_QMP);
 	ARG("-mon");
@@ -350,7 +355,8 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 	snprintf(fmtopt, sizeof(fmtopt), "%s", fmt);
 	char *img_argv[] = {g.qemu_img,	     "create", "-q",   "-f",	    "qcow2", "-b",
 			    (char *)s.image, "-F",     fmtopt, vm->overlay, size,    NULL};
-	if ((r = run_tool(img_argv, err)) < 0)
+	if ((r = s.overlay_from ? wr_qsnap_link_or_copy(s.overlay_from, vm->overlay, err)
+				: run_tool(img_argv, err)) < 0)
 		goto fail;
 	ov = open(vm->overlay, O_RDWR | O_CLOEXEC);
 	ov_ro = open(vm->overlay, O_RDONLY | O_CLOEXEC);
@@ -372,6 +378,10 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 		goto fail;
 	if ((r = connect_all(vm, dfd, 30000, err)) < 0)
 		goto fail;
+	if (s.incoming) { /* vm_snap.c loads its state */
+		*out = vm;
+		return 0;
+	}
 	if ((r = wr_qga_sync(vm->qga, (int)s.boot_timeout_ms, err)) < 0) {
 		wr_err_wrap(err, "boot (does the image run qemu-guest-agent?)");
 		goto fail;
@@ -480,7 +490,8 @@ int wr_fullvm_paused(struct wr_fullvm *vm, wr_err *err)
 	if (r < 0)
 		return wr_err_wrap(err, "vm status");
 	const char *st = json_string_value(json_object_get(ret, "status"));
-	r = st && strcmp(st, "paused") == 0;
+	/* postmigrate: stopped after a save of its state (a cont runs it) */
+	r = st && (strcmp(st, "paused") == 0 || strcmp(st, "postmigrate") == 0);
 	json_decref(ret);
 	return r;
 }
@@ -493,6 +504,34 @@ size_t wr_fullvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx)
 pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm)
 {
 	return vm->qp.pid;
+}
+
+bool wr_fullvm_uses_kvm(void)
+{
+	return g.kvm;
+}
+
+void wr_fullvm_qsnap(struct wr_fullvm *vm, struct wr_qsnap_qmp *q)
+{
+	*q = (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock};
+}
+
+const char *wr_fullvm_overlay(const struct wr_fullvm *vm)
+{
+	return vm->overlay;
+}
+
+int wr_fullvm_sync(struct wr_fullvm *vm, int timeout_ms, wr_err *err)
+{
+	pthread_mutex_lock(&vm->qga_lock);
+	int r = wr_qga_sync(vm->qga, timeout_ms, err);
+	pthread_mutex_unlock(&vm->qga_lock);
+	return r;
+}
+
+int wr_fullvm_record(struct wr_fullvm *vm, wr_err *err)
+{
+	return wr_qemu_save(&vm->qp, NULL, err);
 }
 
 /* ---- commands, files, screen --------------------------------------------------- */

@@ -18,6 +18,7 @@
 #ifndef WARREN_TIERS_VM_H
 #define WARREN_TIERS_VM_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -46,6 +47,11 @@ struct wr_fullvm_spec {
 	unsigned cpus;		  /* default 1 */
 	const char *id;		  /* default: random */
 	uint64_t boot_timeout_ms; /* default 300 s (TCG boots of a whole OS) */
+	/* a restore of a saved VM (vm_snap.c): QEMU starts with -incoming
+	 * defer and waits for its state (no boot, no agent sync, no vm.json
+	 * yet), on this overlay (linked or copied) instead of a new one */
+	bool incoming;
+	const char *overlay_from;
 };
 
 struct wr_fullvm;
@@ -100,6 +106,22 @@ size_t wr_fullvm_sweep(bool (*keep)(const char *id, void *ctx), void *ctx);
 int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullvm **out,
 		    wr_err *err);
 int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
+
+/* For vm_snap.c (the VM's whole state to a directory and back). */
+struct wr_qsnap_qmp;
+bool wr_fullvm_uses_kvm(void);
+void wr_fullvm_qsnap(struct wr_fullvm *vm, struct wr_qsnap_qmp *q);
+const char *wr_fullvm_overlay(const struct wr_fullvm *vm);
+/* The agent resynced (after a restore: qemu-ga waited for a host). */
+int wr_fullvm_sync(struct wr_fullvm *vm, int timeout_ms, wr_err *err);
+/* vm.json for a later adoption (a restore writes it once loaded). */
+int wr_fullvm_record(struct wr_fullvm *vm, wr_err *err);
+/* vm_snap.c: see there. */
+int wr_fullvm_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *sizes, const char *dir,
+		   bool link, json_t **meta, wr_err *err);
+int wr_fullvm_restore(const struct wr_fullvm_spec *spec, const char *dir, struct wr_fullvm **out,
+		      wr_err *err);
+int wr_fullvm_restore_run(struct wr_fullvm *vm, wr_err *err);
 
 /* The guest agent for vm_files.c and vm_exec.c: one command (args
  * borrowed), or a short command run to its end, under the VM's agent lock

@@ -6,11 +6,14 @@
  * wr_sandbox pointer. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
+#include "tiers/qemu_snap.h"
 #include "tiers/vm.h"
 #include "tiers/vm_exec.h"
 #include "tiers/vm_files.h"
@@ -33,6 +36,10 @@ struct fvm_sandbox {
 	char **strs;
 	char *workdir;
 	int user, group;
+	/* keep_memory=false and snapshots (vm_snap.c) */
+	struct wr_fullvm_spec vs; /* what a restore starts again (image owned) */
+	char id[65];
+	char *saved; /* suspended (or being): its saved directory */
 };
 
 static struct fvm_sandbox *of(struct wr_sandbox *sb)
@@ -47,6 +54,8 @@ static void fvm_free(struct fvm_sandbox *m)
 	free(m->strs);
 	free(m->env);
 	free(m->workdir);
+	free(m->saved);
+	free((char *)m->vs.image);
 	free(m);
 }
 
@@ -83,7 +92,15 @@ static uint64_t image_virtual_size(const char *image, uint64_t file_size)
 	return v;
 }
 
-/* A new VM, or (adopt: QEMU's pid) one a previous daemon left running. */
+/* ---- keep_memory=false and snapshots (vm_snap.c) ------------------------ */
+
+static int fvm_adopt_saved(struct fvm_sandbox *m, wr_err *err);
+static int fvm_adopted_running(struct fvm_sandbox *m);
+static int fvm_from_saved(struct fvm_sandbox *m, const char *dir, wr_err *err);
+static void fvm_saved_remove(const char *dir);
+
+/* A new VM (adopt < 0), one a previous daemon left running (adopt: QEMU's
+ * pid) or suspended (adopt 0). */
 static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_sandbox **out,
 		    wr_err *err)
 {
@@ -130,8 +147,25 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 	uint64_t vsize = image_virtual_size(image, (uint64_t)st.st_size);
 	if (vs.disk_bytes < vsize)
 		vs.disk_bytes = vsize;
-	if ((adopt ? wr_fullvm_adopt(spec->id, adopt, 30000, &m->vm, err)
-		   : wr_fullvm_create(&vs, &m->vm, err)) < 0) {
+	m->vs = vs;
+	if (m->vs.memory_bytes == 0)
+		m->vs.memory_bytes = 512ull << 20; /* wr_fullvm_create's default */
+	snprintf(m->id, sizeof(m->id), "%s", spec->id ? spec->id : "");
+	m->vs.id = spec->id ? m->id : NULL;
+	if ((m->vs.image = strdup(image)) == NULL)
+		goto nomem;
+	int r;
+	if (adopt == 0) /* recorded suspended (vm_tier_snap.c) */
+		r = fvm_adopt_saved(m, err);
+	else if (adopt > 0)
+		r = wr_fullvm_adopt(spec->id, adopt, 30000, &m->vm, err) < 0
+			? -1
+			: fvm_adopted_running(m);
+	else if (spec->restore)
+		r = fvm_from_saved(m, spec->restore, err);
+	else
+		r = wr_fullvm_create(&vs, &m->vm, err);
+	if (r < 0) {
 		fvm_free(m);
 		return -1;
 	}
@@ -146,7 +180,7 @@ nomem:
 
 static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
 {
-	return fvm_make(spec, 0, out, err);
+	return fvm_make(spec, -1, out, err);
 }
 
 /* warrend's recovery: the sandbox's defaults from its record, the VM found
@@ -155,7 +189,7 @@ static int fvm_create(const struct wr_sandbox_spec *spec, struct wr_sandbox **ou
 static int fvm_adopt(const struct wr_sandbox_spec *spec, pid_t pid, struct wr_sandbox **out,
 		     wr_err *err)
 {
-	if (spec->id == NULL || pid <= 0)
+	if (spec->id == NULL || pid < 0)
 		return wr_err_set(err, EINVAL, "adopt: no sandbox id or QEMU pid");
 	return fvm_make(spec, pid, out, err);
 }
@@ -187,6 +221,8 @@ static int fvm_fs(struct wr_sandbox *sb, struct wr_fs *out, wr_err *err)
 
 static int fvm_kill(struct wr_sandbox *sb, wr_err *err)
 {
+	if (of(sb)->vm == NULL)
+		return 0; /* suspended: no process */
 	int r = wr_fullvm_shutdown(of(sb)->vm, (int)g_cfg.shutdown_timeout_ms);
 	if (r < 0) {
 		errno = -r;
@@ -197,11 +233,15 @@ static int fvm_kill(struct wr_sandbox *sb, wr_err *err)
 
 static int fvm_freeze(struct wr_sandbox *sb, bool frozen, wr_err *err)
 {
+	if (of(sb)->vm == NULL)
+		return frozen ? 0 : wr_err_set(err, EINVAL, "the vm is suspended to disk");
 	return wr_fullvm_pause(of(sb)->vm, frozen, err);
 }
 
 static int fvm_frozen(struct wr_sandbox *sb, wr_err *err)
 {
+	if (of(sb)->vm == NULL)
+		return 1;
 	return wr_fullvm_paused(of(sb)->vm, err);
 }
 
@@ -212,13 +252,198 @@ static int fvm_destroy(struct wr_sandbox **sb, wr_err *err)
 	struct fvm_sandbox *m = of(*sb);
 	*sb = NULL;
 	int r = wr_fullvm_destroy(&m->vm, err);
+	if (m->saved)
+		fvm_saved_remove(m->saved);
 	fvm_free(m);
 	return r;
 }
 
 static pid_t fvm_main_pid(const struct wr_sandbox *sb)
 {
-	return wr_fullvm_qemu_pid(((const struct fvm_sandbox *)(const void *)sb)->vm);
+	const struct fvm_sandbox *m = (const struct fvm_sandbox *)(const void *)sb;
+	return m->vm ? wr_fullvm_qemu_pid(m->vm) : 0;
+}
+
+/* <state>/vm-saved/<prefix><id> */
+static char *saved_dir(const char *id, const char *prefix)
+{
+	char base[900], *p = NULL;
+	snprintf(base, sizeof(base), "%s/vm-saved",
+		 g_cfg.state_dir ? g_cfg.state_dir : "/var/lib/warren");
+	if (mkdir(base, 0700) < 0 && errno != EEXIST)
+		return NULL;
+	if (asprintf(&p, "%s/%s%s", base, prefix, id) < 0)
+		return NULL;
+	return p;
+}
+
+/* Renamed out of the way first: a crash leaves a .old- name, never a
+ * half-removed directory under its own name. */
+static void fvm_saved_remove(const char *dir)
+{
+	char old[1100];
+	const char *slash = strrchr(dir, '/');
+	if (slash == NULL)
+		return;
+	snprintf(old, sizeof(old), "%.*s/.old-%s", (int)(slash - dir), dir, slash + 1);
+	wr_qsnap_remove(rename(dir, old) == 0 ? old : dir);
+}
+
+static bool only_id(const char *name, void *ctx)
+{
+	const char *id = ctx;
+	return strcmp(name, id) != 0 &&
+	       !(strncmp(name, "vm-", 3) == 0 && strcmp(name + 3, id) == 0);
+}
+
+/* Recorded suspended: the saved state must be whole; a QEMU a crash left
+ * (a restore cut before its commit: its guest never ran) is killed. */
+static int fvm_adopt_saved(struct fvm_sandbox *m, wr_err *err)
+{
+	wr_fullvm_sweep(only_id, m->id);
+	if ((m->saved = saved_dir(m->id, "")) == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	json_t *meta = wr_qsnap_read_meta(m->saved, err);
+	if (meta == NULL)
+		return wr_err_wrap(err, "adopt suspended vm %s", m->id);
+	json_decref(meta);
+	return 0;
+}
+
+/* A QEMU that runs: a saved state not committed (the crash came first)
+ * is obsolete. */
+static int fvm_adopted_running(struct fvm_sandbox *m)
+{
+	_cleanup_free_ char *dir = saved_dir(m->id, "");
+	if (dir)
+		fvm_saved_remove(dir);
+	return 0;
+}
+
+static void sizes_from(struct fvm_sandbox *m, const char *dir)
+{
+	json_t *meta = wr_qsnap_read_meta(dir, NULL);
+	m->vs.memory_bytes = (uint64_t)json_integer_value(json_object_get(meta, "memory_bytes"));
+	m->vs.disk_bytes = (uint64_t)json_integer_value(json_object_get(meta, "disk_bytes"));
+	m->vs.cpus = (unsigned)json_integer_value(json_object_get(meta, "cpus"));
+	json_decref(meta);
+}
+
+/* A new sandbox from a VM snapshot the daemon unpacked into dir. */
+static int fvm_from_saved(struct fvm_sandbox *m, const char *dir, wr_err *err)
+{
+	if (wr_fullvm_restore(&m->vs, dir, &m->vm, err) < 0)
+		return -1;
+	if (wr_fullvm_restore_run(m->vm, err) < 0) {
+		wr_fullvm_destroy(&m->vm, NULL);
+		return wr_err_wrap(err, "create vm from a snapshot");
+	}
+	sizes_from(m, dir);
+	return 0;
+}
+
+static int fvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err)
+{
+	struct fvm_sandbox *m = of(sb);
+	switch (step) {
+	case WR_SUSPEND_SAVE: {
+		if (m->vm == NULL)
+			return 0;
+		_cleanup_free_ char *tmp = saved_dir(m->id, ".tmp-");
+		char *dir = saved_dir(m->id, "");
+		if (tmp == NULL || dir == NULL) {
+			free(dir);
+			return wr_err_set(err, ENOMEM, "out of memory");
+		}
+		wr_qsnap_remove(tmp);
+		fvm_saved_remove(dir);
+		json_t *meta = NULL;
+		if (wr_fullvm_save(m->vm, &m->vs, tmp, true, &meta, err) < 0 ||
+		    wr_qsnap_publish(tmp, dir, err) < 0) {
+			wr_qsnap_remove(tmp);
+			_cleanup_err_ wr_err e2 = NULL;
+			if (meta && json_is_true(json_object_get(meta, "running")))
+				wr_fullvm_pause(m->vm, false, &e2);
+			json_decref(meta);
+			free(dir);
+			return wr_err_wrap(err, "suspend vm %s", m->id);
+		}
+		json_decref(meta);
+		free(m->saved);
+		m->saved = dir;
+		return 0;
+	}
+	case WR_SUSPEND_END: m->fsx.vm = NULL; return wr_fullvm_destroy(&m->vm, err);
+	case WR_SUSPEND_UNDO:
+		if (m->saved) {
+			fvm_saved_remove(m->saved);
+			free(m->saved);
+			m->saved = NULL;
+		}
+		return m->vm ? wr_fullvm_pause(m->vm, false, err) : 0;
+	case WR_SUSPEND_LOAD:
+		if (m->vm)
+			return 0;
+		if (m->saved == NULL)
+			return wr_err_set(err, ENOENT, "vm %s has no saved state", m->id);
+		sizes_from(m, m->saved);
+		return wr_fullvm_restore(&m->vs, m->saved, &m->vm, err);
+	case WR_SUSPEND_RUN:
+		if (m->vm == NULL)
+			return wr_err_set(err, ENOENT, "vm %s is not loaded", m->id);
+		m->fsx.vm = m->vm;
+		if (m->saved) {
+			fvm_saved_remove(m->saved);
+			free(m->saved);
+			m->saved = NULL;
+		}
+		return wr_fullvm_restore_run(m->vm, err);
+	case WR_SUSPEND_UNLOAD: return m->saved ? wr_fullvm_destroy(&m->vm, err) : 0;
+	}
+	return wr_err_set(err, EINVAL, "suspend: unknown step");
+}
+
+/* A snapshot: RAM, devices and a copy of the overlay into dir; the VM
+ * runs on when it ran. A suspended one's saved state is copied. */
+static int fvm_save(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_err *err)
+{
+	struct fvm_sandbox *m = of(sb);
+	if (m->vm == NULL) {
+		if (m->saved == NULL)
+			return wr_err_set(err, ENOENT, "vm %s has no state", m->id);
+		if (mkdir(dir, 0700) < 0)
+			return wr_err_sys(err, "mkdir %s", dir);
+		char from[1100], to[1100];
+		int r = 0;
+		for (int i = 0; r == 0 && i < 2; i++) {
+			const char *f = i ? "disk" : "state";
+			snprintf(from, sizeof(from), "%s/%s", m->saved, f);
+			snprintf(to, sizeof(to), "%s/%s", dir, f);
+			r = wr_qsnap_copy(from, to, err);
+		}
+		json_t *j = r == 0 ? wr_qsnap_read_meta(m->saved, err) : NULL;
+		if (j == NULL || wr_qsnap_write_meta(dir, j, err) < 0) {
+			json_decref(j);
+			wr_qsnap_remove(dir);
+			return wr_err_wrap(err, "snapshot suspended vm %s", m->id);
+		}
+		*meta = j;
+		return 0;
+	}
+	if (wr_fullvm_save(m->vm, &m->vs, dir, false, meta, err) < 0)
+		return -1;
+	if (json_is_true(json_object_get(*meta, "running")) &&
+	    wr_fullvm_pause(m->vm, false, err) < 0)
+		return wr_err_wrap(err, "snapshot vm %s: run it again", m->id);
+	return 0;
+}
+
+size_t wr_vm_tier_sweep_saved(bool (*keep)(const char *id, void *ctx), void *ctx)
+{
+	char dir[900];
+	snprintf(dir, sizeof(dir), "%s/vm-saved",
+		 g_cfg.state_dir ? g_cfg.state_dir : "/var/lib/warren");
+	return wr_qsnap_sweep(dir, keep, ctx);
 }
 
 struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb)
@@ -238,4 +463,6 @@ const struct wr_tier_ops wr_vm_tier = {
     .destroy = fvm_destroy,
     .main_pid = fvm_main_pid,
     .adopt = fvm_adopt,
+    .suspend = fvm_suspend,
+    .save = fvm_save,
 };
