@@ -58,6 +58,10 @@ struct wr_sandbox_spec {
 	bool die_with_parent; /* one-shot front ends: the sandbox dies with us */
 	/* NULL: a private network namespace with loopback only (offline). */
 	const struct wr_sandbox_net *net;
+	/* the vm tier: "bios" (NULL) or "uefi" (the image's), and a VNC
+	 * endpoint (never unless asked for) */
+	const char *firmware;
+	bool vnc;
 };
 
 /* Control of a running command from other threads (optional, see
