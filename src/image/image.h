@@ -133,6 +133,8 @@ struct wr_image {
 	 * qcow2 magic) and the disk's virtual size in bytes. */
 	char disk_format[8];
 	uint64_t virtual_size;
+	/* vm-disk only: "bios" or "uefi" (detected at import, or as asked) */
+	char firmware[8];
 	uint64_t size;		    /* bytes of the EROFS blob */
 	char *source;		    /* free text: "dir:/path", "oci-layout:...", "registry:..." */
 	int64_t created, last_used; /* unix seconds; last_used 0 = never */
@@ -168,6 +170,9 @@ struct wr_image_import_opts {
 	const char *ref;      /* name[:tag] to point at the result, or NULL */
 	const char *source;   /* provenance text; NULL = derived from the input */
 	const char *platform; /* "os/arch[/variant]" picked from an index; NULL = linux/amd64 */
+	/* vm-disk: "bios" or "uefi"; NULL: detected (a GPT disk with an EFI
+	 * system partition and no BIOS boot partition boots with UEFI) */
+	const char *firmware;
 };
 
 /* Import from a path (directory, tar, OCI layout, archive, or a disk file
