@@ -699,6 +699,12 @@ WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pin
  * or "20G"). Takes minutes; out may be NULL. */
 WARREN_API int warren_image_build_vm(warren_client *client, const char *image, const char *ref,
 				     const char *size, warren_image **out, warren_error **err);
+/* The same with the disk's firmware: "bios" (NULL) or "uefi" (a GPT disk
+ * with an EFI system partition and GRUB for UEFI; it boots with OVMF). */
+WARREN_API int warren_image_build_vm_firmware(warren_client *client, const char *image,
+					      const char *ref, const char *size,
+					      const char *firmware, warren_image **out,
+					      warren_error **err);
 /* One reclamation pass; *report_json (free with warren_free) is the API's
  * answer (removed images, freed bytes, skips). */
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,

@@ -23,10 +23,11 @@ static void image_usage(FILE *f)
 		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
 		"                    (the same as --format vm-disk); its firmware is detected\n"
 		"                    (GPT with an EFI system partition: uefi) unless given\n"
-		"  build-vm [--ref REF] [--size SIZE] IMAGE\n"
+		"  build-vm [--ref REF] [--size SIZE] [--firmware bios|uefi] IMAGE\n"
 		"                    build a bootable disk (vm-disk image) from rootfs image\n"
 		"                    IMAGE (with systemd and qemu-guest-agent) and Debian's\n"
-		"                    cloud kernel; SIZE default 4G\n"
+		"                    cloud kernel; SIZE default 4G; uefi: GPT, an EFI system\n"
+		"                    partition and GRUB for UEFI (boots with OVMF)\n"
 		"  ls                list images\n"
 		"  inspect REF...    show images (name:tag, name@sha256:..., sha256:...)\n"
 		"  tag REF NEWREF    point NEWREF (name[:tag]) at REF's image\n"
@@ -224,8 +225,9 @@ int cmd_image(int argc, char **argv)
 		    NULL, "--vm-disk: only with import, and not with --format %s", fmt ? fmt : "");
 	if (vm_disk)
 		fmt = "vm-disk";
-	if (fw && (strcmp(verb, "import") != 0 || fmt == NULL || strcmp(fmt, "vm-disk") != 0))
-		return cli_usage_error(NULL, "--firmware: only with import --vm-disk");
+	if (fw && strcmp(verb, "build-vm") != 0 &&
+	    (strcmp(verb, "import") != 0 || fmt == NULL || strcmp(fmt, "vm-disk") != 0))
+		return cli_usage_error(NULL, "--firmware: only with import --vm-disk or build-vm");
 	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0)
 		return cli_usage_error(NULL, "--firmware: bios or uefi, not '%s'", fw);
 	if (size && strcmp(verb, "build-vm") != 0)
@@ -247,7 +249,7 @@ int cmd_image(int argc, char **argv)
 		r = do_ls(cl, cc.json);
 	} else if (strcmp(verb, "build-vm") == 0) {
 		warren_image *img = NULL;
-		if (warren_image_build_vm(cl, argv[0], ref, size, &img, &err) < 0) {
+		if (warren_image_build_vm_firmware(cl, argv[0], ref, size, fw, &img, &err) < 0) {
 			r = cli_fail(err);
 		} else {
 			print_image(img, cc.json);

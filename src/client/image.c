@@ -187,6 +187,13 @@ int warren_image_tag(warren_client *cl, const char *ref, const char *new_ref, wa
 int warren_image_build_vm(warren_client *cl, const char *image, const char *ref, const char *size,
 			  warren_image **out, warren_error **errp)
 {
+	return warren_image_build_vm_firmware(cl, image, ref, size, NULL, out, errp);
+}
+
+int warren_image_build_vm_firmware(warren_client *cl, const char *image, const char *ref,
+				   const char *size, const char *firmware, warren_image **out,
+				   warren_error **errp)
+{
 	struct wc_call c = {.client = cl};
 	_cleanup_json_ json_t *ans = NULL, *req = NULL;
 	if (out)
@@ -194,8 +201,8 @@ int warren_image_build_vm(warren_client *cl, const char *image, const char *ref,
 	int r = 0;
 	if (image == NULL || image[0] == '\0')
 		r = wc_fail_field(&c, "image", "image: the rootfs image to build from is required");
-	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?}", "image", image, "ref", ref, "size",
-				       size)) == NULL)
+	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?, s:s?}", "image", image, "ref", ref,
+				       "size", size, "firmware", firmware)) == NULL)
 		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
 	if (r == 0)
 		r = wc_json(&c, "POST", "/v1/images/build-vm", req, &ans);

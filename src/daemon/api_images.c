@@ -414,7 +414,7 @@ void wrd_api_img_build_vm(struct wrd_req *r)
 {
 	if (!wrd_api_image_admin(r, "image build-vm") || !store_ready(r))
 		return;
-	static const char *const keys[] = {"image", "ref", "size", NULL};
+	static const char *const keys[] = {"image", "ref", "size", "firmware", NULL};
 	json_t *j = r->json;
 	if (j == NULL) {
 		wrd_reply_error(r, "invalid_argument", "image",
@@ -434,7 +434,9 @@ void wrd_api_img_build_vm(struct wrd_req *r)
 	}
 	if (wrd_j_str(v, "image", 255, false, &o.image, &err) < 0 ||
 	    ((v = json_object_get(j, "ref")) &&
-	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0)) {
+	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0) ||
+	    ((v = json_object_get(j, "firmware")) &&
+	     wrd_j_str(v, "firmware", 8, false, &o.firmware, &err) < 0)) {
 		wrd_reply_err(r, err);
 		return;
 	}

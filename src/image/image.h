@@ -224,6 +224,8 @@ struct wr_image_build_vm_opts {
 	const char *kernel_root; /* Debian tree with the cloud kernel (required;
 				  * debootstrapped there when it has none) */
 	const char *script;	 /* mkvmimage.sh (required) */
+	const char *firmware;	 /* "bios" (NULL) or "uefi": GPT, an EFI system
+				  * partition, GRUB for UEFI */
 };
 int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_opts *o,
 		      struct wr_image **out, wr_err *err);

@@ -366,9 +366,11 @@ def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
 
 def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
     """The one boot of this file: a Debian rootfs image (the tests' own
-    debootstrap tree, streamed as a tar through the CLI) becomes a disk with
-    build-vm, boots to a ready agent from its store name, writes to its disk,
-    and the base's bytes still hash to its digest afterwards."""
+    debootstrap tree, streamed as a tar through the CLI) becomes a UEFI disk
+    with build-vm --firmware uefi (GPT, an EFI system partition, GRUB for
+    UEFI), boots with OVMF to a ready agent from its store name, writes to
+    its disk, and the base's bytes still hash to its digest afterwards. (The
+    tests' other VMs boot the BIOS disk debian-vm.raw with SeaBIOS.)"""
     kroot = build / "tests" / "vm" / "debian-vm.root"
     if not (kroot / ".complete").exists():
         pytest.fail(f"the VM tree is not built ({kroot}); ninja builds it with the tests")
@@ -403,13 +405,16 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         assert r.status == 400 and r.error[1] == "size", r
         r = c.post("/v1/images/build-vm", {"image": "nosuch:1"})
         assert r.status == 404, r
+        r = c.post("/v1/images/build-vm", {"image": "debian:vm", "firmware": "efi"})
+        assert r.status == 400 and r.error[1] == "firmware", r
         # the build, through the CLI
         rc, out, err = cli(d, "image", "build-vm", "--ref", "debian-vm:built", "--size", "2G",
-                           "debian:vm")
+                           "--firmware", "uefi", "debian:vm")
         assert rc == 0, err
         img = c.get("/v1/images/debian-vm:built").json()
         assert img["kind"] == "vm-disk" and img["digest"] == out.strip(), img
-        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30}, img
+        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30,
+                               "firmware": "uefi"}, img
         src = c.get("/v1/images/debian:vm").json()
         assert img["source"] == "build-vm:" + src["digest"] and src["holders"] == 0, (img, src)
         blob = d.state / "images/blobs/sha256" / img["digest"][7:]
@@ -420,12 +425,17 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         assert r.status == 201, r
         sid = r.json()["id"]
         assert c.get("/v1/images/debian-vm:built").json()["holders"] == 1
+        assert c.get(f"/v1/sandboxes/{sid}").json()["firmware"] == "uefi"
+        # its own copy of OVMF's variable store, in the VM's directory
+        assert (d.run / "vm" / sid / "efivars.fd").stat().st_size == \
+            Path("/usr/share/OVMF/OVMF_VARS_4M.fd").stat().st_size
         out = c.run(sid, ["sh", "-c", "uname -r; test -x /usr/sbin/qemu-ga && echo ga; "
                           "dd if=/dev/urandom of=/root/junk bs=1M count=8 2>/dev/null; "
-                          "echo kept > /root/data; sync; cat /etc/hostname"])
+                          "echo kept > /root/data; sync; cat /etc/hostname; "
+                          "test -d /sys/firmware/efi && echo efi"])
         assert out["exit_code"] == 0, out
         lines = out["stdout"].splitlines()
-        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm"], out
+        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm", "efi"], out
         assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
         # an image in use is not removed
         r = c.delete(f"/v1/images/{img['digest']}?force=1")
