@@ -9,8 +9,9 @@ libseccomp-dev libcap-dev libbpf-dev bpftool
 libmicrohttpd-dev libnftables-dev libcurl4-openssl-dev libssl-dev libjansson-dev libsqlite3-dev sqlite3 libarchive-dev
 libfuse3-dev fuse3 erofs-utils zstd criu
 qemu-system-x86 docker-registry skopeo
-cpio lz4 qemu-utils debootstrap extlinux syslinux-common fdisk e2fsprogs
-libcmocka-dev python3-pytest python3-httpx python3-dnslib
+cpio lz4 qemu-utils debootstrap extlinux syslinux-common fdisk e2fsprogs ovmf
+grub-efi-amd64-bin grub-common dosfstools mtools
+libcmocka-dev python3-pytest python3-httpx python3-dnslib python3-cryptography
 libldns-dev
 busybox-static iproute2 nftables
 bubblewrap crun runc hyperfine

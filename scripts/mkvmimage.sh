@@ -10,13 +10,18 @@
 #       (the slow part: minutes; kept), the disk OUTDIR/debian-vm.raw (SIZE
 #       default 1G), rebuilt only when this script changed. Prints its path.
 #   scripts/mkvmimage.sh --from ROOTFS --kernel-root KDIR --out DISK [--size SIZE]
+#                        [--firmware bios|uefi]
 #       `warren image build-vm` (src/image/vmbuild.c runs this argv): ROOTFS
 #       is a store image's EROFS blob (or a directory), KDIR a Debian tree
 #       holding the cloud kernel (boot/vmlinuz-*, boot/initrd.img-*,
 #       lib/modules/*; debootstrapped into KDIR when it has none), DISK the
 #       qcow2 written (SIZE: the virtual disk, default 4G). The image brings
 #       its own init (systemd) and qemu-guest-agent; the build adds the
-#       kernel, fstab, hostname and bootloader.
+#       kernel, fstab, hostname and bootloader. --firmware uefi: a GPT disk
+#       with an EFI system partition (FAT, 64 MiB) holding GRUB for UEFI
+#       (grub-mkstandalone from Debian's grub-efi-amd64-bin, its grub.cfg
+#       built in) as the removable-media path EFI/BOOT/BOOTX64.EFI, which
+#       OVMF starts with an empty variable store; the root is partition 2.
 #
 # Nothing from the image is ever run: it is copied (cp -a) and written into
 # only below directories checked to be real directories (a symlink in the
@@ -63,7 +68,7 @@ debootstrap_tree() {
 # The guest's configuration, inside the mounted disk $1, with the kernel of
 # tree $2. Runs in the private mount namespace below.
 configure_guest() {
-	local mnt=$1 kroot=$2
+	local mnt=$1 kroot=$2 rootdev=${3:-/dev/vda1}
 	realdir() {
 		[ -d "$mnt/$1" ] && [ ! -L "$mnt/$1" ] ||
 			bad_image "its /$1 is not a directory (missing or a symlink)"
@@ -83,7 +88,8 @@ configure_guest() {
 	realdir etc
 	put etc/hostname $'warren-vm\n'
 	put etc/hosts $'127.0.0.1 localhost\n127.0.1.1 warren-vm\n'
-	put etc/fstab $'/dev/vda1 / ext4 rw,errors=remount-ro 0 1\n'
+	put etc/fstab "$rootdev / ext4 rw,errors=remount-ro 0 1
+"
 	# the kernel, its initrd and modules (merged /usr: /lib is usr/lib)
 	[ -e "$mnt/boot" ] || [ -L "$mnt/boot" ] || mkdir "$mnt/boot"
 	realdir boot
@@ -110,14 +116,40 @@ PROMPT 0
 LABEL debian
   LINUX /boot/vmlinuz-$kver
   INITRD /boot/initrd.img-$kver
-  APPEND root=/dev/vda1 rw console=ttyS0 quiet systemd.show_status=false
+  APPEND root=$rootdev rw console=ttyS0 quiet systemd.show_status=false
 "
 }
 
-# make_disk SRC KROOT RAW SIZE: SRC a directory or an EROFS file.
+# GRUB for UEFI onto the FAT filesystem of device or file $1 (written with
+# mtools: no vfat mount needed), booting kernel $2 from the ext4 partition
+# labelled warren-root (root=/dev/vda2). Host tools only.
+install_grub_efi() {
+	local esp=$1 kver=$2 cfg efi
+	cfg=$(mktemp)
+	efi=$(mktemp)
+	printf '%s\n' 'set timeout=0' \
+		'search --no-floppy --label warren-root --set=root' \
+		"linux /boot/vmlinuz-$kver root=/dev/vda2 rw console=ttyS0 quiet systemd.show_status=false" \
+		"initrd /boot/initrd.img-$kver" 'boot' >"$cfg"
+	grub-mkstandalone -O x86_64-efi -o "$efi" \
+		--modules="part_gpt ext2 search search_label linux normal" \
+		--locales= --themes= --fonts= "boot/grub/grub.cfg=$cfg"
+	MTOOLS_SKIP_CHECK=1 mmd -i "$esp" ::/EFI ::/EFI/BOOT
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$esp" "$efi" ::/EFI/BOOT/BOOTX64.EFI
+	rm -f "$cfg" "$efi"
+}
+
+# make_disk SRC KROOT RAW SIZE [FIRMWARE]: SRC a directory or an EROFS file.
 make_disk() {
-	local src=$1 kroot=$2 raw=$3 size=$4
-	need_tools sfdisk extlinux losetup mkfs.ext4
+	local src=$1 kroot=$2 raw=$3 size=$4 fw=${5:-bios}
+	need_tools sfdisk losetup mkfs.ext4
+	if [ "$fw" = uefi ]; then
+		need_tools grub-mkstandalone mkfs.vfat mcopy mmd
+		[ -d /usr/lib/grub/x86_64-efi ] || die "grub-efi-amd64-bin missing (scripts/deps.sh installs it)"
+		make_disk_uefi "$@"
+		return
+	fi
+	need_tools extlinux
 	local mbr=/usr/lib/EXTLINUX/mbr.bin
 	[ -f "$mbr" ] || mbr=/usr/lib/syslinux/mbr/mbr.bin
 	rm -f "$raw"
@@ -151,14 +183,55 @@ start=2048, type=83, bootable' | sfdisk -q "$raw"
 	' _ "$raw" "$src" "$kroot"
 }
 
+# The UEFI layout: GPT, ESP at 1 MiB (64 MiB), root ext4 after it.
+make_disk_uefi() {
+	local src=$1 kroot=$2 raw=$3 size=$4
+	rm -f "$raw"
+	truncate -s "$size" "$raw"
+	# the root partition's size is given (whole MiB, 1 MiB left at the end
+	# for the backup GPT): the loop device below must be exactly as large
+	local rs
+	rs=$((($(stat -c %s "$raw") / 512 - 133120 - 2048) / 2048 * 2048))
+	echo "label: gpt
+start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
+start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
+	export -f die bad_image configure_guest install_grub_efi
+	unshare -m --propagation private bash -euo pipefail -c '
+		raw=$1 src=$2 kroot=$3 rs=$4
+		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
+		root=$(losetup --show -f -o 68157440 --sizelimit $((rs * 512)) "$raw")
+		trap "losetup -d $esp; losetup -d $root" EXIT
+		mkfs.vfat -F 32 -n EFI "$esp" >/dev/null
+		mkfs.ext4 -q -L warren-root "$root"
+		mnt=$(mktemp -d)
+		mount "$root" "$mnt"
+		from=$src
+		if [ -f "$src" ]; then
+			from=$(mktemp -d)
+			mount -t erofs -o ro "$src" "$from"
+		fi
+		cp -a "$from"/. "$mnt"/
+		rm -f "$mnt/.complete"
+		configure_guest "$mnt" "$kroot" /dev/vda2
+		rm -rf "$mnt/boot/extlinux"
+		kver=$(basename "$(ls "$kroot"/boot/vmlinuz-* | sort | tail -n1)")
+		kver=${kver#vmlinuz-}
+		install_grub_efi "$esp" "$kver"
+		[ "$from" = "$src" ] || umount "$from"
+		umount "$mnt"
+		rmdir "$mnt"
+	' _ "$raw" "$src" "$kroot" "$rs"
+}
+
 if [ "${1:-}" = --from ]; then
-	FROM= KROOT= OUT= SIZE=4G
+	FROM= KROOT= OUT= SIZE=4G FW=bios
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--from) FROM=$2 ;;
 		--kernel-root) KROOT=$2 ;;
 		--out) OUT=$2 ;;
 		--size) SIZE=$2 ;;
+		--firmware) FW=$2 ;;
 		*) die "unknown argument $1" ;;
 		esac
 		shift 2
@@ -169,7 +242,8 @@ if [ "${1:-}" = --from ]; then
 	ls "$KROOT"/boot/vmlinuz-* >/dev/null 2>&1 || debootstrap_tree "$KROOT"
 	RAW=$OUT.raw.tmp
 	trap 'rm -f "$RAW" "$OUT.tmp"' EXIT
-	make_disk "$FROM" "$KROOT" "$RAW" "$SIZE"
+	case $FW in bios | uefi) ;; *) die "--firmware: bios or uefi, not $FW" ;; esac
+	make_disk "$FROM" "$KROOT" "$RAW" "$SIZE" "$FW"
 	qemu-img convert -f raw -O qcow2 "$RAW" "$OUT.tmp"
 	mv "$OUT.tmp" "$OUT"
 	echo "$OUT"

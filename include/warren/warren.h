@@ -659,7 +659,7 @@ WARREN_API void warren_image_list_free(warren_image_list *l);
 WARREN_API int warren_image_list_get(warren_client *client, warren_image_list **out,
 				     warren_error **err);
 
-#define WARREN_IMAGE_IMPORT_OPTS_VERSION 1
+#define WARREN_IMAGE_IMPORT_OPTS_VERSION 2
 typedef struct {
 	unsigned int version;
 	const char *ref;    /* name[:tag] to point at the result, or NULL */
@@ -671,6 +671,9 @@ typedef struct {
 	 * archive), read to EOF. */
 	const char *node_path;
 	int fd; /* -1: none */
+	/* version 2: a vm-disk's firmware, "bios" or "uefi"; NULL: detected
+	 * (GPT with an EFI system partition and no BIOS boot partition) */
+	const char *firmware;
 } warren_image_import_opts;
 #define WARREN_IMAGE_IMPORT_OPTS_INIT                                                              \
 	{                                                                                          \
@@ -696,6 +699,12 @@ WARREN_API int warren_image_pin(warren_client *client, const char *ref, bool pin
  * or "20G"). Takes minutes; out may be NULL. */
 WARREN_API int warren_image_build_vm(warren_client *client, const char *image, const char *ref,
 				     const char *size, warren_image **out, warren_error **err);
+/* The same with the disk's firmware: "bios" (NULL) or "uefi" (a GPT disk
+ * with an EFI system partition and GRUB for UEFI; it boots with OVMF). */
+WARREN_API int warren_image_build_vm_firmware(warren_client *client, const char *image,
+					      const char *ref, const char *size,
+					      const char *firmware, warren_image **out,
+					      warren_error **err);
 /* One reclamation pass; *report_json (free with warren_free) is the API's
  * answer (removed images, freed bytes, skips). */
 WARREN_API int warren_image_gc(warren_client *client, bool dry_run, bool prune_untagged,

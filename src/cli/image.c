@@ -19,13 +19,15 @@ static void image_usage(FILE *f)
 		"                    a docker/podman save archive; a file or '-' (stdin) is sent\n"
 		"                    to the daemon, a directory (or --node PATH) is read on the\n"
 		"                    daemon's node (Unix socket only)\n"
-		"  import --vm-disk [--ref REF] [--node] FILE|-\n"
+		"  import --vm-disk [--ref REF] [--firmware bios|uefi] [--node] FILE|-\n"
 		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
-		"                    (the same as --format vm-disk)\n"
-		"  build-vm [--ref REF] [--size SIZE] IMAGE\n"
+		"                    (the same as --format vm-disk); its firmware is detected\n"
+		"                    (GPT with an EFI system partition: uefi) unless given\n"
+		"  build-vm [--ref REF] [--size SIZE] [--firmware bios|uefi] IMAGE\n"
 		"                    build a bootable disk (vm-disk image) from rootfs image\n"
 		"                    IMAGE (with systemd and qemu-guest-agent) and Debian's\n"
-		"                    cloud kernel; SIZE default 4G\n"
+		"                    cloud kernel; SIZE default 4G; uefi: GPT, an EFI system\n"
+		"                    partition and GRUB for UEFI (boots with OVMF)\n"
 		"  ls                list images\n"
 		"  inspect REF...    show images (name:tag, name@sha256:..., sha256:...)\n"
 		"  tag REF NEWREF    point NEWREF (name[:tag]) at REF's image\n"
@@ -40,7 +42,7 @@ static void image_usage(FILE *f)
 		"options:\n" CLI_CONN_HELP);
 }
 
-enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK, OPT_SIZE };
+enum { OPT_REF = 1000, OPT_FORMAT, OPT_NODE, OPT_DRY, OPT_PRUNE, OPT_VM_DISK, OPT_SIZE, OPT_FW };
 
 static void print_image(const warren_image *img, bool json)
 {
@@ -52,7 +54,7 @@ static void print_image(const warren_image *img, bool json)
 }
 
 static int do_import(warren_client *cl, int argc, char **argv, const char *ref, const char *fmt,
-		     bool node, bool json)
+		     const char *firmware, bool node, bool json)
 {
 	if (argc != 1)
 		return cli_usage_error(NULL, "import: one PATH (or '-') is needed");
@@ -60,6 +62,7 @@ static int do_import(warren_client *cl, int argc, char **argv, const char *ref, 
 	warren_image_import_opts o = WARREN_IMAGE_IMPORT_OPTS_INIT;
 	o.ref = ref;
 	o.format = fmt;
+	o.firmware = firmware;
 	struct stat st;
 	int fd = -1;
 	char *abs = NULL;
@@ -165,6 +168,7 @@ int cmd_image(int argc, char **argv)
 	    {"node", no_argument, NULL, OPT_NODE},
 	    {"vm-disk", no_argument, NULL, OPT_VM_DISK},
 	    {"size", required_argument, NULL, OPT_SIZE},
+	    {"firmware", required_argument, NULL, OPT_FW},
 	    {"dry-run", no_argument, NULL, OPT_DRY},
 	    {"prune", no_argument, NULL, OPT_PRUNE},
 	    {"force", no_argument, NULL, 'f'},
@@ -191,7 +195,7 @@ int cmd_image(int argc, char **argv)
 		return cli_usage_error(
 		    NULL, "unknown image command '%s' (see 'warren image --help')", verb);
 	struct cli_conn cc = {0};
-	const char *ref = NULL, *fmt = NULL, *size = NULL;
+	const char *ref = NULL, *fmt = NULL, *size = NULL, *fw = NULL;
 	bool node = false, dry = false, prune = false, force = false, vm_disk = false;
 	int c;
 	argc--;
@@ -206,6 +210,7 @@ int cmd_image(int argc, char **argv)
 		case OPT_NODE: node = true; break;
 		case OPT_VM_DISK: vm_disk = true; break;
 		case OPT_SIZE: size = optarg; break;
+		case OPT_FW: fw = optarg; break;
 		case OPT_DRY: dry = true; break;
 		case OPT_PRUNE: prune = true; break;
 		case 'f': force = true; break;
@@ -220,6 +225,11 @@ int cmd_image(int argc, char **argv)
 		    NULL, "--vm-disk: only with import, and not with --format %s", fmt ? fmt : "");
 	if (vm_disk)
 		fmt = "vm-disk";
+	if (fw && strcmp(verb, "build-vm") != 0 &&
+	    (strcmp(verb, "import") != 0 || fmt == NULL || strcmp(fmt, "vm-disk") != 0))
+		return cli_usage_error(NULL, "--firmware: only with import --vm-disk or build-vm");
+	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0)
+		return cli_usage_error(NULL, "--firmware: bios or uefi, not '%s'", fw);
 	if (size && strcmp(verb, "build-vm") != 0)
 		return cli_usage_error(NULL, "--size: only with build-vm");
 	if (strcmp(verb, "build-vm") == 0 && argc != 1)
@@ -234,12 +244,12 @@ int cmd_image(int argc, char **argv)
 		return r;
 	warren_error *err = NULL;
 	if (strcmp(verb, "import") == 0) {
-		r = do_import(cl, argc, argv, ref, fmt, node, cc.json);
+		r = do_import(cl, argc, argv, ref, fmt, fw, node, cc.json);
 	} else if (strcmp(verb, "ls") == 0) {
 		r = do_ls(cl, cc.json);
 	} else if (strcmp(verb, "build-vm") == 0) {
 		warren_image *img = NULL;
-		if (warren_image_build_vm(cl, argv[0], ref, size, &img, &err) < 0) {
+		if (warren_image_build_vm_firmware(cl, argv[0], ref, size, fw, &img, &err) < 0) {
 			r = cli_fail(err);
 		} else {
 			print_image(img, cc.json);

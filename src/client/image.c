@@ -187,6 +187,13 @@ int warren_image_tag(warren_client *cl, const char *ref, const char *new_ref, wa
 int warren_image_build_vm(warren_client *cl, const char *image, const char *ref, const char *size,
 			  warren_image **out, warren_error **errp)
 {
+	return warren_image_build_vm_firmware(cl, image, ref, size, NULL, out, errp);
+}
+
+int warren_image_build_vm_firmware(warren_client *cl, const char *image, const char *ref,
+				   const char *size, const char *firmware, warren_image **out,
+				   warren_error **errp)
+{
 	struct wc_call c = {.client = cl};
 	_cleanup_json_ json_t *ans = NULL, *req = NULL;
 	if (out)
@@ -194,8 +201,8 @@ int warren_image_build_vm(warren_client *cl, const char *image, const char *ref,
 	int r = 0;
 	if (image == NULL || image[0] == '\0')
 		r = wc_fail_field(&c, "image", "image: the rootfs image to build from is required");
-	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?}", "image", image, "ref", ref, "size",
-				       size)) == NULL)
+	if (r == 0 && (req = json_pack("{s:s, s:s?, s:s?, s:s?}", "image", image, "ref", ref,
+				       "size", size, "firmware", firmware)) == NULL)
 		r = wc_fail(&c, "internal", ENOMEM, "out of memory");
 	if (r == 0)
 		r = wc_json(&c, "POST", "/v1/images/build-vm", req, &ans);
@@ -260,12 +267,15 @@ int warren_image_import(warren_client *cl, const warren_image_import_opts *o, wa
 	if (o == NULL || ((o->node_path == NULL) == (o->fd < 0)))
 		r = wc_fail_field(&c, "path", "import: give either a node path or a fd");
 	_cleanup_free_ char *path = NULL;
+	const char *fw = o && o->version >= 2 ? o->firmware : NULL;
 	if (r == 0 && o->node_path) {
 		req = json_pack("{s:s}", "path", o->node_path);
 		if (req && o->format)
 			json_object_set_new(req, "format", json_string(o->format));
 		if (req && o->ref)
 			json_object_set_new(req, "ref", json_string(o->ref));
+		if (req && fw)
+			json_object_set_new(req, "firmware", json_string(fw));
 		_cleanup_free_ char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
 		if (text == NULL)
 			r = wc_fail(&c, "internal", ENOMEM, "out of memory");
@@ -280,8 +290,10 @@ int warren_image_import(warren_client *cl, const warren_image_import_opts *o, wa
 	} else if (r == 0) {
 		_cleanup_free_ char *eref = o->ref ? wc_esc(o->ref) : NULL;
 		_cleanup_free_ char *efmt = o->format ? wc_esc(o->format) : NULL;
-		path = wc_fmt("/v1/images/import?format=%s%s%s", efmt ? efmt : "auto",
-			      eref ? "&ref=" : "", eref ? eref : "");
+		_cleanup_free_ char *efw = fw ? wc_esc(fw) : NULL;
+		path = wc_fmt("/v1/images/import?format=%s%s%s%s%s", efmt ? efmt : "auto",
+			      eref ? "&ref=" : "", eref ? eref : "", efw ? "&firmware=" : "",
+			      efw ? efw : "");
 		struct wc_req rq = WC_REQ_INIT("POST", path);
 		rq.in_fd = o->fd;
 		rq.content_type = "application/x-tar";

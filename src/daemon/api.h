@@ -54,6 +54,8 @@ void wrd_api_sb_pause(struct wrd_req *r);
 void wrd_api_sb_resume(struct wrd_req *r);
 /* screen and input of full VMs (api_vm.c) */
 void wrd_api_vm_screen(struct wrd_req *r);
+/* Adds "display" (the VNC endpoint) to a vm sandbox's GET object. */
+void wrd_api_vm_display_json(const char *tenant, const char *id, json_t *obj);
 void wrd_api_vm_input(struct wrd_req *r);
 void wrd_api_lease_create(struct wrd_req *r);
 void wrd_api_lease_list(struct wrd_req *r);

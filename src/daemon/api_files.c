@@ -133,9 +133,10 @@ void wrd_api_fs_read(struct wrd_req *r)
 		wrd_reply_error(r, "invalid_argument", "path", "%s is a directory", path);
 	} else if (st.type == WR_FS_OTHER) {
 		wrd_reply_error(r, "invalid_argument", "path", "%s is not a regular file", path);
-	} else if (st.type == WR_FS_SYMLINK && link_unreadable(&fs, path, &err)) {
-		/* a dangling link (or one to a directory, a magic link) gets its
-		 * status, not a 200 with an empty body */
+	} else if (link_unreadable(&fs, path, &err)) {
+		/* a dangling link (or one to a directory, a magic link), or a
+		 * file the sandbox's user may not read, gets its status, not a
+		 * 200 with an empty body */
 		wrd_fs_reply_err(r, err, "path");
 	} else {
 		int fd = wrd_reply_stream(r, 200, "application/octet-stream");

@@ -42,14 +42,23 @@ json_t *wrd_image_json(const struct wr_image *img)
 	json_object_set_new(j, "kind", json_string(wr_image_kind_name(img->kind)));
 	if (img->kind == WR_IMAGE_KIND_VM_DISK)
 		json_object_set_new(j, "disk",
-				    json_pack("{s:s, s:I}", "format", img->disk_format,
-					      "virtual_size", (json_int_t)img->virtual_size));
+				    json_pack("{s:s, s:I, s:s}", "format", img->disk_format,
+					      "virtual_size", (json_int_t)img->virtual_size,
+					      "firmware", img->firmware));
 	if (img->remote.reference)
 		json_object_set_new(
 		    j, "remote",
 		    json_pack("{s:s, s:s?, s:I}", "reference", img->remote.reference, "blob_digest",
 			      img->remote.blob_digest, "size", (json_int_t)img->remote.size));
 	return j;
+}
+
+/* firmware goes with vm-disk imports only (the value is checked there) */
+static int firmware_ok(const struct wr_image_import_opts *o, wr_err *err)
+{
+	if (o->firmware && o->format != WR_IMAGE_FMT_VM_DISK)
+		return wr_err_field(err, "firmware", "firmware: only for format vm-disk");
+	return 0;
 }
 
 static void reply_store_err(struct wrd_req *r, wr_err err, const char *field)
@@ -117,19 +126,20 @@ static json_t *json_body(struct wrd_req *r)
 
 void wrd_api_img_import(struct wrd_req *r)
 {
-	static const char *const allowed[] = {"format", "ref", NULL};
+	static const char *const allowed[] = {"format", "ref", "firmware", NULL};
 	if (!wrd_api_image_admin(r, "image import") || wrd_query_check(r, allowed) < 0 ||
 	    !store_ready(r))
 		return;
 	const char *fmt_s = wrd_query(r, "format");
-	struct wr_image_import_opts o = {.ref = wrd_query(r, "ref")};
+	struct wr_image_import_opts o = {.ref = wrd_query(r, "ref"),
+					 .firmware = wrd_query(r, "firmware")};
 	_cleanup_err_ wr_err err = NULL;
 	struct wr_image *img = NULL;
 	/* A disk body may begin with '{' as well: no JSON guess for it. */
 	json_t *j = fmt_s && strcmp(fmt_s, "vm-disk") == 0 ? NULL : json_body(r);
 	int rc;
 	if (j) {
-		static const char *const keys[] = {"path", "format", "ref", NULL};
+		static const char *const keys[] = {"path", "format", "ref", "firmware", NULL};
 		const char *path = NULL;
 		json_t *v;
 		if (wrd_api_known_keys(r, j, keys) < 0)
@@ -158,13 +168,20 @@ void wrd_api_img_import(struct wrd_req *r)
 			wrd_reply_err(r, err);
 			goto out;
 		}
+		if ((v = json_object_get(j, "firmware")) &&
+		    wrd_j_str(v, "firmware", 8, false, &o.firmware, &err) < 0) {
+			wrd_reply_err(r, err);
+			goto out;
+		}
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
 					"format: one of auto, dir, tar, oci-layout, oci-archive, "
 					"docker-archive, vm-disk");
 			goto out;
 		}
-		rc = wr_image_import(wrd_images(), path, &o, &img, &err);
+		rc = firmware_ok(&o, &err) < 0
+			 ? -1
+			 : wr_image_import(wrd_images(), path, &o, &img, &err);
 	} else {
 		if (wr_image_format_parse(fmt_s, &o.format) < 0) {
 			wrd_reply_error(r, "invalid_argument", "format",
@@ -179,7 +196,9 @@ void wrd_api_img_import(struct wrd_req *r)
 			goto out;
 		}
 		lseek(r->upload_fd, 0, SEEK_SET);
-		rc = wr_image_import_fd(wrd_images(), r->upload_fd, &o, &img, &err);
+		rc = firmware_ok(&o, &err) < 0
+			 ? -1
+			 : wr_image_import_fd(wrd_images(), r->upload_fd, &o, &img, &err);
 	}
 	if (rc < 0) {
 		reply_store_err(r, err, j ? "path" : "body");
@@ -395,7 +414,7 @@ void wrd_api_img_build_vm(struct wrd_req *r)
 {
 	if (!wrd_api_image_admin(r, "image build-vm") || !store_ready(r))
 		return;
-	static const char *const keys[] = {"image", "ref", "size", NULL};
+	static const char *const keys[] = {"image", "ref", "size", "firmware", NULL};
 	json_t *j = r->json;
 	if (j == NULL) {
 		wrd_reply_error(r, "invalid_argument", "image",
@@ -415,7 +434,9 @@ void wrd_api_img_build_vm(struct wrd_req *r)
 	}
 	if (wrd_j_str(v, "image", 255, false, &o.image, &err) < 0 ||
 	    ((v = json_object_get(j, "ref")) &&
-	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0)) {
+	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0) ||
+	    ((v = json_object_get(j, "firmware")) &&
+	     wrd_j_str(v, "firmware", 8, false, &o.firmware, &err) < 0)) {
 		wrd_reply_err(r, err);
 		return;
 	}

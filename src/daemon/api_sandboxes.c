@@ -128,9 +128,10 @@ int wrd_api_env(struct wrd_req *r, json_t *env, const char *field)
 /* ---- create ------------------------------------------------------------- */
 
 static const char *const create_keys[] = {
-    "tier",    "image",	 "cpu",	    "memory_mb",    "disk_mb",	  "pids",   "env",  "workdir",
-    "user",    "labels", "timeout", "idle_timeout", "on_timeout", "layers", "pull", "registry_auth",
-    "on_idle", "lease",	 "network", "file_trail",   "cpu_max",	  NULL};
+    "tier",	  "image",	"cpu",	   "memory_mb",	    "disk_mb", "pids",
+    "env",	  "workdir",	"user",	   "labels",	    "timeout", "idle_timeout",
+    "on_timeout", "layers",	"pull",	   "registry_auth", "on_idle", "lease",
+    "network",	  "file_trail", "cpu_max", "display",	    NULL};
 
 static bool label_key_ok(const char *k)
 {
@@ -280,6 +281,23 @@ static json_t *create_spec(struct wrd_req *r, const char **image, const char **t
 		}
 	}
 	json_object_set_new(spec, "on_timeout", json_string(s));
+	/* the vm tier's display: a VNC endpoint only when asked for */
+	if ((v = json_object_get(b, "display"))) {
+		json_t *vnc = json_object_get(v, "vnc");
+		if (!json_is_object(v) || json_object_size(v) != (vnc ? 1u : 0u) ||
+		    (vnc && !json_is_boolean(vnc))) {
+			wrd_reply_error(r, "invalid_argument", "display",
+					"display: must be {\"vnc\": true|false}");
+			goto fail;
+		}
+		if (strcmp(*tier, "vm") != 0) {
+			wrd_reply_error(r, "invalid_argument", "display",
+					"display: only the vm tier has a display");
+			goto fail;
+		}
+		if (json_is_true(vnc))
+			json_object_set_new(spec, "display", json_pack("{s:b}", "vnc", 1));
+	}
 	/* lifecycle (lifecycle.c, lease.c): what idleness does, the lease */
 	if (wrd_api_life_spec(r, b, spec) < 0)
 		goto fail;
@@ -482,6 +500,7 @@ void wrd_api_sb_get(struct wrd_req *r)
 	} else {
 		json_t *o = wrd_record_json(&rec);
 		wrd_life_usage_json(r->tenant, r->id, o); /* live: what it uses */
+		wrd_api_vm_display_json(r->tenant, r->id, o);
 		wrd_reply_json(r, 200, o);
 	}
 	wrd_record_clear(&rec);

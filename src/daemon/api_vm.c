@@ -160,3 +160,31 @@ void wrd_api_vm_input(struct wrd_req *r)
 		wrd_reply_empty(r, 204);
 	wrd_api_done(sb, true);
 }
+
+/* GET of a vm sandbox made with display.vnc: its VNC endpoint (a Unix
+ * socket of warrend's, and the password VNC authentication asks for). */
+void wrd_api_vm_display_json(const char *tenant, const char *id, json_t *obj)
+{
+	struct wrd_sbx *sb;
+	if (wrd_mgr_get(tenant, id, &sb) < 0)
+		return;
+	/* busy holds a concurrent kill's destroy off, as for usage */
+	pthread_mutex_lock(&sb->lock);
+	bool live = sb->ops == &wr_vm_tier && sb->tsb &&
+		    (sb->state == WRD_RUNNING || sb->state == WRD_PAUSED) && !sb->reaping;
+	if (live)
+		sb->busy++;
+	pthread_mutex_unlock(&sb->lock);
+	const char *sock, *pass;
+	if (live && wr_fullvm_vnc(wr_vm_tier_vm(sb->tsb), &sock, &pass) == 0)
+		json_object_set_new(
+		    obj, "display",
+		    json_pack("{s:{s:s, s:s}}", "vnc", "socket", sock, "password", pass));
+	if (live) {
+		pthread_mutex_lock(&sb->lock);
+		if (--sb->busy == 0)
+			pthread_cond_broadcast(&sb->cv);
+		pthread_mutex_unlock(&sb->lock);
+	}
+	wrd_mgr_put(sb);
+}

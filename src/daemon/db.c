@@ -56,9 +56,10 @@ json_t *wrd_record_json(const struct wrd_record *r)
 	} else {
 		json_object_set_new(o, "expires_at", wrd_j_time(r->expires_ms));
 	}
-	static const char *const copy[] = {
-	    "cpu",     "memory_mb",    "disk_mb", "pids",	"user",	 "workdir", "labels",
-	    "timeout", "idle_timeout", "on_idle", "on_timeout", "lease", "network", "cpu_max"};
+	static const char *const copy[] = {"cpu",	   "memory_mb", "disk_mb",    "pids",
+					   "user",	   "workdir",	"labels",     "timeout",
+					   "idle_timeout", "on_idle",	"on_timeout", "lease",
+					   "network",	   "cpu_max",	"firmware"};
 	for (size_t i = 0; i < WR_ARRAY_SIZE(copy); i++) {
 		json_t *v = json_object_get(s, copy[i]);
 		if (v)

@@ -346,6 +346,9 @@ void wrd_images_apply_defaults(const struct wr_image *img, json_t *body, json_t 
 		if (k && json_object_get(asked, k) == NULL)
 			json_object_set_new(env, k, json_string(eq + 1));
 	}
+	/* a disk's firmware goes with it to the vm tier */
+	if (img->kind == WR_IMAGE_KIND_VM_DISK && img->firmware[0])
+		json_object_set_new(spec, "firmware", json_string(img->firmware));
 	/* OCI "User": a numeric uid (or uid:gid) applies; a user name would
 	 * need the image's /etc/passwd, which the host does not read. */
 	uint64_t uid;

@@ -251,6 +251,9 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	spec->user = (uid_t)json_integer_value(json_object_get(s, "user"));
 	spec->group = spec->user;
 	spec->workdir = json_string_value(json_object_get(s, "workdir"));
+	/* the vm tier: the image's firmware, a VNC endpoint when asked for */
+	spec->firmware = json_string_value(json_object_get(s, "firmware"));
+	spec->vnc = json_is_true(json_object_get(json_object_get(s, "display"), "vnc"));
 	spec->id = rec->id;
 	spec->die_with_parent = false; /* sandboxes outlive a daemon restart */
 	/* a VM snapshot unpacked for this create (snapshot_vm.c) */

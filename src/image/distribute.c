@@ -163,9 +163,17 @@ static char *oci_config(const struct wr_image *img)
 static char *oci_manifest(const char *cfg_digest, size_t cfg_size, const struct wr_image *img,
 			  const char *idx_digest, size_t idx_size)
 {
-	json_t *layers = json_pack("[{s:s, s:s, s:I, s:{s:s}}]", "mediaType", WR_MT_WARREN_EROFS,
-				   "digest", img->digest, "size", (json_int_t)img->size,
-				   "annotations", "org.opencontainers.image.title", "rootfs.erofs");
+	bool disk = img->kind == WR_IMAGE_KIND_VM_DISK;
+	json_t *layers =
+	    disk ? json_pack("[{s:s, s:s, s:I, s:{s:s, s:s, s:s}}]", "mediaType",
+			     WR_MT_WARREN_VMDISK, "digest", img->digest, "size",
+			     (json_int_t)img->size, "annotations", "org.opencontainers.image.title",
+			     strcmp(img->disk_format, "qcow2") == 0 ? "disk.qcow2" : "disk.raw",
+			     "dev.warren.disk.format", img->disk_format, "dev.warren.disk.firmware",
+			     img->firmware[0] ? img->firmware : "bios")
+		 : json_pack("[{s:s, s:s, s:I, s:{s:s}}]", "mediaType", WR_MT_WARREN_EROFS,
+			     "digest", img->digest, "size", (json_int_t)img->size, "annotations",
+			     "org.opencontainers.image.title", "rootfs.erofs");
 	if (layers && idx_digest)
 		json_array_append_new(layers, json_pack("{s:s, s:s, s:I, s:{s:s}}", "mediaType",
 							WR_MT_WARREN_CHUNKS, "digest", idx_digest,
@@ -231,7 +239,9 @@ static int push_locked(struct wr_registry *reg, const struct wr_registry_ref *rr
 	 * checks they still hash to the image digest. */
 	char idx_digest[72];
 	size_t idx_len = 0;
-	if (!o->without_chunk_index) {
+	/* a disk is pulled whole (lazyfs serves EROFS images): no index */
+	bool with_index = !o->without_chunk_index && img->kind != WR_IMAGE_KIND_VM_DISK;
+	if (with_index) {
 		_cleanup_free_ uint8_t *idx = NULL;
 		/* 64 KiB pieces; doubled for blobs over 128 GiB, whose index
 		 * would pass WRL_INDEX_MAX_BYTES (lazyfs then fetches whole
@@ -250,9 +260,10 @@ static int push_locked(struct wr_registry *reg, const struct wr_registry_ref *rr
 		snprintf(res->index_digest, sizeof(res->index_digest), "%s", idx_digest);
 	}
 	if (push_blob(reg, rref->repo, fd, img->size, img->digest, o, res, err) < 0)
-		return wr_err_wrap(err, "EROFS layer");
-	_cleanup_free_ char *man = oci_manifest(
-	    cfg_digest, strlen(cfg), img, o->without_chunk_index ? NULL : idx_digest, idx_len);
+		return wr_err_wrap(err,
+				   img->kind == WR_IMAGE_KIND_VM_DISK ? "disk" : "EROFS layer");
+	_cleanup_free_ char *man =
+	    oci_manifest(cfg_digest, strlen(cfg), img, with_index ? idx_digest : NULL, idx_len);
 	if (man == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory (manifest)");
 	char man_digest[72];
@@ -289,13 +300,6 @@ int wr_image_push(struct wr_image_store *s, struct wr_registry *reg, const char 
 	_cleanup_img_ struct wr_image *img = NULL;
 	if (wr_image_resolve(s, local_ref, &img, err) < 0)
 		return wr_err_wrap(err, "push %s", local_ref);
-	/* A pulled manifest with warren's EROFS layer becomes a rootfs image:
-	 * a disk pushed the same way would come back as the wrong kind. */
-	if (img->kind == WR_IMAGE_KIND_VM_DISK)
-		return wr_err_field(err, "ref",
-				    "push %s: vm-disk images do not travel through registries; "
-				    "copy the disk file and import it with format vm-disk",
-				    local_ref);
 	if (!img->complete)
 		return wr_err_set(err, EAGAIN,
 				  "push %s: image %s is not fully local (pulled lazily); pull it "
@@ -573,6 +577,40 @@ static int pull_erofs(struct pull *p, json_t *layer, json_t *chunks, bool lazy, 
 	return wr_image_add_blob(p->s, fd, digest, config, &io, out, err);
 }
 
+/* A vm-disk layer: fetched whole (its digest checked as it streams), then
+ * imported as any local disk (qemu-img checks, firmware as the artifact
+ * says, validated there); the store's digest must be the layer's. */
+static int pull_vmdisk(struct pull *p, json_t *layer, struct wr_image **out, wr_err *err)
+{
+	const char *digest;
+	uint64_t size;
+	if (descriptor(layer, "disk", &digest, &size, NULL, err) < 0)
+		return -1;
+	_cleanup_img_ struct wr_image *have = NULL;
+	_cleanup_err_ wr_err e = NULL;
+	if (wr_image_resolve(p->s, digest, &have, &e) == 0 && strcmp(have->digest, digest) == 0 &&
+	    !have->deleting && have->complete)
+		return reuse(p, digest, out, err);
+	json_t *ann = json_object_get(layer, "annotations");
+	const char *fw = json_string_value(json_object_get(ann, "dev.warren.disk.firmware"));
+	_cleanup_close_ int fd = -1;
+	if (fetch_to_tmp(p, digest, size, &fd, err) < 0)
+		return wr_err_wrap(err, "disk");
+	struct wr_image_import_opts io = {.format = WR_IMAGE_FMT_VM_DISK,
+					  .ref = p->local_ref,
+					  .source = p->source,
+					  .firmware = fw};
+	_cleanup_img_ struct wr_image *img = NULL;
+	if (wr_image_import_fd(p->s, fd, &io, &img, err) < 0)
+		return wr_err_wrap(err, "disk %s", digest);
+	if (strcmp(img->digest, digest) != 0)
+		return wr_err_set(err, EBADMSG, "disk: imported as %s, the manifest says %s",
+				  img->digest, digest);
+	if (out)
+		*out = steal_ptr(&img);
+	return 0;
+}
+
 static bool tar_layer(const char *mt)
 {
 	static const char *const ok[] = {
@@ -652,7 +690,7 @@ static int pull_manifest(struct pull *p, const char *body, size_t len, struct wr
 	if (!json_is_array(layers))
 		return wr_err_set(err, EBADMSG, "manifest: no layers list");
 	_cleanup_free_ char *config = NULL;
-	json_t *erofs = NULL, *chunks = NULL;
+	json_t *erofs = NULL, *chunks = NULL, *disk = NULL;
 	size_t i;
 	json_t *l;
 	json_array_foreach(layers, i, l)
@@ -660,9 +698,15 @@ static int pull_manifest(struct pull *p, const char *body, size_t len, struct wr
 		const char *mt = json_string_value(json_object_get(l, "mediaType"));
 		if (mt && strcmp(mt, WR_MT_WARREN_EROFS) == 0)
 			erofs = l;
+		else if (mt && strcmp(mt, WR_MT_WARREN_VMDISK) == 0)
+			disk = l;
 		else if (mt && strcmp(mt, WR_MT_WARREN_CHUNKS) == 0)
 			chunks = l;
 	}
+	if (disk && (erofs || json_array_size(layers) != 1))
+		return wr_err_set(err, EBADMSG, "manifest: a vm-disk artifact has one layer");
+	if (disk)
+		return pull_vmdisk(p, disk, out, err);
 	if (erofs) {
 		/* Lazy only with a chunk index: lazyfs serves no byte it cannot
 		 * verify, so an artifact without one (an older warren pushed

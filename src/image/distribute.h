@@ -51,6 +51,10 @@
 #define WR_MT_WARREN_EROFS "application/vnd.warren.image.erofs.v1"
 #define WR_MT_WARREN_ARTIFACT "application/vnd.warren.image.v1"
 #define WR_MT_OCI_CONFIG "application/vnd.oci.image.config.v1+json"
+/* A vm-disk image: its one layer is the disk file as it is (raw or qcow2,
+ * annotated with dev.warren.disk.format and dev.warren.disk.firmware); a
+ * pull imports it exactly as a local vm-disk import (qemu-img checks). */
+#define WR_MT_WARREN_VMDISK "application/vnd.warren.image.vm-disk.v1"
 
 struct wr_image_push_opts {
 	size_t chunk_size;	  /* 0: monolithic uploads; else chunked PATCHes of this size */

@@ -133,6 +133,8 @@ struct wr_image {
 	 * qcow2 magic) and the disk's virtual size in bytes. */
 	char disk_format[8];
 	uint64_t virtual_size;
+	/* vm-disk only: "bios" or "uefi" (detected at import, or as asked) */
+	char firmware[8];
 	uint64_t size;		    /* bytes of the EROFS blob */
 	char *source;		    /* free text: "dir:/path", "oci-layout:...", "registry:..." */
 	int64_t created, last_used; /* unix seconds; last_used 0 = never */
@@ -168,6 +170,9 @@ struct wr_image_import_opts {
 	const char *ref;      /* name[:tag] to point at the result, or NULL */
 	const char *source;   /* provenance text; NULL = derived from the input */
 	const char *platform; /* "os/arch[/variant]" picked from an index; NULL = linux/amd64 */
+	/* vm-disk: "bios" or "uefi"; NULL: detected (a GPT disk with an EFI
+	 * system partition and no BIOS boot partition boots with UEFI) */
+	const char *firmware;
 };
 
 /* Import from a path (directory, tar, OCI layout, archive, or a disk file
@@ -219,6 +224,8 @@ struct wr_image_build_vm_opts {
 	const char *kernel_root; /* Debian tree with the cloud kernel (required;
 				  * debootstrapped there when it has none) */
 	const char *script;	 /* mkvmimage.sh (required) */
+	const char *firmware;	 /* "bios" (NULL) or "uefi": GPT, an EFI system
+				  * partition, GRUB for UEFI */
 };
 int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_opts *o,
 		      struct wr_image **out, wr_err *err);

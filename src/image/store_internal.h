@@ -125,6 +125,8 @@ int wri_finish(struct wr_image_store *s, struct wri_stage *st, const char *src_p
 	       struct wr_image **out, wr_err *err);
 
 /* ---- vmdisk.c ---- */
+/* "uefi" or "bios" for a disk whose first len bytes are head. */
+const char *wri_vmdisk_firmware(const unsigned char *head, size_t len);
 /* Import the disk file fd (read from offset 0) as a vm-disk image. */
 int wri_import_vmdisk(struct wr_image_store *s, struct wri_stage *st, int fd, const char *label,
 		      const struct wr_image_import_opts *o, struct wr_image **out, wr_err *err);

@@ -64,6 +64,8 @@ static int run_script(const struct wr_image_build_vm_opts *o, const char *blob, 
 			(char *)out,
 			"--size",
 			sz,
+			"--firmware",
+			(char *)(o->firmware ? o->firmware : "bios"),
 			NULL};
 	/* The mirror a node may be configured with for debootstrap. */
 	_cleanup_free_ char *mirror = NULL;
@@ -137,8 +139,10 @@ static int build(struct wr_image_store *s, const struct wr_image_build_vm_opts *
 		} else if (asprintf(&source, "build-vm:%s", digest) < 0) {
 			r = wr_err_set(err, ENOMEM, "out of memory");
 		} else {
-			struct wr_image_import_opts io = {
-			    .format = WR_IMAGE_FMT_VM_DISK, .ref = o->ref, .source = source};
+			struct wr_image_import_opts io = {.format = WR_IMAGE_FMT_VM_DISK,
+							  .ref = o->ref,
+							  .source = source,
+							  .firmware = o->firmware};
 			r = wri_import_vmdisk(s, &st, fd, source, &io, out, err);
 		}
 	}
@@ -160,6 +164,9 @@ int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_o
 		if (r < 0)
 			return r;
 	}
+	if (o->firmware && strcmp(o->firmware, "bios") != 0 && strcmp(o->firmware, "uefi") != 0)
+		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'",
+				    o->firmware);
 	uint64_t size = o->size ? o->size : BUILD_VM_DEFAULT_SIZE;
 	if (size < BUILD_VM_MIN_SIZE || size > s->o.max_unpacked_bytes)
 		return wr_err_field(err, "size",

@@ -7,7 +7,9 @@
  *            ── qemu-img info -f FMT, qemu-img check -f qcow2 (explicit
  *               format: qemu-img never probes, and with no backing file
  *               or data file in the header it opens nothing else)
- *            ── record {kind: vm-disk, disk: {format, virtual_size}}
+ *            ── firmware: as asked, else uefi for a GPT disk with an EFI system
+ *               partition and no BIOS boot partition (wri_vmdisk_firmware)
+ *            ── record {kind: vm-disk, disk: {format, virtual_size, firmware}}
  *
  * The format is told by the qcow2 magic exactly as the vm tier tells it
  * when it boots the file (src/tiers/vm.c), so what was checked here is
@@ -196,10 +198,94 @@ static int qemu_img_verify(const char *path, const char *fmt, uint64_t max, uint
 	return r < 0 ? wr_err_wrap(err, "vm-disk: qemu-img check found damage") : 0;
 }
 
+/* ---- firmware ------------------------------------------------------------ */
+
+#define GPT_HEAD_BYTES (1u << 20) /* the partition table is looked for here */
+
+static uint64_t le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* "uefi" for a GPT disk with an EFI system partition and no BIOS boot
+ * partition (GRUB's for BIOS on GPT), else "bios" (MBR disks, hybrid GPT
+ * disks that boot both ways: SeaBIOS is the default). head: the disk's
+ * first bytes as the guest sees them, 512-byte sectors. */
+const char *wri_vmdisk_firmware(const unsigned char *head, size_t len)
+{
+	static const unsigned char esp[16] = {0x28, 0x73, 0x2a, 0xc1, 0x1f, 0xf8, 0xd2, 0x11,
+					      0xba, 0x4b, 0x00, 0xa0, 0xc9, 0x3e, 0xc9, 0x3b};
+	static const unsigned char bios_boot[16] = "Hah!IdontNeedEFI";
+	if (len < 1024 || memcmp(head + 512, "EFI PART", 8) != 0)
+		return "bios";
+	uint64_t lba = le(head + 512 + 72, 8), n = le(head + 512 + 80, 4),
+		 size = le(head + 512 + 84, 4);
+	if (size < 128 || size > 4096 || n > 4096 || lba < 2 || lba > len / 512)
+		return "bios";
+	bool has_esp = false, has_bios = false;
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t off = lba * 512 + i * size;
+		if (off + 16 > len)
+			break;
+		has_esp = has_esp || memcmp(head + off, esp, 16) == 0;
+		has_bios = has_bios || memcmp(head + off, bios_boot, 16) == 0;
+	}
+	return has_esp && !has_bios ? "uefi" : "bios";
+}
+
+/* The staged disk's first GPT_HEAD_BYTES as the guest sees them: read as
+ * they are from a raw file; a qcow2 file through qemu-img dd (explicit
+ * format, into the stage). */
+static int disk_head(struct wri_stage *st, const char *dir, int bfd, bool qcow2,
+		     unsigned char **head, size_t *len, wr_err *err)
+{
+	unsigned char *b = calloc(1, GPT_HEAD_BYTES);
+	if (b == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	ssize_t n;
+	if (!qcow2) {
+		n = pread(bfd, b, GPT_HEAD_BYTES, 0);
+	} else {
+		_cleanup_free_ char *in = NULL, *out = NULL, *ifa = NULL, *ofa = NULL, *text = NULL;
+		int code;
+		static const int ok[] = {0, -1};
+		if (asprintf(&in, "%s/blob", dir) < 0 || asprintf(&out, "%s/head.raw", dir) < 0 ||
+		    asprintf(&ifa, "if=%s", in) < 0 || asprintf(&ofa, "of=%s", out) < 0) {
+			free(b);
+			return wr_err_set(err, ENOMEM, "out of memory");
+		}
+		char count[32];
+		snprintf(count, sizeof(count), "count=%u", GPT_HEAD_BYTES / 512);
+		char *argv[] = {"qemu-img", "dd",  "-f", "qcow2", "-O", "raw",
+				"bs=512",   count, ifa,	 ofa,	  NULL};
+		if (run_qemu_img(argv, ok, &text, &code, err) < 0) {
+			free(b);
+			return wr_err_wrap(err, "vm-disk: reading its partition table");
+		}
+		_cleanup_close_ int h =
+		    openat(st->fd, "head.raw", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		n = h < 0 ? -1 : pread(h, b, GPT_HEAD_BYTES, 0);
+		unlinkat(st->fd, "head.raw", 0);
+	}
+	if (n < 0) {
+		free(b);
+		return wr_err_sys(err, "vm-disk: reading its partition table");
+	}
+	*head = b;
+	*len = (size_t)n;
+	return 0;
+}
+
 int wri_import_vmdisk(struct wr_image_store *s, struct wri_stage *st, int fd, const char *label,
 		      const struct wr_image_import_opts *o, struct wr_image **out, wr_err *err)
 {
 	uint64_t max = s->o.max_unpacked_bytes;
+	const char *fw = o ? o->firmware : NULL;
+	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0)
+		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'", fw);
 	struct stat in;
 	if (fstat(fd, &in) == 0 && S_ISREG(in.st_mode) && (uint64_t)in.st_size > max)
 		return wr_err_set(err, EFBIG,
@@ -235,9 +321,21 @@ int wri_import_vmdisk(struct wr_image_store *s, struct wri_stage *st, int fd, co
 		return wr_err_set(err, ENOMEM, "out of memory");
 	if ((r = qemu_img_verify(path, fmt, max, &vsize, err)) < 0)
 		return r;
+	if (fw == NULL) {
+		_cleanup_free_ char *dir = NULL;
+		unsigned char *head = NULL;
+		size_t hl = 0;
+		if (asprintf(&dir, "%s/tmp/%s", s->dir, st->name) < 0)
+			return wr_err_set(err, ENOMEM, "out of memory");
+		if ((r = disk_head(st, dir, bfd, qcow2, &head, &hl, err)) < 0)
+			return r;
+		fw = wri_vmdisk_firmware(head, hl);
+		free(head);
+	}
 	if (fchmodat(st->fd, "blob", 0444, 0) < 0)
 		return wr_err_sys(err, "vm-disk: chmod");
-	json_t *disk = json_pack("{s:s, s:I}", "format", fmt, "virtual_size", (json_int_t)vsize);
+	json_t *disk = json_pack("{s:s, s:I, s:s}", "format", fmt, "virtual_size",
+				 (json_int_t)vsize, "firmware", fw);
 	_cleanup_free_ char *source = NULL;
 	if (disk == NULL || asprintf(&source, "vm-disk:%s", label ? label : "upload") < 0) {
 		json_decref(disk);

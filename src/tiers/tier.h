@@ -62,6 +62,10 @@ struct wr_sandbox_spec {
 	/* VM tiers: start from this saved VM (a directory of qemu_snap.h)
 	 * instead of a boot; its sizes are the saved ones. */
 	const char *restore;
+	/* the vm tier: "bios" (NULL) or "uefi" (the image's), and a VNC
+	 * endpoint (never unless asked for) */
+	const char *firmware;
+	bool vnc;
 };
 
 /* The steps of a pause that frees the sandbox's memory (tier op suspend),

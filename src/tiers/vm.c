@@ -27,10 +27,12 @@
 #include "tiers/qemu_proc.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
+#include "tiers/vm_vnc.h"
 
 static struct {
 	bool ready, kvm, adoptable;
 	char *qemu, *qemu_img, *run_dir;
+	char *ovmf_code, *ovmf_vars;
 } g;
 
 struct wr_fullvm {
@@ -43,6 +45,7 @@ struct wr_fullvm {
 	pthread_t con_thread;
 	bool con_started;
 	char *dir, *overlay;
+	struct wr_vm_vnc *vnc;	/* NULL unless asked for (vm_vnc.h) */
 	unsigned width, height; /* of the last screenshot (pointer scaling) */
 };
 
@@ -75,6 +78,12 @@ int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err)
 	if (wr_qemu_init(cfg && cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm", err) < 0)
 		return wr_err_wrap(err, "vm tier");
 	g.adoptable = cfg && cfg->adoptable;
+	g.ovmf_code =
+	    strdup(cfg && cfg->ovmf_code ? cfg->ovmf_code : "/usr/share/OVMF/OVMF_CODE_4M.fd");
+	g.ovmf_vars =
+	    strdup(cfg && cfg->ovmf_vars ? cfg->ovmf_vars : "/usr/share/OVMF/OVMF_VARS_4M.fd");
+	if (g.ovmf_code == NULL || g.ovmf_vars == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
 	g.ready = true;
 	return 0;
 }
@@ -139,6 +148,8 @@ static void *console_main(void *arg)
  * to them again. */
 enum { FD_QMP = 3, FD_QGA, FD_CONSOLE, FD_BASE, FD_OV, FD_OV_RO, FD_END };
 #define N_FDS (FD_END - FD_QMP)
+/* a UEFI VM's firmware fds follow the others */
+enum { FD_FW_CODE = FD_END, FD_FW_VARS, FD_FW_VARS_RO, N_FW_FDS = 3 };
 
 #define ARG(...)                                                                                   \
 	do {                                                                                       \
@@ -146,10 +157,51 @@ enum { FD_QMP = 3, FD_QGA, FD_CONSOLE, FD_BASE, FD_OV, FD_OV_RO, FD_END };
 			goto nomem;                                                                \
 	} while (0)
 
-static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, const char *fmt,
-		      const int *fds, int log_fd, wr_err *err)
+/* OVMF as two pflash chips: the code read-only, the VM's own copy of the
+ * variable store writable (both fds of ours: QEMU opens no firmware path;
+ * the read-only fd of the store's set is for QEMU's read-only reopen). */
+int wr_fullvm_uefi_args(char **argv, size_t max, size_t *n, int code_fd, int vars_fd,
+			int vars_ro_fd)
 {
-	char *argv[72] = {0};
+	const char *fmt[] = {"-add-fd", "fd=%d,set=3",
+			     "-drive",	"if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
+			     "-add-fd", "fd=%d,set=4",
+			     "-add-fd", "fd=%d,set=4",
+			     "-drive",	"if=pflash,unit=1,format=raw,file=/dev/fdset/4"};
+	int fdv[] = {0, code_fd, 0, 0, 0, vars_fd, 0, vars_ro_fd, 0, 0};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(fmt); i++) {
+		if (*n + 1 >= max)
+			return -E2BIG;
+		char *a = NULL;
+		if ((fdv[i] ? asprintf(&a, fmt[i], fdv[i]) : asprintf(&a, "%s", fmt[i])) < 0)
+			return -ENOMEM;
+		argv[(*n)++] = a;
+	}
+	return 0;
+}
+
+/* The firmware and display a VM asked for. */
+static int vm_opt_args(char **argv, size_t max, size_t *n, const struct wr_fullvm_spec *s)
+{
+	if (s->uefi) {
+		int r = wr_fullvm_uefi_args(argv, max, n, FD_FW_CODE, FD_FW_VARS, FD_FW_VARS_RO);
+		if (r < 0)
+			return r;
+	}
+	if (s->vnc) {
+		if (*n + 2 >= max)
+			return -E2BIG;
+		if ((argv[(*n)++] = strdup("-vnc")) == NULL ||
+		    (argv[(*n)++] = strdup(WR_VM_VNC_ARG)) == NULL)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, const char *fmt,
+		      const int *fds, size_t n_fds, int log_fd, wr_err *err)
+{
+	char *argv[96] = {0};
 	size_t n = 0;
 	int r;
 	ARG("%s", g.qemu);
@@ -222,12 +274,14 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	/* its uid is set before exec (qemu_proc.c): no set*id for QEMU */
 	ARG("-sandbox");
 	ARG("on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny");
+	if (vm_opt_args(argv, WR_ARRAY_SIZE(argv), &n, s) < 0)
+		goto nomem;
 	argv[n] = NULL;
 	/* nothing bound in: SeaBIOS and the VGA ROM come from /usr/share */
 	struct wr_qemu_spawn sp = {.id = vm->id,
 				   .argv = argv,
 				   .fds = fds,
-				   .n_fds = N_FDS,
+				   .n_fds = n_fds,
 				   .log_fd = log_fd,
 				   .kvm = g.kvm,
 				   .memory_bytes = s->memory_bytes,
@@ -257,6 +311,7 @@ static void qemu_stop(struct wr_fullvm *vm, bool quit, int grace_ms)
 
 static void vm_free(struct wr_fullvm *vm)
 {
+	wr_vm_vnc_stop(&vm->vnc); /* its thread uses QMP */
 	if (vm->qmp)
 		wr_qmp_close(&vm->qmp);
 	if (vm->qga)
@@ -301,6 +356,40 @@ static int connect_all(struct wr_fullvm *vm, int dfd, int qmp_ms, wr_err *err)
 	if ((gfd = wr_qemu_connect(dfd, "qga.sock", err)) < 0)
 		return -1;
 	return wr_qga_new(gfd, &vm->qga, err);
+}
+
+/* A UEFI VM's firmware: the code read-only, its own copy of the variable
+ * store (<dir>/efivars.fd) opened twice (read-write, read-only). */
+static int uefi_files(int dfd, int fw[N_FW_FDS], wr_err *err)
+{
+	_cleanup_close_ int src = open(g.ovmf_vars, O_RDONLY | O_CLOEXEC);
+	if ((fw[0] = open(g.ovmf_code, O_RDONLY | O_CLOEXEC)) < 0 || src < 0)
+		return wr_err_sys(err, "uefi firmware %s (Debian: ovmf)",
+				  fw[0] < 0 ? g.ovmf_code : g.ovmf_vars);
+	_cleanup_close_ int dst =
+	    openat(dfd, "efivars.fd", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (dst < 0)
+		return wr_err_sys(err, "efivars.fd");
+	char buf[65536];
+	ssize_t k;
+	while ((k = read(src, buf, sizeof(buf))) > 0)
+		if (wr_write_all(dst, buf, (size_t)k) < 0)
+			return wr_err_sys(err, "efivars.fd");
+	if (k < 0)
+		return wr_err_sys(err, "read %s", g.ovmf_vars);
+	if ((fw[1] = openat(dfd, "efivars.fd", O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
+	    (fw[2] = openat(dfd, "efivars.fd", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+		return wr_err_sys(err, "efivars.fd");
+	return 0;
+}
+
+int wr_fullvm_vnc(const struct wr_fullvm *vm, const char **socket, const char **password)
+{
+	if (vm->vnc == NULL)
+		return -ENOENT;
+	*socket = wr_vm_vnc_socket(vm->vnc);
+	*password = wr_vm_vnc_password(vm->vnc);
+	return 0;
 }
 
 int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr_err *err)
@@ -373,8 +462,14 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 	    (qg = r = wr_qemu_listen(dfd, "qga.sock", err)) < 0 ||
 	    (co = r = wr_qemu_listen(dfd, "console.sock", err)) < 0)
 		goto fail;
-	int fds[N_FDS] = {qm, qg, co, base, ov, ov_ro};
-	if ((r = spawn_qemu(vm, &s, fmt, fds, log, err)) < 0)
+	int fds[N_FDS + N_FW_FDS] = {qm, qg, co, base, ov, ov_ro, -1, -1, -1};
+	r = s.uefi ? uefi_files(dfd, fds + N_FDS, err) : 0;
+	if (r == 0)
+		r = spawn_qemu(vm, &s, fmt, fds, N_FDS + (s.uefi ? N_FW_FDS : 0), log, err);
+	for (int i = N_FDS; i < N_FDS + N_FW_FDS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (r < 0)
 		goto fail;
 	if ((r = connect_all(vm, dfd, 30000, err)) < 0)
 		goto fail;
@@ -382,6 +477,9 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 		*out = vm;
 		return 0;
 	}
+	if (s.vnc &&
+	    (r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, true, &vm->vnc, err)) < 0)
+		goto fail;
 	if ((r = wr_qga_sync(vm->qga, (int)s.boot_timeout_ms, err)) < 0) {
 		wr_err_wrap(err, "boot (does the image run qemu-guest-agent?)");
 		goto fail;
@@ -424,6 +522,10 @@ int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullv
 	 * stream resyncs with guest-sync-delimited (here when the guest
 	 * runs; a paused one's before its first command after resume) */
 	if ((r = connect_all(vm, dfd, 10000, err)) < 0)
+		goto fail;
+	/* its VNC endpoint again, when it was made with one */
+	if ((r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, false, &vm->vnc, err)) < 0 &&
+	    r != -ENOENT)
 		goto fail;
 	int paused = wr_fullvm_paused(vm, err);
 	if ((r = paused) < 0 || (!paused && (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0))

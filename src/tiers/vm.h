@@ -33,6 +33,10 @@ struct wr_fullvm_config {
 	/* each QEMU's cgroup is <own cgroup>/<base>/vm-<id> (one base a
 	 * process, the microVM tier's); default "warren-microvm" */
 	const char *cgroup_base;
+	/* UEFI firmware (Debian's ovmf): the code, read-only pflash, and the
+	 * variable store each UEFI VM gets a copy of; NULL: /usr/share/OVMF's
+	 * OVMF_CODE_4M.fd and OVMF_VARS_4M.fd */
+	const char *ovmf_code, *ovmf_vars;
 	/* QEMU outlives this process (warrend: the next start adopts it,
 	 * wr_fullvm_adopt); false: it gets SIGKILL when the creating thread
 	 * ends */
@@ -52,6 +56,8 @@ struct wr_fullvm_spec {
 	 * yet), on this overlay (linked or copied) instead of a new one */
 	bool incoming;
 	const char *overlay_from;
+	bool uefi; /* OVMF instead of SeaBIOS */
+	bool vnc;  /* a VNC endpoint (vm_vnc.h); never by default */
 };
 
 struct wr_fullvm;
@@ -86,6 +92,13 @@ struct wr_fullvm_pointer {
 };
 int wr_fullvm_pointer(struct wr_fullvm *vm, const struct wr_fullvm_pointer *p, wr_err *err);
 pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm);
+/* The VNC endpoint of a VM made with vnc (its Unix socket, the password
+ * VNC authentication asks for): 0, or -ENOENT when it has none. */
+int wr_fullvm_vnc(const struct wr_fullvm *vm, const char **socket, const char **password);
+/* QEMU's firmware arguments for a UEFI VM (vm.c; exposed for tests):
+ * appended to argv (malloc'd strings) at *n, below max. */
+int wr_fullvm_uefi_args(char **argv, size_t max, size_t *n, int code_fd, int vars_fd,
+			int vars_ro_fd);
 int wr_fullvm_kill(struct wr_fullvm *vm);
 /* ACPI power button (QMP system_powerdown), then SIGKILL when QEMU has not
  * exited within deadline_ms (the guest's own shutdown ends QEMU). */

@@ -20,6 +20,7 @@
 #include "tiers/vm.h"
 
 #define IO_CHUNK 49152	       /* bytes per guest-file-read/write call */
+#define USER_CHUNK (4u << 20)  /* bytes per dd run as the sandbox user */
 #define TOOL_CAP (16u << 20)   /* a tool's output */
 #define TOOL_TIMEOUT_MS 120000 /* a tool's run (TCG guests are slow) */
 #define QGA_MS 60000
@@ -119,13 +120,45 @@ static void tool_free(struct tool *t)
 	free(t->err);
 }
 
-/* argv[0] an absolute path of the guest; runs as root (qemu-ga's user). */
-static int run(struct wr_fullvm_fsctx *x, const char *const *argv, struct tool *t, wr_err *err)
+/* Root, the guest agent's own user: bytes go through guest-file-* directly.
+ * Any other sandbox user: every tool runs as that user, and bytes through
+ * dd run as that user (user_read, user_write), so the guest's kernel checks
+ * each path and permission as it would for the sandbox's own processes. */
+static bool as_root(const struct wr_fullvm_fsctx *x)
+{
+	return x->uid == 0 && x->gid == 0;
+}
+
+/* argv[0] an absolute path of the guest; run as the sandbox user (setpriv,
+ * as commands are: no supplementary groups) unless root or privileged;
+ * in: the tool's stdin (guest-exec's input-data). */
+static int run_io(struct wr_fullvm_fsctx *x, bool privileged, const char *const *argv,
+		  const void *in, size_t in_len, struct tool *t, wr_err *err)
 {
 	memset(t, 0, sizeof(*t));
 	static const char *const env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
-	struct wr_qga_exec e = {
-	    .argv = argv, .env = env, .timeout_ms = TOOL_TIMEOUT_MS, .output_cap = TOOL_CAP};
+	const char *full[24];
+	char uid[32], gid[32];
+	size_t n = 0;
+	if (!privileged && !as_root(x)) {
+		snprintf(uid, sizeof(uid), "--reuid=%u", (unsigned)x->uid);
+		snprintf(gid, sizeof(gid), "--regid=%u", (unsigned)x->gid);
+		const char *pv[] = {"/usr/bin/setpriv", uid, gid, "--clear-groups", "--"};
+		for (size_t i = 0; i < 5; i++)
+			full[n++] = pv[i];
+	}
+	for (size_t i = 0; argv[i]; i++) {
+		if (n + 1 >= sizeof(full) / sizeof(full[0]))
+			return wr_err_set(err, E2BIG, "vm files: %s: too many arguments", argv[0]);
+		full[n++] = argv[i];
+	}
+	full[n] = NULL;
+	struct wr_qga_exec e = {.argv = full,
+				.env = env,
+				.input = in,
+				.input_len = in_len,
+				.timeout_ms = TOOL_TIMEOUT_MS,
+				.output_cap = TOOL_CAP};
 	struct wr_qga_result r = {0};
 	if (wr_fullvm_qga_run(x->vm, &e, &r, err) < 0)
 		return wr_err_wrap(err, "vm files: %s", argv[0]);
@@ -139,6 +172,11 @@ static int run(struct wr_fullvm_fsctx *x, const char *const *argv, struct tool *
 	t->out_len = r.out_len;
 	t->err = r.err;
 	return 0;
+}
+
+static int run(struct wr_fullvm_fsctx *x, const char *const *argv, struct tool *t, wr_err *err)
+{
+	return run_io(x, false, argv, NULL, 0, t, err);
 }
 
 /* A tool that prints nothing useful: 0 when it succeeded, else the
@@ -358,6 +396,63 @@ static int fopen_h(struct wr_fullvm_fsctx *x, const char *op, const char *path, 
 	return r;
 }
 
+/* Delivers n bytes to out_fd (a failed write only stops delivery: the
+ * caller still finishes cleanly) or appends them to b. */
+static int deliver(int out_fd, struct wr_buf *b, const char *p, size_t n, bool *out_failed,
+		   wr_err *err)
+{
+	if (n && out_fd >= 0 && !*out_failed && wr_write_all(out_fd, p, n) < 0)
+		*out_failed = true; /* the client went */
+	if (n && out_fd < 0 && wr_buf_append(b, p, n) < 0)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	return 0;
+}
+
+/* A read as the sandbox user: dd run as that user opens the path, so the
+ * guest's kernel resolves it and checks the permission for that user
+ * (nothing opened as root is ever handed to the user's side). Slices of
+ * USER_CHUNK bytes each (guest-exec's captured output, bounded), one byte
+ * past max to tell a larger file; O_NONBLOCK, so a FIFO swapped in after
+ * the stat cannot stall the read. 1 when larger than max, 0 when whole. */
+static int user_read(struct wr_fullvm_fsctx *x, const char *path, const char *g, uint64_t max,
+		     int out_fd, struct wr_buf *b, uint64_t *written, wr_err *err)
+{
+	bool out_failed = false;
+	for (;;) {
+		uint64_t left = max - *written;
+		uint64_t want = left >= USER_CHUNK ? USER_CHUNK : left + 1;
+		char ifp[PATH_MAX + 8], skip[40], count[40];
+		snprintf(ifp, sizeof(ifp), "if=%s", g);
+		snprintf(skip, sizeof(skip), "skip=%llu", (unsigned long long)*written);
+		snprintf(count, sizeof(count), "count=%llu", (unsigned long long)want);
+		const char *argv[] = {
+		    "/bin/dd",	   ifp,	  "iflag=skip_bytes,count_bytes,fullblock,nonblock",
+		    skip,	   count, "bs=65536",
+		    "status=none", NULL};
+		struct tool t;
+		if (run(x, argv, &t, err) < 0)
+			return wr_err_wrap(err, "read %.*s", SHOWN, path);
+		int r = 0;
+		if (t.exit_code != 0)
+			r = guest_err(err, "read", path, t.err);
+		else if (t.out_len > want)
+			r = wr_err_set(err, EIO, "read %.*s: the guest's dd gave more than asked",
+				       SHOWN, path);
+		size_t take = t.out_len > left ? (size_t)left : t.out_len;
+		if (r == 0)
+			r = deliver(out_fd, b, t.out, take, &out_failed, err);
+		*written += r == 0 ? take : 0;
+		bool larger = t.out_len > take, short_read = t.out_len < want;
+		tool_free(&t);
+		if (r < 0)
+			return -1;
+		if (larger)
+			return 1;
+		if (short_read || out_failed)
+			return 0;
+	}
+}
+
 /* Up to max bytes of a regular file to out_fd (or into b): 1 when the
  * file is larger (truncated), 0 when whole. */
 static int do_read(struct wr_fullvm_fsctx *x, const char *path, uint64_t max, int out_fd,
@@ -381,6 +476,8 @@ static int do_read(struct wr_fullvm_fsctx *x, const char *path, uint64_t max, in
 		return wr_err_set(err, EISDIR, "read %.*s: is a directory", SHOWN, path);
 	if (type != WR_FS_FILE)
 		return wr_err_set(err, EINVAL, "read %.*s: not a regular file", SHOWN, path);
+	if (!as_root(x))
+		return user_read(x, path, g, max, out_fd, b, written, err);
 	json_int_t h;
 	if (fopen_h(x, "read", path, g, "r", &h, err) < 0)
 		return -1;
@@ -457,23 +554,123 @@ static int r_read_to_fd(void *ctx, const char *path, int out_fd, uint64_t max, u
 
 static int r_mkdir(void *ctx, const char *path, mode_t mode, bool parents, wr_err *err);
 
-static int chown_to(struct wr_fullvm_fsctx *x, const char *op, const char *path, const char *g,
-		    wr_err *err)
-{
-	if (x->uid == 0 && x->gid == 0)
-		return 0;
-	char ids[48];
-	snprintf(ids, sizeof(ids), "%u:%u", (unsigned)x->uid, (unsigned)x->gid);
-	const char *argv[] = {"/bin/chown", "-h", ids, "--", g, NULL};
-	return run_ok(x, op, path, argv, err);
-}
-
 struct wsrc {
 	const char *data;
 	size_t len;
 	int fd;
 	uint64_t max;
 };
+
+/* The next piece of the source, at most cap bytes: n = 0 at its end. */
+static int next_piece(const struct wsrc *src, uint64_t total, char *buf, size_t cap, const char **p,
+		      size_t *n, const char *path, wr_err *err)
+{
+	if (src->fd < 0) {
+		*n = src->len - total > cap ? cap : (size_t)(src->len - total);
+		*p = src->data + total;
+	} else {
+		size_t got = 0;
+		while (got < cap) {
+			ssize_t k = read(src->fd, buf + got, cap - got);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0)
+				return wr_err_sys(err, "write %.*s: input", SHOWN, path);
+			if (k == 0)
+				break;
+			got += (size_t)k;
+		}
+		*n = got;
+		*p = buf;
+	}
+	if (total + *n > src->max)
+		return wr_err_set(err, EFBIG, "write %.*s: over %llu bytes", SHOWN, path,
+				  (unsigned long long)src->max);
+	return 0;
+}
+
+/* Root: the bytes into tmp through guest-file-open/write/close. */
+static int root_copy(struct wr_fullvm_fsctx *x, const char *path, const char *tmp,
+		     const struct wsrc *src, wr_err *err)
+{
+	json_int_t h;
+	if (fopen_h(x, "write", path, tmp, "w", &h, err) < 0)
+		return -1;
+	char *buf = src->fd >= 0 ? malloc(IO_CHUNK) : NULL;
+	uint64_t total = 0;
+	int r = src->fd >= 0 && buf == NULL ? wr_err_set(err, ENOMEM, "out of memory") : 0;
+	while (r == 0) {
+		const char *p;
+		size_t n;
+		if ((r = next_piece(src, total, buf, IO_CHUNK, &p, &n, path, err)) < 0 || n == 0)
+			break;
+		char *b64 = wr_qga_b64(p, n);
+		json_t *a = b64 ? json_pack("{s:I, s:s}", "handle", h, "buf-b64", b64) : NULL;
+		free(b64);
+		wr_err e = NULL;
+		if (a == NULL)
+			r = wr_err_set(err, ENOMEM, "out of memory");
+		else if (wr_fullvm_qga_cmd(x->vm, "guest-file-write", a, QGA_MS, NULL, &e) < 0)
+			r = guest_err(err, "write", path, e ? e->msg : NULL);
+		wr_err_free(&e);
+		json_decref(a);
+		total += n;
+	}
+	free(buf);
+	/* close flushes: a full disk may show only here */
+	json_t *a = json_pack("{s:I}", "handle", h);
+	wr_err e = NULL;
+	if (wr_fullvm_qga_cmd(x->vm, "guest-file-close", a, QGA_MS, NULL, &e) < 0 && r == 0)
+		r = guest_err(err, "write", path, e ? e->msg : NULL);
+	wr_err_free(&e);
+	json_decref(a);
+	return r;
+}
+
+/* Another user: dd run as that user makes tmp (O_EXCL: never through a
+ * name someone else put there, mode 0600 until the chmod) and appends the
+ * bytes given as its stdin, USER_CHUNK at a time; the file is the user's
+ * from the start, made only where the user may write. */
+static int user_copy(struct wr_fullvm_fsctx *x, const char *path, const char *tmp,
+		     const struct wsrc *src, wr_err *err)
+{
+	char *buf = src->fd >= 0 ? malloc(USER_CHUNK) : NULL;
+	if (src->fd >= 0 && buf == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	char ofp[PATH_MAX + 72];
+	snprintf(ofp, sizeof(ofp), "of=%s", tmp);
+	uint64_t total = 0;
+	int r = 0;
+	for (bool first = true; r == 0; first = false) {
+		const char *p;
+		size_t n;
+		if ((r = next_piece(src, total, buf, USER_CHUNK, &p, &n, path, err)) < 0 ||
+		    (n == 0 && !first))
+			break;
+		const char *argv[] = {"/bin/sh",
+				      "-c",
+				      "umask 077 && exec \"$@\"",
+				      "sh",
+				      "/bin/dd",
+				      ofp,
+				      "bs=65536",
+				      "status=none",
+				      first ? "conv=excl" : "conv=notrunc",
+				      first ? (n ? NULL : "count=0") : "oflag=append",
+				      NULL};
+		struct tool t;
+		if ((r = run_io(x, false, argv, p, n, &t, err)) < 0)
+			break;
+		if (t.exit_code != 0)
+			r = guest_err(err, "write", path, t.err);
+		tool_free(&t);
+		total += n;
+		if (n == 0)
+			break;
+	}
+	free(buf);
+	return r;
+}
 
 static int do_write(struct wr_fullvm_fsctx *x, const char *path, const struct wsrc *src,
 		    mode_t mode, bool parents, wr_err *err)
@@ -505,64 +702,14 @@ static int do_write(struct wr_fullvm_fsctx *x, const char *path, const struct ws
 			  rnd[3]);
 	if (tl >= PATH_MAX)
 		return wr_err_set(err, ENAMETOOLONG, "write %.*s: path too long", SHOWN, path);
-	json_int_t h;
-	if (fopen_h(x, "write", path, tmp, "w", &h, err) < 0)
-		return -1;
 	/* from here on, any failure removes the temp file */
-	char *buf = src->fd >= 0 ? malloc(IO_CHUNK) : NULL;
-	uint64_t total = 0;
-	r = src->fd >= 0 && buf == NULL ? wr_err_set(err, ENOMEM, "out of memory") : 0;
-	while (r == 0) {
-		ssize_t n;
-		const char *p;
-		if (src->fd >= 0) {
-			n = read(src->fd, buf, IO_CHUNK);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0) {
-				r = wr_err_sys(err, "write %.*s: input", SHOWN, path);
-				break;
-			}
-			p = buf;
-		} else {
-			n = (ssize_t)(src->len - total > IO_CHUNK ? IO_CHUNK : src->len - total);
-			p = src->data + total;
-		}
-		if (n == 0)
-			break;
-		if (total + (uint64_t)n > src->max) {
-			r = wr_err_set(err, EFBIG, "write %.*s: over %llu bytes", SHOWN, path,
-				       (unsigned long long)src->max);
-			break;
-		}
-		char *b64 = wr_qga_b64(p, (size_t)n);
-		json_t *a = b64 ? json_pack("{s:I, s:s}", "handle", h, "buf-b64", b64) : NULL;
-		free(b64);
-		wr_err e = NULL;
-		if (a == NULL)
-			r = wr_err_set(err, ENOMEM, "out of memory");
-		else if (wr_fullvm_qga_cmd(x->vm, "guest-file-write", a, QGA_MS, NULL, &e) < 0)
-			r = guest_err(err, "write", path, e ? e->msg : NULL);
-		wr_err_free(&e);
-		json_decref(a);
-		total += (uint64_t)n;
-	}
-	free(buf);
-	/* close flushes: a full disk may show only here */
-	json_t *a = json_pack("{s:I}", "handle", h);
-	wr_err e = NULL;
-	if (wr_fullvm_qga_cmd(x->vm, "guest-file-close", a, QGA_MS, NULL, &e) < 0 && r == 0)
-		r = guest_err(err, "write", path, e ? e->msg : NULL);
-	wr_err_free(&e);
-	json_decref(a);
+	r = as_root(x) ? root_copy(x, path, tmp, src, err) : user_copy(x, path, tmp, src, err);
 	char ms[8];
 	snprintf(ms, sizeof(ms), "%04o", (unsigned)(mode & 07777));
 	const char *chmod_argv[] = {"/bin/chmod", ms, "--", tmp, NULL};
 	const char *mv_argv[] = {"/bin/mv", "-fT", "--", tmp, g, NULL};
 	if (r == 0)
 		r = run_ok(x, "write", path, chmod_argv, err);
-	if (r == 0)
-		r = chown_to(x, "write", path, tmp, err);
 	if (r == 0)
 		r = run_ok(x, "write", path, mv_argv, err);
 	if (r < 0) {
@@ -681,9 +828,7 @@ static int r_mkdir(void *ctx, const char *path, mode_t mode, bool parents, wr_er
 	 * get 0755 (the guest's umask 022), as mkdir -p -m does */
 	const char *argv_p[] = {"/bin/mkdir", "-p", "-m", ms, "--", g, NULL};
 	const char *argv_1[] = {"/bin/mkdir", "-m", ms, "--", g, NULL};
-	if (run_ok(x, "mkdir", path, parents ? argv_p : argv_1, err) < 0)
-		return -1;
-	return chown_to(x, "mkdir", path, g, err);
+	return run_ok(x, "mkdir", path, parents ? argv_p : argv_1, err);
 }
 
 static int r_remove(void *ctx, const char *path, bool recursive, wr_err *err)
@@ -741,9 +886,7 @@ static int r_symlink(void *ctx, const char *path, const char *target, wr_err *er
 	if (r_mkdir(x, dir, 0755, true, err) < 0)
 		return -1;
 	const char *argv[] = {"/bin/ln", "-sfnT", "--", target, g, NULL};
-	if (run_ok(x, "symlink", path, argv, err) < 0)
-		return -1;
-	return chown_to(x, "symlink", path, g, err);
+	return run_ok(x, "symlink", path, argv, err);
 }
 
 static const struct wr_fs_remote g_remote = {

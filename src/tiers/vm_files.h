@@ -3,8 +3,16 @@
  * through guest-file-open/read/write/close (base64, 48 KiB a call) and what
  * qemu-ga cannot do (stat, list, mkdir, rename, remove, symlink, chmod)
  * through guest-exec of a fixed argv of the guest's coreutils and findutils
- * (find -printf, mkdir, rmdir, rm, mv, ln, chmod, chown); a path is only
- * ever one argv element after "--", never part of a shell string.
+ * (find -printf, mkdir, rmdir, rm, mv, ln, chmod); a path is only ever one
+ * argv element after "--" (or dd's if=/of=), never part of a shell string.
+ *
+ * The sandbox's user applies: for root, bytes go through guest-file-*
+ * (qemu-ga runs as root); for any other user every tool, and dd for the
+ * bytes (its stdin or its captured output through guest-exec), runs as
+ * that user (setpriv --reuid --regid --clear-groups, as commands do), so
+ * the guest's kernel resolves each path and checks each permission as it
+ * would for the sandbox's own processes; nothing opened as root is handed
+ * to the user's side, and what the API makes is the user's.
  *
  * Semantics follow fsops.h where the guest can give them: the whole guest
  * is the sandbox (its kernel resolves "..", symlinks and absolute paths
@@ -26,7 +34,7 @@ struct wr_fullvm;
 
 struct wr_fullvm_fsctx {
 	struct wr_fullvm *vm;
-	uid_t uid; /* the sandbox user: what the API creates belongs to it */
+	uid_t uid; /* the sandbox user: every operation runs as it */
 	gid_t gid;
 	long long root_dev; /* the guest root's device, 0 until asked */
 };

@@ -106,6 +106,9 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the vm tier boots one disk image (no layers)");
+	if (spec->firmware && strcmp(spec->firmware, "bios") && strcmp(spec->firmware, "uefi"))
+		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'",
+				    spec->firmware);
 	const char *image = spec->n_layers ? spec->layers[0] : spec->image;
 	struct stat st;
 	if (image == NULL)
@@ -141,7 +144,9 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 				    .disk_bytes = spec->disk_bytes,
 				    .cpus = (unsigned)cpus,
 				    .id = spec->id,
-				    .boot_timeout_ms = g_cfg.boot_timeout_ms};
+				    .boot_timeout_ms = g_cfg.boot_timeout_ms,
+				    .uefi = spec->firmware && strcmp(spec->firmware, "uefi") == 0,
+				    .vnc = spec->vnc};
 	/* a disk smaller than the image cannot hold it: keep the image's
 	 * (a qcow2 file is smaller than the disk it holds) */
 	uint64_t vsize = image_virtual_size(image, (uint64_t)st.st_size);

@@ -1,22 +1,28 @@
 """vm-disk images (issue 10): bootable disks (raw, qcow2) in the image store
 with names, tags and digests, checked with qemu-img at import (no backing or
-data file, no encryption, bounded size), refused by the wrong tier, pushed
-nowhere; `image build-vm` building a bootable disk from a store rootfs and
+data file, no encryption, bounded size), their firmware (bios, uefi)
+detected or given, refused by the wrong tier, pushed to and pulled from a
+registry on loopback (the same digest on a second store); `image build-vm` building a bootable disk from a store rootfs and
 Debian's cloud kernel, booted once (TCG) from the store, the base's digest
 unchanged after the VM wrote to its disk."""
 import hashlib
+import http.client
+import json
 import os
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 from conftest import find_images  # noqa: E402
 from warren.exceptions import WarrenError  # noqa: E402
 from warren.images import Images  # noqa: E402
+from registry_util import Registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +85,8 @@ def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
         assert r.status == 201, r
         img = r.json()
         assert img["kind"] == "vm-disk" and img["digest"] == sha_file(raw), img
-        assert img["disk"] == {"format": "raw", "virtual_size": 8 << 20}, img
+        assert img["disk"] == {"format": "raw", "virtual_size": 8 << 20,
+                               "firmware": "bios"}, img
         assert img["size"] == 8 << 20 and img["refs"] == ["disk:raw"], img
         rc, out, err = cli(vmd, "image", "import", "--vm-disk", "--ref", "disk:qcow2", qc)
         assert rc == 0, err
@@ -95,7 +102,7 @@ def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
         imgs = Images(socket=str(vmd.sock))
         info = imgs.import_vm_disk(str(qc), ref="disk:sdk", node_path=True)
         assert info.kind == "vm-disk" and info.digest == got["digest"], info
-        assert info.disk == {"format": "qcow2", "virtual_size": 8 << 20}
+        assert info.disk == {"format": "qcow2", "virtual_size": 8 << 20, "firmware": "bios"}
         # listed, tagged and removed like any image
         kinds = {i["digest"]: i["kind"] for i in c.get("/v1/images").json()["images"]}
         assert kinds[img["digest"]] == "vm-disk" and kinds[got["digest"]] == "vm-disk"
@@ -124,6 +131,158 @@ def test_import_raw_and_qcow2_list_tag_remove(vmd, tmp_path):
         assert os.listdir(vmd.state / "images/blobs/sha256") == []
     finally:
         c.close()
+
+
+def gpt_disk(path, *types, size=8 << 20):
+    """A raw GPT disk with partitions of the given type GUIDs (sfdisk)."""
+    with open(path, "wb") as f:
+        f.truncate(size)
+    table = "label: gpt\n" + "".join(f"size=1M, type={t}\n" for t in types)
+    subprocess.run(["sfdisk", "-q", str(path)], input=table.encode(), check=True,
+                   capture_output=True)
+    return path
+
+
+ESP = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+BIOS_BOOT = "21686148-6449-6E6F-744E-656564454649"
+LINUX = "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
+
+
+def test_firmware_detected_or_given(vmd, tmp_path):
+    pid = os.getpid()
+    uefi = gpt_disk(tmp_path / f"uefi-{pid}.raw", ESP, LINUX)
+    hybrid = gpt_disk(tmp_path / f"hybrid-{pid}.raw", BIOS_BOOT, ESP, LINUX)
+    plain = gpt_disk(tmp_path / f"gpt-{pid}.raw", LINUX)
+    mbr = raw_disk(tmp_path / f"mbr-{pid}.raw")
+    uq = tmp_path / f"uefi-{pid}.qcow2"
+    qemu_img("convert", "-f", "raw", "-O", "qcow2", uefi, uq)
+    c = vmd.client()
+    try:
+        def imp(path, q=""):
+            r = c.request("POST", f"/v1/images/import?format=vm-disk{q}", body=path.read_bytes())
+            return r
+
+        # GPT + an EFI system partition and no BIOS boot partition: uefi,
+        # also read through a qcow2's clusters; everything else boots with
+        # SeaBIOS
+        for disk, want in ((uefi, "uefi"), (uq, "uefi"), (hybrid, "bios"), (plain, "bios"),
+                           (mbr, "bios")):
+            r = imp(disk)
+            assert r.status == 201 and r.json()["disk"]["firmware"] == want, (disk, r)
+        # or as asked (new bytes: a disk imported again keeps the record of
+        # its first import): the CLI's --firmware, the API's firmware
+        mbr2 = raw_disk(tmp_path / f"mbr2-{pid}.raw", size=12 << 20)
+        uefi2 = gpt_disk(tmp_path / f"uefi2-{pid}.raw", ESP, LINUX, size=12 << 20)
+        rc, out, err = cli(vmd, "image", "import", "--vm-disk", "--firmware", "uefi",
+                           "--ref", "disk:asked", mbr2)
+        assert rc == 0, err
+        assert c.get("/v1/images/disk:asked").json()["disk"]["firmware"] == "uefi"
+        r = c.post("/v1/images/import", {"path": str(uefi2), "format": "vm-disk",
+                                         "firmware": "bios", "ref": "disk:asked2"})
+        assert r.status == 201 and r.json()["disk"]["firmware"] == "bios", r
+        # refused with the field named
+        r = imp(mbr, "&firmware=efi")
+        assert r.status == 400 and r.error == ("invalid_argument", "firmware"), r
+        r = c.request("POST", "/v1/images/import?format=tar&firmware=uefi", body=b"x" * 1024)
+        assert r.status == 400 and r.error == ("invalid_argument", "firmware"), r
+        rc, out, err = cli(vmd, "image", "import", "--firmware", "uefi", mbr)
+        assert rc != 0 and "--firmware" in err and len(err.strip().splitlines()) == 1, err
+    finally:
+        c.close()
+
+
+def reg_request(reg, method, path, body=b"", headers=None):
+    conn = http.client.HTTPConnection(reg.host, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
+def put_blob(reg, repo, data):
+    """A monolithic upload straight to the registry (no warren)."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    st, h, _ = reg_request(reg, "POST", f"/v2/{repo}/blobs/uploads/")
+    assert st == 202, st
+    loc = urllib.parse.urlsplit(h["Location"])
+    q = loc.query + ("&" if loc.query else "") + "digest=" + digest
+    st, _, body = reg_request(reg, "PUT", f"{loc.path}?{q}", data,
+                              {"Content-Type": "application/octet-stream"})
+    assert st == 201, (st, body)
+    return digest
+
+
+def put_manifest(reg, repo, tag, man):
+    st, _, body = reg_request(reg, "PUT", f"/v2/{repo}/manifests/{tag}",
+                              json.dumps(man).encode(),
+                              {"Content-Type": man["mediaType"]})
+    assert st == 201, (st, body)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
+                    reason="docker-registry not installed (scripts/deps.sh)")
+def test_disks_push_and_pull_through_a_registry(vmd, fresh_daemon, tmp_path):
+    """A vm-disk travels as an OCI artifact (one layer: the disk as it is,
+    its format and firmware annotated); a second store pulls it to the same
+    digest, kind and firmware, checked by qemu-img as any import."""
+    reg = Registry(tmp_path / "registry")
+    uefi = gpt_disk(tmp_path / f"push-{os.getpid()}.raw", ESP, LINUX)
+    qc = tmp_path / f"push-{os.getpid()}.qcow2"
+    qemu_img("convert", "-f", "raw", "-O", "qcow2", uefi, qc)
+    c = vmd.client()
+    node2 = fresh_daemon(extra={"image_store": {"grace": 0}}).start()
+    c2 = node2.client()
+    try:
+        for name, disk, fmt in (("raw", uefi, "raw"), ("qc", qc, "qcow2")):
+            r = c.request("POST", f"/v1/images/import?format=vm-disk&ref=disk:{name}",
+                          body=disk.read_bytes())
+            assert r.status == 201, r
+            img = r.json()
+            remote = f"{reg.host}/vms/{name}:1"
+            p = c.post(f"/v1/images/disk:{name}/push", {"to": remote})
+            assert p.status == 200, p
+            pj = p.json()
+            # config and the disk: no chunk index (disks are pulled whole)
+            assert pj["digest"] == img["digest"] and pj["blobs_sent"] == 2, pj
+            g = c2.post("/v1/images/pull", {"ref": remote})
+            assert g.status == 200, g
+            gj = g.json()
+            assert gj["digest"] == img["digest"] == sha_file(disk), gj
+            assert gj["kind"] == "vm-disk" and gj["complete"] is True, gj
+            assert gj["disk"] == {"format": fmt, "virtual_size": 8 << 20,
+                                  "firmware": "uefi"}, gj
+            assert gj["source"] == f"registry:{reg.host}/vms/{name}@{pj['manifest_digest']}"
+            blob = node2.state / "images/blobs/sha256" / gj["digest"][7:]
+            assert sha_file(blob) == img["digest"]
+            # again: nothing fetched; a lazy pull of a disk is a whole one
+            g2 = c2.post("/v1/images/pull", {"ref": remote, "as": f"again:{name}"}).json()
+            assert g2["pull"]["already"] is True and g2["pull"]["bytes_fetched"] == 0, g2
+        # the pulled disk is a vm-disk there too: refused by the container tier
+        r = c2.post("/v1/sandboxes", {"image": "vms/raw:1", "timeout": 60})
+        assert r.status == 400 and r.error == ("invalid_argument", "image"), r
+        # a registry's disk that is not a safe disk is refused at pull: a
+        # qcow2 with a backing file, pushed under a warren artifact's name
+        bad = tmp_path / f"bad-{os.getpid()}.qcow2"
+        qemu_img("create", "-f", "qcow2", "-b", str(qc), "-F", "qcow2", bad)
+        blob_digest = put_blob(reg, "vms/bad", bad.read_bytes())
+        cfg = b"{}"
+        cfg_digest = put_blob(reg, "vms/bad", cfg)
+        man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+               "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                          "digest": cfg_digest, "size": len(cfg)},
+               "layers": [{"mediaType": "application/vnd.warren.image.vm-disk.v1",
+                           "digest": blob_digest, "size": bad.stat().st_size}]}
+        put_manifest(reg, "vms/bad", "1", man)
+        r = c2.post("/v1/images/pull", {"ref": f"{reg.host}/vms/bad:1"})
+        assert r.status == 400 and "backing file" in r.json()["error"]["message"], r
+        assert not [i for i in c2.get("/v1/images").json()["images"]
+                    if i["digest"] == "sha256:" + hashlib.sha256(bad.read_bytes()).hexdigest()]
+    finally:
+        c.close()
+        c2.close()
+        reg.stop()
 
 
 def test_unsafe_disks_are_refused(vmd, tmp_path):
@@ -199,9 +358,6 @@ def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
         # the refused creates hold nothing: the disk can go
         assert c.get("/v1/images/disk:1").json()["holders"] == 0
         assert c.get("/v1/sandboxes").json()["sandboxes"] == []
-        # disks do not travel through registries (yet): a clear 400
-        r = c.post("/v1/images/disk:1/push", {"to": "127.0.0.1:1/x/disk:1"})
-        assert r.status == 400 and "vm-disk" in r.json()["error"]["message"], r
         with pytest.raises(WarrenError):
             Images(socket=str(vmd.sock)).import_(b"", format="vm-disk")
     finally:
@@ -210,9 +366,11 @@ def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
 
 def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
     """The one boot of this file: a Debian rootfs image (the tests' own
-    debootstrap tree, streamed as a tar through the CLI) becomes a disk with
-    build-vm, boots to a ready agent from its store name, writes to its disk,
-    and the base's bytes still hash to its digest afterwards."""
+    debootstrap tree, streamed as a tar through the CLI) becomes a UEFI disk
+    with build-vm --firmware uefi (GPT, an EFI system partition, GRUB for
+    UEFI), boots with OVMF to a ready agent from its store name, writes to
+    its disk, and the base's bytes still hash to its digest afterwards. (The
+    tests' other VMs boot the BIOS disk debian-vm.raw with SeaBIOS.)"""
     kroot = build / "tests" / "vm" / "debian-vm.root"
     if not (kroot / ".complete").exists():
         pytest.fail(f"the VM tree is not built ({kroot}); ninja builds it with the tests")
@@ -247,13 +405,16 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         assert r.status == 400 and r.error[1] == "size", r
         r = c.post("/v1/images/build-vm", {"image": "nosuch:1"})
         assert r.status == 404, r
+        r = c.post("/v1/images/build-vm", {"image": "debian:vm", "firmware": "efi"})
+        assert r.status == 400 and r.error[1] == "firmware", r
         # the build, through the CLI
         rc, out, err = cli(d, "image", "build-vm", "--ref", "debian-vm:built", "--size", "2G",
-                           "debian:vm")
+                           "--firmware", "uefi", "debian:vm")
         assert rc == 0, err
         img = c.get("/v1/images/debian-vm:built").json()
         assert img["kind"] == "vm-disk" and img["digest"] == out.strip(), img
-        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30}, img
+        assert img["disk"] == {"format": "qcow2", "virtual_size": 2 << 30,
+                               "firmware": "uefi"}, img
         src = c.get("/v1/images/debian:vm").json()
         assert img["source"] == "build-vm:" + src["digest"] and src["holders"] == 0, (img, src)
         blob = d.state / "images/blobs/sha256" / img["digest"][7:]
@@ -264,12 +425,17 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         assert r.status == 201, r
         sid = r.json()["id"]
         assert c.get("/v1/images/debian-vm:built").json()["holders"] == 1
+        assert c.get(f"/v1/sandboxes/{sid}").json()["firmware"] == "uefi"
+        # its own copy of OVMF's variable store, in the VM's directory
+        assert (d.run / "vm" / sid / "efivars.fd").stat().st_size == \
+            Path("/usr/share/OVMF/OVMF_VARS_4M.fd").stat().st_size
         out = c.run(sid, ["sh", "-c", "uname -r; test -x /usr/sbin/qemu-ga && echo ga; "
                           "dd if=/dev/urandom of=/root/junk bs=1M count=8 2>/dev/null; "
-                          "echo kept > /root/data; sync; cat /etc/hostname"])
+                          "echo kept > /root/data; sync; cat /etc/hostname; "
+                          "test -d /sys/firmware/efi && echo efi"])
         assert out["exit_code"] == 0, out
         lines = out["stdout"].splitlines()
-        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm"], out
+        assert lines[0].endswith("cloud-amd64") and lines[1:] == ["ga", "warren-vm", "efi"], out
         assert c.run(sid, ["cat", "/root/data"])["stdout"] == "kept\n"
         # an image in use is not removed
         r = c.delete(f"/v1/images/{img['digest']}?force=1")

@@ -4,6 +4,7 @@ guest agent; vm: the stock qemu-guest-agent). One VM per tier for the
 module (vmtiers.py); test_api_files.py and test_api_pty.py run the full file
 and terminal suites on these tiers through the raw API."""
 import hashlib
+import json
 import os
 import sys
 import time
@@ -118,3 +119,15 @@ def test_terminal(tier, sandbox):
     out, ex = p.until_exit()
     assert "30 100" in out and ex["exit_code"] == 5, (out, ex)
     p.close()
+
+
+def test_no_vnc_unless_asked(tier, api, sandbox):
+    if tier.name != "vm":
+        pytest.skip("VNC is the vm tier's (test_vm_access.py asks for it)")
+    assert "display" not in api.get(f"/v1/sandboxes/{sandbox}").json()
+    vmdir = tier.d.run / "vm" / sandbox
+    assert vmdir.is_dir() and not (vmdir / "vnc.sock").exists()
+    assert not (vmdir / "vnc.pass").exists()
+    pid = json.loads((vmdir / "vm.json").read_text())["pid"]
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    assert b"-vnc" not in argv, argv

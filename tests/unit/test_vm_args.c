@@ -1,0 +1,162 @@
+/* The vm tier's UEFI firmware arguments: OVMF as two pflash chips from fds
+ * (the code read-only, a per-VM copy of the variable store), and that
+ * QEMU, given exactly these arguments under the tier's seccomp sandbox,
+ * runs OVMF to its boot manager (its serial output says so) without ever
+ * opening a firmware path itself. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tiers/vm.h"
+
+#define CODE "/usr/share/OVMF/OVMF_CODE_4M.fd"
+#define VARS "/usr/share/OVMF/OVMF_VARS_4M.fd"
+
+static void free_argv(char **argv, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(argv[i]);
+}
+
+static void test_uefi_argv(void **state)
+{
+	(void)state;
+	char *argv[16] = {0};
+	size_t n = 0;
+	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, 9, 10, 11), 0);
+	const char *want[] = {
+	    "-add-fd", "fd=9,set=3",
+	    "-drive",  "if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
+	    "-add-fd", "fd=10,set=4",
+	    "-add-fd", "fd=11,set=4",
+	    "-drive",  "if=pflash,unit=1,format=raw,file=/dev/fdset/4"};
+	assert_int_equal(n, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(argv[i], want[i]);
+	free_argv(argv, n);
+	/* no room: refused, nothing past the bound written */
+	char *small[4] = {0};
+	n = 0;
+	assert_int_equal(wr_fullvm_uefi_args(small, 4, &n, 9, 10, 11), -E2BIG);
+	assert_true(n < 4 && small[3] == NULL);
+	free_argv(small, n);
+}
+
+static int copy(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC);
+	int out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	char buf[65536];
+	ssize_t k;
+	int r = in >= 0 && out >= 0 ? 0 : -1;
+	while (r == 0 && (k = read(in, buf, sizeof(buf))) > 0)
+		r = write(out, buf, (size_t)k) == k ? 0 : -1;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return r;
+}
+
+static void test_ovmf_runs_from_fds(void **state)
+{
+	(void)state;
+	if (access(CODE, R_OK) != 0 || access(VARS, R_OK) != 0) {
+		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
+		skip();
+	}
+	char dir[64], vars[96];
+	snprintf(dir, sizeof(dir), "/tmp/warren-uefi-%d", (int)getpid());
+	assert_int_equal(mkdir(dir, 0700), 0);
+	snprintf(vars, sizeof(vars), "%s/efivars.fd", dir);
+	assert_int_equal(copy(VARS, vars), 0);
+	char *argv[40] = {0};
+	size_t n = 0;
+	const char *head[] = {
+	    "qemu-system-x86_64",
+	    "-M",
+	    "q35",
+	    "-accel",
+	    "tcg",
+	    "-m",
+	    "256",
+	    "-nodefaults",
+	    "-no-user-config",
+	    "-display",
+	    "none",
+	    "-serial",
+	    "stdio",
+	    "-sandbox",
+	    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"};
+	for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+		argv[n++] = strdup(head[i]);
+	assert_int_equal(wr_fullvm_uefi_args(argv, 40, &n, 10, 11, 12), 0);
+	int out[2];
+	assert_int_equal(pipe(out), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int code = open(CODE, O_RDONLY), rw = open(vars, O_RDWR), ro = open(vars, O_RDONLY);
+		if (code < 0 || rw < 0 || ro < 0 || dup2(code, 10) < 0 || dup2(rw, 11) < 0 ||
+		    dup2(ro, 12) < 0 || dup2(out[1], 1) < 0)
+			_exit(127);
+		int dn = open("/dev/null", O_RDWR);
+		dup2(dn, 0);
+		dup2(dn, 2);
+		for (int fd = 13; fd < 1024; fd++)
+			close(fd);
+		for (int fd = 3; fd < 10; fd++)
+			close(fd);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(out[1]);
+	/* OVMF's boot manager prints "BdsDxe: ..." on the serial port */
+	char buf[1 << 16];
+	size_t have = 0;
+	bool seen = false;
+	time_t end = time(NULL) + 240; /* TCG on a loaded machine */
+	while (!seen && time(NULL) < end && have < sizeof(buf) - 1) {
+		struct pollfd p = {.fd = out[0], .events = POLLIN};
+		if (poll(&p, 1, 1000) <= 0)
+			continue;
+		ssize_t k = read(out[0], buf + have, sizeof(buf) - 1 - have);
+		if (k <= 0)
+			break;
+		have += (size_t)k;
+		buf[have] = 0;
+		seen = strstr(buf, "BdsDxe") != NULL;
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(out[0]);
+	free_argv(argv, n);
+	unlink(vars);
+	rmdir(dir);
+	if (!seen)
+		fprintf(stderr, "serial: %.*s\n", (int)have, buf);
+	assert_true(seen);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_uefi_argv),
+	    cmocka_unit_test(test_ovmf_runs_from_fds),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
