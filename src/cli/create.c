@@ -268,7 +268,8 @@ int cmd_create(int argc, char **argv)
 	if (so.image == NULL)
 		return cli_usage_error("--image", "is required (an image name or a rootfs path)");
 	if (so.cpu_max > 0 && so.cpu > 0 && so.cpu_max < so.cpu)
-		return cli_usage_error("--cpu-max", "%g is below --cpu %g (the cap is at least the request)",
+		return cli_usage_error("--cpu-max",
+				       "%g is below --cpu %g (the cap is at least the request)",
 				       so.cpu_max, so.cpu);
 	so.env = env;
 	so.labels = labels;
