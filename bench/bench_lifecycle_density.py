@@ -42,13 +42,15 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_lifecycle import summary  # noqa: E402
+from bench_lifecycle import remove_cgroups, summary  # noqa: E402
 from lifecycle_common import RESULTS, Daemon, meminfo, rss, uptime, write_section  # noqa: E402
 
 SPEC = {"image": "busybox", "timeout": 86400, "memory_mb": 32, "disk_mb": 16, "pids": 32}
@@ -138,6 +140,7 @@ def snapshot(ds):
             "PageTables": mi.get("PageTables", 0), "Percpu": mi.get("Percpu", 0),
             "cgroup": sum(cg_usage(d) for d in ds),
             "slab_active": slab_active()[0], "kmalloc_1k": slab_active()[1],
+            "caches": {k: a * sz for k, (a, sz) in slabinfo().items()},
             "warrend_rss": sum(rss(d.proc.pid) for d in ds),
             "nprocs": len(os.listdir("/proc")),
             "warrend_fds": sum(len(os.listdir(f"/proc/{d.proc.pid}/fd")) for d in ds)}
@@ -252,9 +255,17 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
     pairs, base = [], []
     try:
         for i in range(ndaemons):
-            ds.append(Daemon(build, f"benchdens{label}{i}", extra={
-                "max_sandboxes": per + 100, "max_connections": 1000,
-                "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=hard))
+            name = f"benchdens{label}{i}"
+            try:
+                ds.append(Daemon(build, name, extra={
+                    "max_sandboxes": per + 100, "max_connections": 1000,
+                    "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=hard))
+            except Exception:
+                # a daemon that did not come up leaves its cgroups and dir
+                remove_cgroups(f"warren-{name}-{os.getpid()}")
+                for w in Path(tempfile.gettempdir()).glob(f"warren-{name}.*"):
+                    subprocess.run(["rm", "-rf", "--one-file-system", str(w)], check=False)
+                raise
         # baseline: a nearly empty node, 20 idle sandboxes
         base = [(ds[0], ds[0].api().call("POST", "/v1/sandboxes", SPEC)["id"])
                 for _ in range(20)]
@@ -280,7 +291,11 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
                                     if key == "MemAvailable"
                                     else round((after[key] - before[key]) / k)
                                     for key in before
-                                    if key not in ("nprocs", "warrend_fds", "kmalloc_1k")}
+                                    if key not in ("nprocs", "warrend_fds", "kmalloc_1k",
+                                                   "caches")}
+        bc, ac = before.pop("caches"), after.pop("caches")
+        top = sorted(((ac.get(c, 0) - bc.get(c, 0)) / k, c) for c in set(ac) | set(bc))
+        res["top_caches_per_sandbox"] = [(c, round(v)) for v, c in reversed(top[-12:])]
         res["kmalloc_1k_per_sandbox"] = round((after["kmalloc_1k"] -
                                                before["kmalloc_1k"]) / k, 1)
         res["warrend_fds_per_sandbox"] = round((after["warrend_fds"] -
@@ -330,6 +345,10 @@ def main():
     nmemcg = int(os.environ.get("BENCH_DENSITY_MEMCGS", "200"))
     out = {"kernel": os.uname().release}
     old = os.environ.get("BENCH_DENSITY_OLD_BUILD")
+    for b in [build] + ([Path(old)] if old else []):
+        for f in ("warrend", "warren-init", "warren-zygote"):
+            if not (b / f).exists():
+                sys.exit(f"bench_lifecycle_density: no {b / f} (ninja -C {b})")
     if old:
         out["old"] = phase(Path(old).resolve(), int(os.environ.get("BENCH_DENSITY_OLD_N", n)),
                            0, floor, max_s, clients, nmemcg, "old")
@@ -369,6 +388,9 @@ def write(out):
     cells = " | ".join(f"{p['kmalloc_1k_per_sandbox']}" for p in phases)
     rows.append(f"| kmalloc-1k objects (shrinker_info units among them) | {cells} | "
                 f"{phases[-1]['memcg_baseline']['kmalloc_1k']} |")
+    tops = "\n".join(
+        f"* {p['label']}: " + ", ".join(f"{c} {v / kib:.0f}" for c, v in
+                                       p["top_caches_per_sandbox"]) for p in phases)
     sbrows = "\n".join(
         f"| {p['label']} | {sb_text(p['superblocks_idle'])} | "
         f"{sb_text(p['superblocks_after_exec'])} |" for p in phases)
@@ -396,6 +418,11 @@ same run, per empty memory cgroup (no process, no mount;
 | measure | {head} | empty memory cgroup |
 |---|{'---:|' * len(phases)}---:|
 {chr(10).join(rows)}
+
+Kernel object caches that grew most, KiB per sandbox (active objects x
+size; kmalloc-1k holds the shrinker_info units):
+
+{tops}
 
 Superblocks of a sandbox's own (distinct devices in PID 1's mountinfo that
 no other sandbox and not the host show; not listed there: the writable
