@@ -14,7 +14,7 @@
  *                a size-limited /dev/shm (one tmpfs, which also serves the
  *                masks), then pivot_root.
  *   later        wr_rootfs_devpts(): the sandbox's devpts, before its first
- *                command (tiers/container_devpts.c).
+ *                command (tiers/container_mounts.c).
  * The mount table and why each superblock exists: docs/ARCHITECTURE.md.
  */
 #ifndef WARREN_ISOLATE_ROOTFS_H

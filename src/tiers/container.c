@@ -119,38 +119,6 @@ static int recv_go(int sock, int *fds, size_t n, size_t max)
 
 /* ---- process-wide set-up ------------------------------------------------ */
 
-/* The shared offline namespace and its sysfs (wr_container_globals). This
- * thread enters a new network namespace for the mount (sysfs shows the
- * mounting task's namespace) and comes back at once; the others of the
- * process are unaffected. */
-static int offline_sysfs(struct wr_container_globals *g, wr_err *err)
-{
-	g->offline_netns = g->offline_sysfs = -1;
-	int saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (saved < 0)
-		return wr_err_sys(err, "offline sysfs: own network namespace");
-	struct wr_cerr ce = {0};
-	int r = wr_netns_new(&ce);
-	if (r == 0 &&
-	    (g->offline_netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
-		r = wr_cerr_sys(&ce, "open it");
-	if (r == 0)
-		r = g->offline_sysfs = wr_mount_new("sysfs", "sysfs", NULL,
-						    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-							MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-						    &ce);
-	/* Invariant: back in our own namespace before anything else runs on
-	 * this thread (wr_netns_leave aborts otherwise). */
-	wr_netns_leave(&saved);
-	if (r < 0) {
-		if (g->offline_netns >= 0)
-			close(g->offline_netns);
-		g->offline_netns = g->offline_sysfs = -1;
-		return wr_err_set(err, ce.errnum, "offline sysfs: %s", ce.msg);
-	}
-	return 0;
-}
-
 int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
 {
 	pthread_mutex_lock(&g_lock);
@@ -187,7 +155,7 @@ int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
 		r = wr_err_wrap(err, "container tier");
 		goto out;
 	}
-	if (offline_sysfs(g, err) < 0) {
+	if (wr_container_offline_sysfs(g, err) < 0) {
 		r = wr_err_wrap(err, "container tier");
 		goto out;
 	}

@@ -60,12 +60,15 @@ struct wr_sandbox {
 	pthread_mutex_t leaves_lock;
 	struct wr_leaf *leaves;
 	/* The sandbox's devpts is mounted before its first command
-	 * (container_devpts.c); the lock serialises that first mount. */
+	 * (container_mounts.c); the lock serialises that first mount. */
 	pthread_mutex_t devpts_lock;
 	atomic_bool devpts;
 };
 
-/* container_devpts.c: make sure the sandbox's own devpts is on /dev/pts
+/* container_mounts.c: the shared offline network namespace and its
+ * read-only sysfs (wr_container_globals), made at init. */
+int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err);
+/* container_mounts.c: make sure the sandbox's own devpts is on /dev/pts
  * (once; later calls return at once). Before any command or terminal. */
 int wr_container_devpts(struct wr_sandbox *sb, wr_err *err);
 

@@ -1,4 +1,6 @@
-/* The container tier: a sandbox's devpts, mounted before its first command.
+/* The container tier: the mounts made outside a create's rootfs set-up
+ * (isolate/rootfs.c): the offline sandboxes' shared sysfs, and a sandbox's
+ * devpts, mounted before its first command.
  *
  * Every superblock costs memory in every memory cgroup of the node (a
  * memcg-aware shrinker each, docs/ARCHITECTURE.md "Mount table of a
@@ -16,6 +18,7 @@
  *   P  done: the flag is set, later calls return at once.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
@@ -23,8 +26,43 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/compat.h"
+#include "isolate/mount.h"
+#include "isolate/netns.h"
 #include "isolate/rootfs.h"
 #include "tiers/container_internal.h"
+
+/* The shared offline namespace and its sysfs (wr_container_globals). This
+ * thread enters a new network namespace for the mount (sysfs shows the
+ * mounting task's namespace) and comes back at once; the others of the
+ * process are unaffected. */
+int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err)
+{
+	g->offline_netns = g->offline_sysfs = -1;
+	int saved = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (saved < 0)
+		return wr_err_sys(err, "offline sysfs: own network namespace");
+	struct wr_cerr ce = {0};
+	int r = wr_netns_new(&ce);
+	if (r == 0 &&
+	    (g->offline_netns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)) < 0)
+		r = wr_cerr_sys(&ce, "open it");
+	if (r == 0)
+		r = g->offline_sysfs = wr_mount_new("sysfs", "sysfs", NULL,
+						    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+							MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+						    &ce);
+	/* Invariant: back in our own namespace before anything else runs on
+	 * this thread (wr_netns_leave aborts otherwise). */
+	wr_netns_leave(&saved);
+	if (r < 0) {
+		if (g->offline_netns >= 0)
+			close(g->offline_netns);
+		g->offline_netns = g->offline_sysfs = -1;
+		return wr_err_set(err, ce.errnum, "offline sysfs: %s", ce.msg);
+	}
+	return 0;
+}
 
 struct devpts_args {
 	int init_pidfd;
