@@ -9,14 +9,32 @@ Environment: BENCH_DENSITY_N (sandboxes, default 10000), BENCH_DENSITY_EXECS
 (execs timed per phase, default 200), BENCH_DENSITY_FLOOR_MB (stop creating
 when the node's MemAvailable falls below this, default 6144: the machine is
 shared), BENCH_DENSITY_MAX_S (stop creating after this long, default 2400),
-BENCH_DENSITY_CLIENTS (parallel create connections, default 4).
+BENCH_DENSITY_CLIENTS (parallel create connections, default 4),
+BENCH_DENSITY_MEMCGS (empty memory cgroups of the baseline, default 200),
+BENCH_DENSITY_OLD_BUILD and BENCH_DENSITY_OLD_N (optional: first the same
+run with another build, e.g. one before a change, for a side-by-side
+comparison under the same kernel state).
 
 Memory per sandbox, three ways (each a delta between the node before the
 first create and after the last, divided by the count): MemAvailable (what
 the node lost: every kernel object and process page, but also whatever
 other work on the machine did meanwhile), Slab (kernel objects: cgroups,
 namespaces, mounts, dentries), and the sandboxes' own memory cgroups
-(memory.usage_in_bytes of the base: what is charged to them). Writes the
+(memory.usage_in_bytes of the base: what is charged to them); plus kernel
+objects in use (the sum of active objects x size over /proc/slabinfo, which
+freed slots left by an earlier phase do not hide) and kmalloc-1k objects
+(the kernel's per-memory-cgroup shrinker_info units live there).
+
+Baseline, side by side in the same run: the same deltas for empty memory
+cgroups (no process, no mount), made and removed right before the
+sandboxes. A memory cgroup gets one shrinker_info unit per 64 shrinker ids
+the kernel has ever handed out at once (the table never shrinks), and every
+superblock registers a shrinker: so what an empty memory cgroup costs here
+is the floor of what a sandbox can cost on this node until a reboot.
+
+Superblocks per sandbox: the distinct devices in PID 1's mountinfo, those
+no other sandbox and not the host show counted as its own, read on idle
+sandboxes and again after each ran one command. Writes the
 "density" section of bench/results/lifecycle.md and
 lifecycle-density-<UTC time>.json.
 """
@@ -24,16 +42,87 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_lifecycle import summary  # noqa: E402
+from bench_lifecycle import remove_cgroups, summary  # noqa: E402
 from lifecycle_common import RESULTS, Daemon, meminfo, rss, uptime, write_section  # noqa: E402
 
 SPEC = {"image": "busybox", "timeout": 86400, "memory_mb": 32, "disk_mb": 16, "pids": 32}
+
+
+def slabinfo():
+    """name -> (active objects, object size) from /proc/slabinfo."""
+    out = {}
+    for line in Path("/proc/slabinfo").read_text().splitlines()[2:]:
+        f = line.split()
+        out[f[0]] = (int(f[1]), int(f[3]))
+    return out
+
+
+def slab_active():
+    si = slabinfo()
+    return sum(a * sz for a, sz in si.values()), si.get("kmalloc-1k", (0, 0))[0]
+
+
+def memcg_baseline(k):
+    """Per empty memory cgroup: deltas of kernel objects in use, kmalloc-1k
+    objects, Percpu and MemAvailable, over k made beneath our own memory
+    cgroup (and removed again)."""
+    own = next(line.split(":", 2)[2] for line in
+               Path("/proc/self/cgroup").read_text().splitlines()
+               if line.split(":", 2)[1].split(",").count("memory"))
+    top = Path("/sys/fs/cgroup/memory" + own) / f"benchdens-memcg-{os.getpid()}"
+    top.mkdir()
+    made = []
+    try:
+        a_bytes, a_1k = slab_active()
+        a = meminfo()
+        for i in range(k):
+            (top / f"m{i}").mkdir()
+            made.append(top / f"m{i}")
+        b_bytes, b_1k = slab_active()
+        b = meminfo()
+    finally:
+        for m in made:
+            m.rmdir()
+        top.rmdir()
+    return {"n": k, "slab_active": round((b_bytes - a_bytes) / k),
+            "kmalloc_1k": round((b_1k - a_1k) / k, 1),
+            "Percpu": round((b["Percpu"] - a["Percpu"]) / k),
+            "MemAvailable": round((a["MemAvailable"] - b["MemAvailable"]) / k)}
+
+
+def init_pid(d, sid):
+    for sub in ("", "init"):
+        p = d.cg("memory") / sid / sub / "cgroup.procs"
+        if p.exists():
+            pids = p.read_text().split()
+            if pids:
+                return int(pids[0])
+    return None
+
+
+def superblocks(pairs):
+    """Per sandbox: (all, own) distinct devices in PID 1's mountinfo."""
+    sets = []
+    for d, sid in pairs:
+        pid = init_pid(d, sid)
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        sets.append({(line.split()[2], line.split(" - ")[1].split()[0]) for line in lines})
+    host = {line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    out = []
+    for i, st in enumerate(sets):
+        others = set().union(*(x for j, x in enumerate(sets) if j != i))
+        own = sorted(fs for dev, fs in st if dev not in host and
+                     dev not in {dv for dv, _ in others})
+        out.append({"all": len(st), "own": own})
+    return out
 
 
 def cg_usage(d):
@@ -50,6 +139,8 @@ def snapshot(ds):
             "SUnreclaim": mi["SUnreclaim"], "KernelStack": mi.get("KernelStack", 0),
             "PageTables": mi.get("PageTables", 0), "Percpu": mi.get("Percpu", 0),
             "cgroup": sum(cg_usage(d) for d in ds),
+            "slab_active": slab_active()[0], "kmalloc_1k": slab_active()[1],
+            "caches": {k: a * sz for k, (a, sz) in slabinfo().items()},
             "warrend_rss": sum(rss(d.proc.pid) for d in ds),
             "nprocs": len(os.listdir("/proc")),
             "warrend_fds": sum(len(os.listdir(f"/proc/{d.proc.pid}/fd")) for d in ds)}
@@ -146,15 +237,9 @@ def delete_all(pairs, clients):
     return time.time() - t0
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: bench/bench_lifecycle_density.py BUILD_DIR")
-    build = Path(sys.argv[1]).resolve()
-    n = int(os.environ.get("BENCH_DENSITY_N", "10000"))
-    nexec = int(os.environ.get("BENCH_DENSITY_EXECS", "200"))
-    floor = int(os.environ.get("BENCH_DENSITY_FLOOR_MB", "6144")) << 20
-    max_s = float(os.environ.get("BENCH_DENSITY_MAX_S", "2400"))
-    clients = int(os.environ.get("BENCH_DENSITY_CLIENTS", "4"))
+def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
+    """One build: baseline memcgs, n idle sandboxes, their cost, execs
+    (nexec > 0), then everything deleted."""
     # Each sandbox holds ~13 fds in its daemon (pidfds, cgroup directories,
     # the network filter's BPF links). A daemon whose hard RLIMIT_NOFILE
     # cannot be raised (no CAP_SYS_RESOURCE, as in this container) holds
@@ -165,21 +250,32 @@ def main():
         max(100, min(n, (hard - 1000) // 14))
     ndaemons = (n + per - 1) // per
     ds = []
-    res = {"n_asked": n, "load": {}, "daemons": ndaemons, "per_daemon": per,
-           "nofile_hard": hard}
-    pairs = []
+    res = {"label": label, "build": str(build), "n_asked": n, "load": {},
+           "daemons": ndaemons, "per_daemon": per, "nofile_hard": hard}
+    pairs, base = [], []
     try:
         for i in range(ndaemons):
-            ds.append(Daemon(build, f"benchdens{i}", extra={
-                "max_sandboxes": per + 100, "max_connections": 1000,
-                "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=hard))
+            name = f"benchdens{label}{i}"
+            try:
+                ds.append(Daemon(build, name, extra={
+                    "max_sandboxes": per + 100, "max_connections": 1000,
+                    "harvest": {"interval_s": 1, "idle_after_s": 3}}, nofile=hard))
+            except Exception:
+                # a daemon that did not come up leaves its cgroups and dir
+                remove_cgroups(f"warren-{name}-{os.getpid()}")
+                for w in Path(tempfile.gettempdir()).glob(f"warren-{name}.*"):
+                    subprocess.run(["rm", "-rf", "--one-file-system", str(w)], check=False)
+                raise
         # baseline: a nearly empty node, 20 idle sandboxes
         base = [(ds[0], ds[0].api().call("POST", "/v1/sandboxes", SPEC)["id"])
                 for _ in range(20)]
         time.sleep(5)  # the sampler marks them idle
-        res["load"]["baseline"] = uptime()
-        res["exec_baseline"] = execs(base, nexec)
+        if nexec:
+            res["load"]["baseline"] = uptime()
+            res["exec_baseline"] = execs(base, nexec)
         time.sleep(4)
+        res["load"]["memcg_baseline"] = uptime()
+        res["memcg_baseline"] = memcg_baseline(nmemcg)
         before = snapshot(ds)
         res["load"]["create_start"] = uptime()
         pairs, errors, took = create_many(ds, n, per, floor, max_s, clients)
@@ -188,15 +284,30 @@ def main():
         res["create_errors"] = errors[:5]
         time.sleep(8)  # every one marked idle, memory reclaimed
         after = snapshot(ds)
+        res["load"]["full"] = uptime()
         res["before"], res["after"] = before, after
         k = max(1, len(pairs))
         res["per_sandbox_bytes"] = {key: round((before[key] - after[key]) / k)
                                     if key == "MemAvailable"
                                     else round((after[key] - before[key]) / k)
-                                    for key in before if key not in ("nprocs", "warrend_fds")}
+                                    for key in before
+                                    if key not in ("nprocs", "warrend_fds", "kmalloc_1k",
+                                                   "caches")}
+        bc, ac = before.pop("caches"), after.pop("caches")
+        top = sorted(((ac.get(c, 0) - bc.get(c, 0)) / k, c) for c in set(ac) | set(bc))
+        res["top_caches_per_sandbox"] = [(c, round(v)) for v, c in reversed(top[-12:])]
+        res["kmalloc_1k_per_sandbox"] = round((after["kmalloc_1k"] -
+                                               before["kmalloc_1k"]) / k, 1)
         res["warrend_fds_per_sandbox"] = round((after["warrend_fds"] -
                                                 before["warrend_fds"]) / k, 2)
         res["host_procs_per_sandbox"] = round((after["nprocs"] - before["nprocs"]) / k, 2)
+        # superblocks of 3 idle sandboxes that never ran a command, and of
+        # the same after one command each
+        sample = pairs[:3]
+        res["superblocks_idle"] = superblocks(sample)
+        for d, sid in sample:
+            d.api().call("POST", f"/v1/sandboxes/{sid}/commands", {"cmd": ["true"]})
+        res["superblocks_after_exec"] = superblocks(sample)
         res["idle_marked"] = 0
         res["sample_seconds"] = []
         for d in ds:
@@ -208,62 +319,126 @@ def main():
                                       line.endswith(" 1"))
             res["sample_seconds"] += [line.split()[-1] for line in m.splitlines()
                                       if line.startswith("warren_harvest_sample_seconds ")]
-        res["load"]["full"] = uptime()
-        res["exec_full"] = execs(pairs + base, nexec)
-        res["load"]["after_execs"] = uptime()
+        if nexec:
+            res["exec_full"] = execs(pairs + base, nexec)
+            res["load"]["after_execs"] = uptime()
         res["delete_s"] = round(delete_all(pairs + base, clients), 1)
-        pairs = []
+        pairs = base = []
     finally:
-        if pairs:
-            delete_all(pairs, clients)
+        if pairs or base:
+            delete_all(pairs + base, clients)
         for d in ds:
             d.close()
     res["after_cleanup"] = {"MemAvailable": meminfo()["MemAvailable"]}
-    write(res)
+    return res
 
 
-def write(res):
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: bench/bench_lifecycle_density.py BUILD_DIR")
+    build = Path(sys.argv[1]).resolve()
+    n = int(os.environ.get("BENCH_DENSITY_N", "10000"))
+    nexec = int(os.environ.get("BENCH_DENSITY_EXECS", "200"))
+    floor = int(os.environ.get("BENCH_DENSITY_FLOOR_MB", "6144")) << 20
+    max_s = float(os.environ.get("BENCH_DENSITY_MAX_S", "2400"))
+    clients = int(os.environ.get("BENCH_DENSITY_CLIENTS", "4"))
+    nmemcg = int(os.environ.get("BENCH_DENSITY_MEMCGS", "200"))
+    out = {"kernel": os.uname().release}
+    old = os.environ.get("BENCH_DENSITY_OLD_BUILD")
+    for b in [build] + ([Path(old)] if old else []):
+        for f in ("warrend", "warren-init", "warren-zygote"):
+            if not (b / f).exists():
+                sys.exit(f"bench_lifecycle_density: no {b / f} (ninja -C {b})")
+    if old:
+        out["old"] = phase(Path(old).resolve(), int(os.environ.get("BENCH_DENSITY_OLD_N", n)),
+                           0, floor, max_s, clients, nmemcg, "old")
+    out["new"] = phase(build, n, nexec, floor, max_s, clients, nmemcg, "new")
+    write(out)
+
+
+def sb_text(rows):
+    own = sorted({tuple(r["own"]) for r in rows})
+    return "; ".join(f"{len(o)} ({', '.join(o)})" for o in own)
+
+
+def load(s):
+    return s.split("load average: ")[-1]
+
+
+def write(out):
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"lifecycle-density-{stamp}.json").write_text(json.dumps(res, indent=1))
-    per = res["per_sandbox_bytes"]
-    b, f = res["exec_baseline"], res["exec_full"]
+    (RESULTS / f"lifecycle-density-{stamp}.json").write_text(json.dumps(out, indent=1))
     kib = 1024
+    phases = [out[k] for k in ("old", "new") if k in out]
+    res = out["new"]
+    head = " | ".join(f"{p['label']} build: {p['created']} sandboxes" for p in phases)
+    rows = []
+    for key, what in (("MemAvailable", "node MemAvailable (everything, other work included)"),
+                      ("slab_active", "kernel objects in use (slabinfo active x size)"),
+                      ("Slab", "Slab (kernel objects, pages)"),
+                      ("SUnreclaim", "of which unreclaimable (SUnreclaim)"),
+                      ("KernelStack", "KernelStack"), ("PageTables", "PageTables"),
+                      ("Percpu", "Percpu (per-CPU counters: memory cgroups)"),
+                      ("cgroup", "charged to the sandboxes' memory cgroups"),
+                      ("warrend_rss", "warrend RSS (all daemons)")):
+        cells = " | ".join(f"{p['per_sandbox_bytes'][key] / kib:.0f} KiB" for p in phases)
+        mb = phases[-1]["memcg_baseline"].get(key)
+        rows.append(f"| {what} | {cells} | {'' if mb is None else f'{mb / kib:.0f} KiB'} |")
+    cells = " | ".join(f"{p['kmalloc_1k_per_sandbox']}" for p in phases)
+    rows.append(f"| kmalloc-1k objects (shrinker_info units among them) | {cells} | "
+                f"{phases[-1]['memcg_baseline']['kmalloc_1k']} |")
+    tops = "\n".join(
+        f"* {p['label']}: " + ", ".join(f"{c} {v / kib:.0f}" for c, v in
+                                       p["top_caches_per_sandbox"]) for p in phases)
+    sbrows = "\n".join(
+        f"| {p['label']} | {sb_text(p['superblocks_idle'])} | "
+        f"{sb_text(p['superblocks_after_exec'])} |" for p in phases)
+    runs = "\n".join(
+        f"* {p['label']} build (`{p['build']}`): {p['created']} of {p['n_asked']} created in "
+        f"{p['create_s']} s on {p['daemons']} daemon(s) (load at the start "
+        f"{load(p['load']['create_start'])}, full {load(p['load']['full'])}); stopped: "
+        f"{'; '.join(p['create_errors']) or 'the count was reached'}; "
+        f"{p['idle_marked']} marked idle; deleted in {p['delete_s']} s; "
+        f"{p['warrend_fds_per_sandbox']} daemon fds and {p['host_procs_per_sandbox']} "
+        f"host processes per sandbox." for p in phases)
+    b, f = res["exec_baseline"], res["exec_full"]
     text = f"""## Density: idle container sandboxes
 
-Run {stamp}, `bench/bench_lifecycle_density.py` (BENCH_DENSITY_N={res['n_asked']}):
-{res['created']} sandboxes created in {res['create_s']} s
-({res['created'] / max(res['create_s'], 0.001):.0f}/s, 4 clients) on
-{res['daemons']} daemon(s) of at most {res['per_daemon']} sandboxes each (the
-daemon's hard fd limit here is {res['nofile_hard']}, ~{res['warrend_fds_per_sandbox']} fds
-per sandbox), each
-`{json.dumps(SPEC)}`, PID 1 only, marked idle by the sampler
-({res['idle_marked']} of them when measured). Stopped because:
-{'; '.join(res['create_errors']) or 'the count was reached'}.
-Deleted in {res['delete_s']} s.
+Run {stamp}, `bench/bench_lifecycle_density.py`, kernel {out['kernel']}, each sandbox
+`{json.dumps(SPEC)}`, PID 1 only, marked idle by the sampler:
 
-Memory per sandbox (delta over the run / count):
+{runs}
 
-| measure | per sandbox |
-|---|---:|
-| node MemAvailable (everything, other work included) | {per['MemAvailable'] / kib:.0f} KiB |
-| Slab (kernel objects) | {per['Slab'] / kib:.0f} KiB |
-| of which unreclaimable (SUnreclaim) | {per['SUnreclaim'] / kib:.0f} KiB |
-| KernelStack | {per['KernelStack'] / kib:.0f} KiB |
-| PageTables | {per['PageTables'] / kib:.0f} KiB |
-| Percpu (per-CPU counters: memory cgroups) | {per['Percpu'] / kib:.0f} KiB |
-| charged to the sandboxes' memory cgroups | {per['cgroup'] / kib:.0f} KiB |
-| warrend RSS (all daemons) | {per['warrend_rss'] / kib:.1f} KiB |
+Memory per sandbox (delta over the run / count) and, side by side in the
+same run, per empty memory cgroup (no process, no mount;
+{res['memcg_baseline']['n']} made and removed right before the sandboxes, load
+{load(res['load']['memcg_baseline'])}):
 
-Host processes per sandbox: {res['host_procs_per_sandbox']}. Sampler pass
-per daemon: {', '.join(res['sample_seconds'])} s (every 1 s).
+| measure | {head} | empty memory cgroup |
+|---|{'---:|' * len(phases)}---:|
+{chr(10).join(rows)}
 
-Exec `true` on a random idle sandbox (n={b['n']} each):
+Kernel object caches that grew most, KiB per sandbox (active objects x
+size; kmalloc-1k holds the shrinker_info units):
+
+{tops}
+
+Superblocks of a sandbox's own (distinct devices in PID 1's mountinfo that
+no other sandbox and not the host show; not listed there: the writable
+layer's tmpfs, and the mqueue instance the kernel makes with every IPC
+namespace: +2 each):
+
+| build | idle, never ran a command | after one command |
+|---|---|---|
+{sbrows}
+
+Exec `true` on a random idle sandbox (new build, n={b['n']} each):
 
 | node | p50 ms | p99 ms | mean ms | load (uptime) |
 |---|---:|---:|---:|---|
-| 20 sandboxes | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | {b['mean_ms']:.2f} | {res['load']['baseline'].split('load average: ')[-1]} |
-| {res['created']} sandboxes | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['mean_ms']:.2f} | {res['load']['full'].split('load average: ')[-1]} |
+| 20 sandboxes | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | {b['mean_ms']:.2f} | {load(res['load']['baseline'])} |
+| {res['created']} sandboxes | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['mean_ms']:.2f} | {load(res['load']['full'])} |
 """
     write_section("density", text)
     print(text)

@@ -114,15 +114,15 @@ typedef struct {
 	bool insecure;
 } warren_registry_auth;
 
-/* Version 2 added layers, pull and registry_auth; 3 on_idle and lease; 4 network. */
-#define WARREN_SANDBOX_OPTS_VERSION 4
+/* Version 2 added layers, pull and registry_auth; 3 on_idle and lease; 4 network; 5 cpu_max. */
+#define WARREN_SANDBOX_OPTS_VERSION 5
 typedef struct {
 	unsigned int version;
 	const char *image; /* required: a store ref (name:tag, digest), a registry ref
 			      (host[:port]/repo[:tag|@digest], pulled when missing), a
 			      configured image name or a node path */
 	const char *tier;  /* NULL: the daemon's default ("container") */
-	double cpu;	   /* 0: no cap */
+	double cpu;	   /* request, and the cap unless cpu_max; 0: none */
 	int64_t memory_mb; /* 0: default */
 	int64_t disk_mb;
 	int64_t pids;
@@ -156,6 +156,10 @@ typedef struct {
 	 * [{"cidr", "ports", "protocol"}], "domains": [...], "services": [...]}.
 	 * NULL: mode none (loopback only). */
 	const char *network_json;
+	/* version 5: CPU quota of a container sandbox, in cores (0 < x <= 64,
+	 * at least cpu): it may burst above cpu up to this. 0: cpu is also
+	 * the cap. */
+	double cpu_max;
 } warren_sandbox_opts;
 #define WARREN_SANDBOX_OPTS_INIT                                                                   \
 	{                                                                                          \

@@ -21,7 +21,9 @@ static void create_usage(FILE *f)
 	       "                     base first: the first --layer sits right above --image)\n"
 	       "  --pull POLICY      registry references: missing (default), always, never\n"
 	       "  --tier NAME        isolation tier (default: the daemon's)\n"
-	       "  --cpu N            CPUs (fractions allowed; default: no cap)\n"
+	       "  --cpu N            CPUs requested: the CPU weight, and the cap unless\n"
+	       "                     --cpu-max (fractions allowed; default: no cap)\n"
+	       "  --cpu-max N        CPU cap (at least --cpu): bursts above --cpu up to N\n"
 	       "  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
 	       "  --disk SIZE        writable layer quota (e.g. 1G)\n"
 	       "  --pids N           process limit\n"
@@ -47,6 +49,7 @@ enum {
 	OPT_IMAGE = 1000,
 	OPT_TIER,
 	OPT_CPU,
+	OPT_CPU_MAX,
 	OPT_MEMORY,
 	OPT_DISK,
 	OPT_PIDS,
@@ -116,12 +119,24 @@ static int parse_mb(const char *opt, const char *arg, int64_t *out)
 	return 0;
 }
 
+static int parse_cpus(const char *opt, const char *arg, double *out)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(arg, &end);
+	if (errno || *end || end == arg || !(d > 0 && d <= 64))
+		return cli_usage_error(opt, "'%s' is not a CPU count above 0 and up to 64", arg);
+	*out = d;
+	return 0;
+}
+
 int cmd_create(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"image", required_argument, NULL, OPT_IMAGE},
 	    {"tier", required_argument, NULL, OPT_TIER},
 	    {"cpu", required_argument, NULL, OPT_CPU},
+	    {"cpu-max", required_argument, NULL, OPT_CPU_MAX},
 	    {"memory", required_argument, NULL, OPT_MEMORY},
 	    {"disk", required_argument, NULL, OPT_DISK},
 	    {"pids", required_argument, NULL, OPT_PIDS},
@@ -165,17 +180,12 @@ int cmd_create(int argc, char **argv)
 		switch (c) {
 		case OPT_IMAGE: so.image = optarg; break;
 		case OPT_TIER: so.tier = optarg; break;
-		case OPT_CPU: {
-			char *end;
-			errno = 0;
-			double d = strtod(optarg, &end);
-			if (errno || *end || end == optarg || d <= 0 || d > 64)
-				return cli_usage_error(
-				    "--cpu", "'%s' is not a CPU count above 0 and up to 64",
-				    optarg);
-			so.cpu = d;
+		case OPT_CPU:
+		case OPT_CPU_MAX:
+			if (parse_cpus(c == OPT_CPU ? "--cpu" : "--cpu-max", optarg,
+				       c == OPT_CPU ? &so.cpu : &so.cpu_max))
+				return WR_EXIT_WARREN;
 			break;
-		}
 		case OPT_MEMORY:
 			if (parse_mb("--memory", optarg, &so.memory_mb))
 				return WR_EXIT_WARREN;
@@ -257,6 +267,10 @@ int cmd_create(int argc, char **argv)
 		return cli_usage_error(argv[optind], "unexpected argument (the image is --image)");
 	if (so.image == NULL)
 		return cli_usage_error("--image", "is required (an image name or a rootfs path)");
+	if (so.cpu_max > 0 && so.cpu > 0 && so.cpu_max < so.cpu)
+		return cli_usage_error("--cpu-max",
+				       "%g is below --cpu %g (the cap is at least the request)",
+				       so.cpu_max, so.cpu);
 	so.env = env;
 	so.labels = labels;
 	so.layers = layers;

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,7 +17,7 @@
 
 /* crun's masked paths, plus the page-frame files whose reads crashed
  * kernels in DSec's fleet. Files are covered by an empty read-only regular file,
- * directories by an empty read-only tmpfs. */
+ * directories by an empty read-only directory (setup_dev). */
 const char *const wr_rootfs_masked_paths[] = {
     "proc/acpi",	"proc/asound",	      "proc/interrupts",  "proc/kcore",
     "proc/keys",	"proc/latency_stats", "proc/timer_list",  "proc/timer_stats",
@@ -70,29 +72,23 @@ static int ensure_dir(int dfd, const char *name, mode_t mode, struct wr_cerr *e)
 	return 0;
 }
 
-/* Size options are written with snprintf into caller stack buffers: no
- * allocation in the child. */
-static int mount_tmpfs_at(int dfd, const char *path, uint64_t size, uint64_t inodes,
-			  const char *mode, unsigned int attrs, struct wr_cerr *e)
+/* A detached tmpfs with a hard size and inode count. Size options are
+ * written with snprintf into stack buffers: no allocation in the child. */
+static int tmpfs_new(const char *source, uint64_t size, uint64_t inodes, const char *mode,
+		     unsigned int attrs, struct wr_cerr *e)
 {
 	char sz[48], ino[48], md[24];
 	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)size);
 	snprintf(ino, sizeof(ino), "nr_inodes=%llu", (unsigned long long)inodes);
 	snprintf(md, sizeof(md), "mode=%s", mode);
 	const char *opts[] = {sz, ino, md, NULL};
-	_cleanup_close_ int m = wr_mount_new("tmpfs", "tmpfs", opts, attrs, e);
-	if (m < 0)
-		return m;
-	return wr_mount_attach(m, dfd, path, e);
+	return wr_mount_new("tmpfs", source, opts, attrs, e);
 }
 
 static int bind_dev(int devfd, const char *name, struct wr_cerr *e)
 {
 	char host[64];
 	snprintf(host, sizeof(host), "/dev/%s", name);
-	_cleanup_close_ int f = openat(devfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
-	if (f < 0)
-		return wr_cerr_sys(e, "create /dev/%s", name);
 	_cleanup_close_ int m = wr_mount_clone(AT_FDCWD, host, false, e);
 	if (m < 0)
 		return m;
@@ -101,33 +97,53 @@ static int bind_dev(int devfd, const char *name, struct wr_cerr *e)
 	return wr_mount_attach(m, devfd, name, e);
 }
 
-static int setup_dev(int rootfd, uint64_t shm_bytes, struct wr_cerr *e)
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+/* Every superblock costs the kernel memory in every memory cgroup of the
+ * node (a memcg-aware shrinker each: docs/ARCHITECTURE.md, "Mount table of
+ * a container sandbox"), so /dev, /dev/shm and the masks share one tmpfs:
+ *
+ *   dev/    -> /dev, read-only: the mount points of the device binds, pts/,
+ *              shm/ and the symlinks
+ *   shm/    -> /dev/shm, writable (1777): the only part that takes space,
+ *              so the tmpfs's size is /dev/shm's
+ *   mask/   -> an empty directory, cloned read-only over masked directories
+ *   maskf      an empty file, cloned read-only over masked files
+ *
+ * The sandbox reaches mask/ and maskf only through read-only mounts (a
+ * hard link or rename from /dev/shm would cross mounts: EXDEV), so a
+ * mask stays empty. Returns a read-only detached clone of the tmpfs's root
+ * (the masks' source) in *masks. */
+static int setup_dev(int rootfd, uint64_t shm_bytes, int *masks, struct wr_cerr *e)
 {
 	if (ensure_dir(rootfd, "dev", 0755, e) < 0)
 		return -1;
-	if (mount_tmpfs_at(rootfd, "dev", 1 << 20, 64, "0755",
-			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e) < 0)
+	_cleanup_close_ int t = tmpfs_new("tmpfs", shm_bytes, 4096 + 32, "0755",
+					  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
+	if (t < 0)
 		return -1;
-	_cleanup_close_ int devfd =
-	    openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (devfd < 0)
+	if (ensure_dir(t, "dev", 0755, e) < 0 || ensure_dir(t, "shm", 01777, e) < 0 ||
+	    ensure_dir(t, "mask", 0555, e) < 0)
+		return -1;
+	/* mkdir's mode passed through our umask */
+	if (fchmodat(t, "shm", 01777, 0) < 0 || fchmodat(t, "mask", 0555, 0) < 0)
+		return wr_cerr_sys(e, "/dev: modes");
+	_cleanup_close_ int mf = openat(t, "maskf", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+	if (mf < 0)
+		return wr_cerr_sys(e, "mask: create empty file");
+	_cleanup_close_ int dev = openat(t, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dev < 0)
 		return wr_cerr_sys(e, "open /dev");
-	static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
-	for (size_t i = 0; i < WR_ARRAY_SIZE(nodes); i++)
-		if (bind_dev(devfd, nodes[i], e) < 0)
-			return -1;
-	if (ensure_dir(devfd, "pts", 0755, e) < 0 || ensure_dir(devfd, "shm", 01777, e) < 0)
-		return -1;
-	/* A devpts instance of our own: ptys of this sandbox only. gid 5 is
-	 * "tty" in Debian-like images. */
-	static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", "gid=5",
-					       NULL};
-	_cleanup_close_ int pts =
-	    wr_mount_new("devpts", "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
-	if (pts < 0 || wr_mount_attach(pts, devfd, "pts", e) < 0)
-		return -1;
-	if (mount_tmpfs_at(devfd, "shm", shm_bytes, 4096, "1777",
-			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e) < 0)
+	for (size_t i = 0; i < WR_ARRAY_SIZE(dev_nodes); i++) {
+		int f = openat(dev, dev_nodes[i], O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+		if (f < 0)
+			return wr_cerr_sys(e, "create /dev/%s", dev_nodes[i]);
+		close(f);
+	}
+	/* pts/: the sandbox's own devpts goes there before its first command
+	 * runs (wr_rootfs_devpts), so ptmx dangles only while no command can
+	 * see it. */
+	if (ensure_dir(dev, "pts", 0755, e) < 0 || ensure_dir(dev, "shm", 0755, e) < 0)
 		return -1;
 	static const char *const links[][2] = {
 	    {"pts/ptmx", "ptmx"},	   {"/proc/self/fd", "fd"},
@@ -135,39 +151,38 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, struct wr_cerr *e)
 	    {"/proc/self/fd/2", "stderr"},
 	};
 	for (size_t i = 0; i < WR_ARRAY_SIZE(links); i++)
-		if (symlinkat(links[i][0], devfd, links[i][1]) < 0)
+		if (symlinkat(links[i][0], dev, links[i][1]) < 0)
 			return wr_cerr_sys(e, "symlink /dev/%s", links[i][1]);
-	/* Seal /dev: nothing can be created in it by the sandbox. */
-	_cleanup_close_ int devmnt = openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (devmnt < 0)
-		return wr_cerr_sys(e, "open /dev");
-	return wr_mount_setattr(devmnt, MOUNT_ATTR_RDONLY, 0, -1, false, e);
-}
 
-/* A read-only tmpfs holding an empty read-only regular file and an empty
- * directory: what masked files and directories are covered with. Reads give nothing; writes fail
- * with EROFS (a /dev/null bind would accept and discard them). */
-static int empty_file_source(struct wr_cerr *e)
-{
-	static const char *const opts[] = {"size=4k", "nr_inodes=4", "mode=0555", NULL};
-	_cleanup_close_ int m = wr_mount_new(
-	    "tmpfs", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
-	if (m < 0)
-		return m;
-	int f = openat(m, "empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
-	if (f < 0)
-		return wr_cerr_sys(e, "mask: create empty file");
-	close(f);
-	if (mkdirat(m, "dir", 0555) < 0)
-		return wr_cerr_sys(e, "mask: create empty directory");
-	if (wr_mount_setattr(m, MOUNT_ATTR_RDONLY, 0, -1, false, e) < 0)
+	_cleanup_close_ int dm = wr_mount_clone(t, "dev", false, e);
+	if (dm < 0 || wr_mount_attach(dm, rootfd, "dev", e) < 0)
 		return -1;
-	return steal_fd(&m);
+	_cleanup_close_ int devfd =
+	    openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (devfd < 0)
+		return wr_cerr_sys(e, "open /dev");
+	for (size_t i = 0; i < WR_ARRAY_SIZE(dev_nodes); i++)
+		if (bind_dev(devfd, dev_nodes[i], e) < 0)
+			return -1;
+	_cleanup_close_ int shm = wr_mount_clone(t, "shm", false, e);
+	if (shm < 0 || wr_mount_setattr(shm, MOUNT_ATTR_NODEV, 0, -1, false, e) < 0 ||
+	    wr_mount_attach(shm, devfd, "shm", e) < 0)
+		return -1;
+	/* Seal /dev (this mount only: /dev/shm stays writable): nothing can
+	 * be created in it by the sandbox. */
+	if (wr_mount_setattr(devfd, MOUNT_ATTR_RDONLY, 0, -1, false, e) < 0)
+		return -1;
+	_cleanup_close_ int ro = wr_mount_clone(t, "", false, e);
+	if (ro < 0 ||
+	    wr_mount_setattr(ro, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV, 0, -1, false, e) < 0)
+		return -1;
+	*masks = steal_fd(&ro);
+	return 0;
 }
 
-static int mask_paths(int rootfd, struct wr_cerr *e)
+/* masks: the read-only clone of the /dev tmpfs (setup_dev). */
+static int mask_paths(int rootfd, int masks, struct wr_cerr *e)
 {
-	_cleanup_close_ int empty = -1;
 	for (size_t i = 0; wr_rootfs_masked_paths[i]; i++) {
 		const char *p = wr_rootfs_masked_paths[i];
 		struct stat st;
@@ -176,13 +191,10 @@ static int mask_paths(int rootfd, struct wr_cerr *e)
 				continue;
 			return wr_cerr_sys(e, "mask /%s", p);
 		}
-		/* One small read-only tmpfs serves every mask: directories are
-		 * covered by clones of its empty directory, files by clones of its
-		 * empty file, so a mask costs two syscalls and no new superblock. */
-		if (empty < 0 && (empty = empty_file_source(e)) < 0)
-			return -1;
+		/* A clone of an empty read-only directory or file: two syscalls
+		 * and no new superblock per mask. */
 		_cleanup_close_ int m =
-		    wr_mount_clone(empty, S_ISDIR(st.st_mode) ? "dir" : "empty", false, e);
+		    wr_mount_clone(masks, S_ISDIR(st.st_mode) ? "mask" : "maskf", false, e);
 		if (m < 0)
 			return -1;
 		if (wr_mount_attach(m, rootfd, p, e) < 0)
@@ -195,6 +207,34 @@ static int mask_paths(int rootfd, struct wr_cerr *e)
 		if (wr_mount_make_readonly(rootfd, wr_rootfs_readonly_paths[i], e) < 0)
 			return -1;
 	}
+	return 0;
+}
+
+int wr_rootfs_devpts(struct wr_cerr *e)
+{
+	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+			       .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+	_cleanup_close_ int pts = wr_openat2(AT_FDCWD, "/dev/pts", &how);
+	if (pts < 0)
+		return wr_cerr_sys(e, "devpts: open /dev/pts");
+	struct statfs sf;
+	if (fstatfs(pts, &sf) < 0)
+		return wr_cerr_sys(e, "devpts: statfs /dev/pts");
+	if (sf.f_type == DEVPTS_SUPER_MAGIC)
+		return 0; /* mounted by an earlier process of ours (a restart) */
+	if (sf.f_type != TMPFS_MAGIC)
+		return wr_cerr_set(e, EXDEV, "devpts: /dev/pts is not on the sandbox's /dev");
+	/* A devpts instance of the sandbox's own: its ptys only, owned by its
+	 * user namespace (we joined it: gid 5, "tty" in Debian-like images, is
+	 * its gid 5). */
+	static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", "gid=5",
+					       NULL};
+	_cleanup_close_ int m =
+	    wr_mount_new("devpts", "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
+	if (m < 0)
+		return -1;
+	if (wr_move_mount(m, "", pts, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return wr_cerr_sys(e, "devpts: attach on /dev/pts");
 	return 0;
 }
 
@@ -286,7 +326,10 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	    "proc", "proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
 	if (proc < 0 || wr_mount_attach(proc, rootfd, "proc", e) < 0)
 		return -1;
-	/* sysfs of the sandbox's network namespace, read-only. */
+	/* /sys: a detached read-only sysfs of a network namespace: the
+	 * sandbox's pool namespace (networked) or the tier's one shared
+	 * offline namespace (container.c), so no sysfs superblock of its own;
+	 * else one of our own namespace. */
 	_cleanup_close_ int sys = s->use_sysfs_fd
 				      ? s->sysfs_fd
 				      : wr_mount_new("sysfs", "sysfs", NULL,
@@ -295,11 +338,11 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 						     e);
 	if (sys < 0 || wr_mount_attach(sys, rootfd, "sys", e) < 0)
 		return -1;
-	if (setup_dev(rootfd, s->shm_bytes, e) < 0)
+	_cleanup_close_ int masks = -1;
+	if (setup_dev(rootfd, s->shm_bytes, &masks, e) < 0)
 		return -1;
-	/* Invariant: masks go on after /proc, /sys and /dev exist (the masks
-	 * of files are binds of our own /dev/null). */
-	if (mask_paths(rootfd, e) < 0)
+	/* Invariant: masks go on after /proc, /sys and /dev exist. */
+	if (mask_paths(rootfd, masks, e) < 0)
 		return -1;
 
 	/* pivot_root(".", "."): the old root ends up stacked under the new one

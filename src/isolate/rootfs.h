@@ -10,8 +10,12 @@
  *                as root of its user namespace: overlay(lower layers, base
  *                first; tmpfs upper
  *                with a hard size and inode limit), /proc with masked and
- *                read-only paths, read-only /sys, a minimal /dev with its own
- *                devpts and a size-limited /dev/shm, then pivot_root.
+ *                read-only paths, a given read-only /sys, a minimal /dev and
+ *                a size-limited /dev/shm (one tmpfs, which also serves the
+ *                masks), then pivot_root.
+ *   later        wr_rootfs_devpts(): the sandbox's devpts, before its first
+ *                command (tiers/container_mounts.c).
+ * The mount table and why each superblock exists: docs/ARCHITECTURE.md.
  */
 #ifndef WARREN_ISOLATE_ROOTFS_H
 #define WARREN_ISOLATE_ROOTFS_H
@@ -35,10 +39,13 @@ struct wr_rootfs_spec {
 	uint64_t disk_bytes;  /* tmpfs upper size= */
 	uint64_t disk_inodes; /* tmpfs upper nr_inodes= */
 	uint64_t shm_bytes;   /* /dev/shm size= */
-	/* A joined network namespace (networked sandboxes): attach this
-	 * detached sysfs mount of it as /sys (consumed), since the child could
-	 * not mount sysfs for a namespace its user namespace does not own.
-	 * Otherwise a new sysfs of the child's own namespace. */
+	/* A detached read-only sysfs mount, attached as /sys (consumed): of
+	 * the joined pool namespace (networked sandboxes: the child could not
+	 * mount sysfs for a namespace its user namespace does not own), or a
+	 * clone of the tier's shared offline one (a sysfs superblock per
+	 * sandbox would cost memory in every memory cgroup of the node).
+	 * use_sysfs_fd false: a new sysfs of the child's own namespace (the
+	 * function tier's zygotes, one per pool). */
 	bool use_sysfs_fd;
 	int sysfs_fd;
 	/* When not NULL: receives an O_PATH, close-on-exec fd of the writable
@@ -56,6 +63,12 @@ struct wr_rootfs_spec {
  * are the new root. */
 int wr_rootfs_setup(const struct wr_rootfs_spec *spec, const int *lower_fds, size_t n_lower,
 		    struct wr_cerr *e);
+
+/* Run in a sandbox's user and mount namespaces (a helper that joined
+ * them, whose root is the sandbox's): mount the sandbox's own devpts
+ * instance on /dev/pts unless one is there. Children's rules: no
+ * allocation. */
+int wr_rootfs_devpts(struct wr_cerr *e);
 
 /* The /proc and /sys paths hidden or made read-only (tests, docs). */
 extern const char *const wr_rootfs_masked_paths[];

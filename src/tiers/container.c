@@ -48,6 +48,7 @@
 #include "common/compat.h"
 #include "common/util.h"
 #include "isolate/caps.h"
+#include "isolate/mount.h"
 #include "isolate/netns.h"
 #include "isolate/ns.h"
 #include "isolate/rootfs.h"
@@ -151,6 +152,10 @@ int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
 		goto out;
 	}
 	if (wr_cgroup_root_open(cfg->cgroup_base, &g->cgroot, err) < 0) {
+		r = wr_err_wrap(err, "container tier");
+		goto out;
+	}
+	if (wr_container_offline_sysfs(g, err) < 0) {
 		r = wr_err_wrap(err, "container tier");
 		goto out;
 	}
@@ -329,6 +334,7 @@ static void sandbox_free(struct wr_sandbox *sb)
 	wr_env_free(sb->env);
 	free(sb->workdir);
 	pthread_mutex_destroy(&sb->leaves_lock);
+	pthread_mutex_destroy(&sb->devpts_lock);
 	free(sb);
 }
 
@@ -435,13 +441,15 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	if (sb == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&sb->leaves_lock, NULL);
+	pthread_mutex_init(&sb->devpts_lock, NULL);
 	sb->init_pidfd = -1;
 	sb->root_fd = -1;
 	sb->init_pid = -1;
 	bool have_idmap = false;
 	pid_t pid = -1;
 	int r;
-	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, own_net = -1;
+	_cleanup_close_ int sync_p = -1, sync_c = -1, init_fd = -1, userns = -1, own_net = -1,
+			    sysfs = -1;
 	/* Lower layers, base first: counted base mounts (held until our
 	 * idmapped clones of them exist), then those clones. */
 	const char *const *layers = spec.n_layers ? spec.layers : &spec.image;
@@ -499,6 +507,14 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	}
 	sync_p = sp[0];
 	sync_c = sp[1];
+	/* Offline: a clone of the shared sysfs (C consumes its copy of it). */
+	if (spec.net == NULL) {
+		struct wr_cerr ce = {0};
+		if ((sysfs = wr_mount_clone(g->offline_sysfs, "", false, &ce)) < 0) {
+			r = wr_err_set(err, ce.errnum, "sysfs: %s", ce.msg);
+			goto fail;
+		}
+	}
 
 	ca = (struct child_args){
 	    .sync = sync_c,
@@ -515,8 +531,8 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 		       .disk_bytes = spec.disk_bytes,
 		       .disk_inodes = spec.disk_inodes,
 		       .shm_bytes = spec.shm_bytes,
-		       .use_sysfs_fd = spec.net != NULL,
-		       .sysfs_fd = spec.net ? spec.net->sysfs_fd : -1},
+		       .use_sysfs_fd = true,
+		       .sysfs_fd = spec.net ? spec.net->sysfs_fd : sysfs},
 	    .seccomp = init_prog,
 	};
 	stack = wr_spawn_stack_get();
@@ -760,6 +776,7 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 	if (sb == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&sb->leaves_lock, NULL);
+	pthread_mutex_init(&sb->devpts_lock, NULL);
 	sb->init_pidfd = -1;
 	sb->root_fd = -1;
 	sb->init_pid = init_pid;

@@ -19,6 +19,12 @@ struct wr_container_globals {
 	char *mountpoint; /* <run_dir>/root: the (empty) target dir in every sandbox's mount ns */
 	char *init_path;
 	struct wr_cgroup_root *cgroot;
+	/* One network namespace (loopback only, held open) whose read-only
+	 * sysfs every offline sandbox gets a clone of as /sys: a sysfs
+	 * superblock per sandbox would cost memory in every memory cgroup of
+	 * the node (docs/ARCHITECTURE.md, "Mount table of a container
+	 * sandbox"). */
+	int offline_netns, offline_sysfs;
 	bool ready;
 };
 extern struct wr_container_globals wr_cg_globals;
@@ -53,7 +59,18 @@ struct wr_sandbox {
 	atomic_bool killed;
 	pthread_mutex_t leaves_lock;
 	struct wr_leaf *leaves;
+	/* The sandbox's devpts is mounted before its first command
+	 * (container_mounts.c); the lock serialises that first mount. */
+	pthread_mutex_t devpts_lock;
+	atomic_bool devpts;
 };
+
+/* container_mounts.c: the shared offline network namespace and its
+ * read-only sysfs (wr_container_globals), made at init. */
+int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err);
+/* container_mounts.c: make sure the sandbox's own devpts is on /dev/pts
+ * (once; later calls return at once). Before any command or terminal. */
+int wr_container_devpts(struct wr_sandbox *sb, wr_err *err);
 
 /* Stacks for children that run in our memory until they exec (PID 1 of a
  * create; the helper and the command of an exec): WR_SPAWN_STACK bytes,

@@ -476,6 +476,9 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
 	if (spec->user >= (int)WR_IDMAP_SIZE || spec->group >= (int)WR_IDMAP_SIZE)
 		return wr_err_field(err, "user", "must be below %u", WR_IDMAP_SIZE);
+	/* Invariant: before the first command (and its terminal) exists. */
+	if (wr_container_devpts(sb, err) < 0)
+		return wr_err_wrap(err, "exec");
 	const char *cwd = spec->cwd && *spec->cwd ? spec->cwd : sb->workdir;
 	const struct wr_seccomp_prog *prog;
 	if (wr_seccomp_get(WR_SECCOMP_DEFAULT, &prog, err) < 0)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import own_cgroup_dirs
 from lifecycle_util import state, wait_state
 from test_cli_client import Cli
 
@@ -145,4 +146,64 @@ def test_sdk_async(conn, image):
         assert (await lease.release()).state == "released"
         assert (await s2.get_info()).state == "killed"
         await sb.kill()
+    asyncio.run(main())
+
+
+def _quota(warrend, sid):
+    """The sandbox's CPU quota in cores from its cgroup (v1 cfs or v2 cpu.max)."""
+    for p in own_cgroup_dirs(warrend.cg_base):
+        d = p / sid
+        if (d / "cpu.cfs_quota_us").exists():
+            q = int((d / "cpu.cfs_quota_us").read_text())
+            return -1 if q < 0 else q / int((d / "cpu.cfs_period_us").read_text())
+        if (d / "cpu.max").exists():
+            q, per = (d / "cpu.max").read_text().split()
+            return -1 if q == "max" else int(q) / int(per)
+    raise AssertionError(f"no cpu cgroup of {sid}")
+
+
+def test_cli_cpu_max(cli, api, warrend):
+    sid = cli("create", "--image", "busybox", "--cpu", "0.5", "--cpu-max", "1.5",
+              check=0).out.strip()
+    sb = api.get(f"/v1/sandboxes/{sid}").json()
+    assert sb["cpu"] == 0.5 and sb["cpu_max"] == 1.5, sb
+    assert _quota(warrend, sid) == 1.5
+    assert "max 1.5" in cli("inspect", sid, check=0).out
+    # --cpu-max alone: a cap with no request
+    s2 = cli("create", "--image", "busybox", "--cpu-max", "0.25", check=0).out.strip()
+    assert api.get(f"/v1/sandboxes/{s2}").json()["cpu_max"] == 0.25
+    assert _quota(warrend, s2) == 0.25
+    before = len(api.get("/v1/sandboxes").json()["sandboxes"])
+    for args in (["--cpu-max", "0"], ["--cpu-max", "-1"], ["--cpu-max", "65"],
+                 ["--cpu-max", "abc"], ["--cpu-max", "nan"], ["--cpu-max", ""],
+                 ["--cpu", "2", "--cpu-max", "1"], ["--cpu-max", "1", "--cpu", "2"]):
+        p = cli("create", "--image", "busybox", *args)
+        lines = p.err.strip().splitlines()
+        assert p.returncode != 0 and len(lines) == 1 and "--cpu-max" in lines[0], (args, p.err)
+    assert len(api.get("/v1/sandboxes").json()["sandboxes"]) == before
+    cli("rm", sid, check=0)
+    cli("rm", s2, check=0)
+
+
+def test_sdk_cpu_max(conn, image, warrend):
+    with Sandbox.create(image=image, timeout=120, cpu=0.5, cpu_max=1.5, **conn) as sb:
+        info = sb.get_info()
+        assert info.cpu == 0.5 and info.cpu_max == 1.5, info
+        assert _quota(warrend, sb.sandbox_id) == 1.5
+    for kw in ({"cpu": 2, "cpu_max": 1}, {"cpu_max": 65}, {"cpu_max": -1}, {"cpu_max": "1"}):
+        with pytest.raises(warren.InvalidArgumentError) as ei:
+            Sandbox.create(image=image, timeout=60, **kw, **conn)
+        assert ei.value.field == "cpu_max", (kw, ei.value)
+
+    async def main():
+        sb = await AsyncSandbox.create(image=image, timeout=120, cpu=0.25, cpu_max=1, **conn)
+        try:
+            info = await sb.get_info()
+            assert info.cpu == 0.25 and info.cpu_max == 1, info
+            assert _quota(warrend, sb.sandbox_id) == 1
+        finally:
+            await sb.kill()
+        with pytest.raises(warren.InvalidArgumentError) as ei:
+            await AsyncSandbox.create(image=image, timeout=60, cpu=1, cpu_max=0.5, **conn)
+        assert ei.value.field == "cpu_max"
     asyncio.run(main())

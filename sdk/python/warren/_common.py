@@ -40,7 +40,8 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                 registry_auth: Optional[Mapping[str, str]] = None,
                 on_idle: Optional[str] = None, lease: Any = None,
-                network: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                network: Optional[Mapping[str, Any]] = None,
+                cpu_max: Optional[float] = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -59,6 +60,7 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         # a lease id, or a Lease / AsyncLease object
         "lease": getattr(lease, "lease_id", lease),
         "network": dict(network) if network is not None else None,
+        "cpu_max": cpu_max,
     })
 
 

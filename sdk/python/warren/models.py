@@ -44,6 +44,8 @@ class SandboxInfo:
     created_at: Optional[datetime] = None
     expires_at: Optional[datetime] = None
     cpu: Optional[float] = None
+    #: CPU cap in cores when it differs from ``cpu`` (container tier)
+    cpu_max: Optional[float] = None
     memory_mb: Optional[int] = None
     disk_mb: Optional[int] = None
     pids: Optional[int] = None
@@ -89,6 +91,7 @@ class SandboxInfo:
             created_at=_dt(d.get("created_at")),
             expires_at=_dt(d.get("expires_at")),
             cpu=d.get("cpu"),
+            cpu_max=d.get("cpu_max"),
             memory_mb=d.get("memory_mb"),
             disk_mb=d.get("disk_mb"),
             pids=d.get("pids"),

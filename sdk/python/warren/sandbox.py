@@ -494,7 +494,8 @@ class Sandbox:
                layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                registry_auth: Optional[Mapping[str, str]] = None,
                on_idle: Optional[str] = None, lease: Any = None,
-               network: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+               network: Optional[Mapping[str, Any]] = None,
+               cpu_max: Optional[float] = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
@@ -510,7 +511,11 @@ class Sandbox:
             registry_auth: ``{"username": ..., "password": ...}`` or
                 ``{"token": ...}`` for the registry; sent with this request only.
             tier: isolation tier (``"container"``).
-            cpu: CPU cap in cores (0 < cpu <= 64); memory_mb, disk_mb, pids: limits.
+            cpu: CPU request in cores (0 < cpu <= 64): the sandbox's share under
+                contention, and also its cap unless ``cpu_max`` is given.
+            cpu_max: CPU cap in cores (container tier; at least ``cpu``, at most
+                64): an active sandbox bursts above ``cpu`` up to it.
+            memory_mb, disk_mb, pids: limits.
             envs: environment of every command; cwd: default working directory;
             user: default numeric uid.
             labels (alias ``metadata``): up to 64 string pairs, filterable in :meth:`list`.
@@ -536,7 +541,8 @@ class Sandbox:
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
-                           on_idle=on_idle, lease=lease, network=network)
+                           on_idle=on_idle, lease=lease, network=network,
+                           cpu_max=cpu_max)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)

@@ -440,7 +440,8 @@ class AsyncSandbox:
                      layers: Optional[Sequence[str]] = None, pull: Optional[str] = None,
                      registry_auth: Optional[Mapping[str, str]] = None,
                      on_idle: Optional[str] = None, lease: Any = None,
-                     network: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
+                     network: Optional[Mapping[str, Any]] = None,
+                     cpu_max: Optional[float] = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
@@ -449,7 +450,8 @@ class AsyncSandbox:
                            metadata=metadata, labels=labels, timeout=timeout,
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
-                           on_idle=on_idle, lease=lease, network=network)
+                           on_idle=on_idle, lease=lease, network=network,
+                           cpu_max=cpu_max)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)

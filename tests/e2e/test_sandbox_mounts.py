@@ -1,0 +1,107 @@
+"""The mount table of a container sandbox (docs/ARCHITECTURE.md, "Mount
+table of a container sandbox"): as few superblocks of its own as its
+behaviour allows, since each costs memory in every memory cgroup of the
+node. Read from the host in PID 1's mountinfo: an idle sandbox that never
+ran a command has overlay, proc and one tmpfs for /dev, /dev/shm and the
+masks; offline sandboxes share one read-only sysfs; devpts comes before the
+first command, once, also after a daemon restart."""
+from pathlib import Path
+
+from conftest import own_cgroup_dirs
+
+
+def init_pid(d, sid):
+    for p in own_cgroup_dirs(d.cg_base):
+        for f in (p / sid / "cgroup.procs", p / sid / "init" / "cgroup.procs"):
+            if f.exists() and f.read_text().split():
+                return int(f.read_text().split()[0])
+    raise AssertionError(f"no PID 1 of {sid}")
+
+
+def mounts(d, sid):
+    """mount point -> (device, fstype, root, options) of PID 1's mountinfo."""
+    out = {}
+    for line in Path(f"/proc/{init_pid(d, sid)}/mountinfo").read_text().splitlines():
+        f = line.split()
+        sep = f.index("-")
+        out[f[4]] = (f[2], f[sep + 1], f[3], f[5])
+    return out
+
+
+def pts_mounts(d, sid):
+    text = Path(f"/proc/{init_pid(d, sid)}/mountinfo").read_text()
+    return sum(1 for line in text.splitlines() if line.split()[4] == "/dev/pts")
+
+
+def host_devs():
+    return {line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+
+
+def own(m, other):
+    """fstypes of the devices of m that neither the host nor other shows."""
+    shared = host_devs() | {v[0] for v in other.values()}
+    return sorted({(v[0], v[1]) for v in m.values() if v[0] not in shared})
+
+
+def test_idle_sandbox_superblocks_and_first_command(warrend, api):
+    a, b = api.create(), api.create()
+    try:
+        ma, mb = mounts(warrend, a), mounts(warrend, b)
+        # never ran a command: no devpts yet; own: overlay, proc, one tmpfs
+        assert "/dev/pts" not in ma, ma
+        assert sorted(fs for _, fs in own(ma, mb)) == ["overlay", "proc", "tmpfs"], own(ma, mb)
+        # one read-only sysfs for every offline sandbox
+        assert ma["/sys"][1] == "sysfs" and "ro" in ma["/sys"][3].split(","), ma["/sys"]
+        assert ma["/sys"][0] == mb["/sys"][0]
+        # /dev, /dev/shm and the masks: one tmpfs, in its own directories
+        dev = ma["/dev"][0]
+        assert ma["/dev"][1:3] == ("tmpfs", "/dev") and "ro" in ma["/dev"][3].split(",")
+        assert ma["/dev/shm"][:3] == (dev, "tmpfs", "/shm")
+        assert "rw" in ma["/dev/shm"][3].split(",")
+        masks = [k for k in ma if k.startswith(("/proc/", "/sys/")) and ma[k][1] == "tmpfs"]
+        assert "/proc/keys" in masks and "/sys/firmware" in masks, masks
+        for k in masks:
+            assert ma[k][0] == dev and ma[k][2] in ("/mask", "/maskf"), (k, ma[k])
+            assert "ro" in ma[k][3].split(","), (k, ma[k])
+        # the first command finds its devpts (ptmx included), mounted once
+        r = api.run(a, ["sh", "-c", "test -c /dev/pts/ptmx && test -c /dev/ptmx && "
+                        "grep -c ' /dev/pts ' /proc/self/mountinfo"])
+        assert r["exit_code"] == 0 and r["stdout"] == "1\n", r
+        r = api.run(a, ["grep", "-c", " /dev/pts ", "/proc/self/mountinfo"])
+        assert r["stdout"] == "1\n", r
+        ma = mounts(warrend, a)
+        assert ma["/dev/pts"][1] == "devpts", ma["/dev/pts"]
+        assert sorted(fs for _, fs in own(ma, mb)) == ["devpts", "overlay", "proc", "tmpfs"]
+        # /dev/shm takes files, the masks and /dev take none
+        r = api.run(a, ["sh", "-c", "echo x > /dev/shm/f && cat /dev/shm/f; "
+                        "touch /proc/acpi/x /dev/x 2>&1; ls -A /proc/acpi /sys/firmware; "
+                        "df -k /dev/shm | tail -1"])
+        out = r["stdout"]
+        assert out.startswith("x\n") and out.count("Read-only file system") == 2, out
+        # memory 512 MiB: /dev/shm is 64 MiB
+        assert out.split("\n")[-2].split()[1] == "65536", out
+    finally:
+        api.kill(a)
+        api.kill(b)
+
+
+def test_devpts_once_across_restart(fresh_daemon):
+    d = fresh_daemon().start()
+    c = d.client()
+    used = c.create()
+    fresh = c.create()
+    try:
+        assert c.run(used, ["true"])["exit_code"] == 0
+        assert mounts(d, used)["/dev/pts"][1] == "devpts"
+        d.kill9()
+        d.start()
+        c = d.client()
+        for sid in (used, fresh):
+            # adopted: an existing devpts is found, a missing one made
+            r = c.run(sid, ["grep", "-c", " /dev/pts ", "/proc/self/mountinfo"])
+            assert r["stdout"] == "1\n", (sid, r)
+            assert pts_mounts(d, sid) == 1
+        assert c.run(fresh, ["true"])["exit_code"] == 0 and pts_mounts(d, fresh) == 1
+    finally:
+        c.kill(used)
+        c.kill(fresh)
