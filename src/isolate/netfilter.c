@@ -40,7 +40,8 @@ struct wr_netfilter_att {
 	char *pin; /* name of its pins: <pin_dir>/<pin>:<hook>, or NULL */
 	uint64_t cgid;
 	int level;
-	bool cut; /* counted in conf.cut_users */
+	bool cut;    /* counted in conf.cut_users */
+	bool in_sbx; /* its trie is in the sbx map (a policy that is not flat) */
 	struct bpf_link *links[NF_HOOKS];
 };
 
@@ -346,13 +347,29 @@ static int policy_trie(const struct wr_net_policy *p, wr_err *err)
 	return steal_fd(&fd);
 }
 
+/* Whether local_write can hold p in the flat form (no trie needed). */
+static bool policy_flat(const struct wr_net_policy *p)
+{
+	size_t n = p->mode == WR_NET_ALLOWLIST ? p->n_allow : 0, n4 = 0, n6 = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (p->allow[i].family == 4)
+			n4++;
+		else if (p->allow[i].family == 6)
+			n6++;
+	}
+	return n4 <= NF_FLAT_RULES && n6 <= NF_FLAT_RULES;
+}
+
 /* The policy in the sandbox cgroup's local storage (the programs' fast
  * path, see nf_local): flat when it has at most NF_FLAT_RULES rules. If
  * the flat value cannot be written, the header without NF_F_FLAT is: the
  * hooks then read the trie, which already holds p (callers swap the trie
- * first). Only if that fails too is it an error. */
+ * first). Only if that fails too is it an error. flat_only: p is flat and
+ * has no trie in the sbx map, so the header alone would send the hooks to
+ * a trie that is not there: a flat value that cannot be written is -EAGAIN
+ * (the caller installs the trie and writes again without flat_only). */
 static int local_write(struct wr_netfilter *nf, uint64_t cgid, const struct wr_net_policy *p,
-		       wr_err *err)
+		       bool flat_only, wr_err *err)
 {
 	struct nf_local l;
 	memset(&l, 0, sizeof(l));
@@ -403,6 +420,10 @@ static int local_write(struct wr_netfilter *nf, uint64_t cgid, const struct wr_n
 	int fd = bpf_map__fd(nf->skel->maps.local);
 	if (bpf_map_update_elem(fd, &cgid, &l, BPF_ANY) == 0)
 		return 0;
+	if (flat_only) {
+		wr_err_sys(err, "policy: local storage");
+		return -EAGAIN;
+	}
 	l.flags &= ~NF_F_FLAT;
 	l.n4 = l.n6 = 0;
 	if (bpf_map_update_elem(fd, &cgid, &l, BPF_ANY) == 0)
@@ -719,6 +740,21 @@ static void forget_cgid(struct wr_netfilter *nf, uint64_t cgid)
 	}
 }
 
+/* Put a trie holding p in the sbx map for att's cgroup (insert or
+ * replace). The one switch: an old trie stays alive for hooks already
+ * reading it (the kernel frees an inner map after an RCU grace period). */
+static int install_trie(struct wr_netfilter *nf, struct wr_netfilter_att *att,
+			const struct wr_net_policy *p, wr_err *err)
+{
+	_cleanup_close_ int trie = policy_trie(p, err);
+	if (trie < 0)
+		return -1;
+	if (bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &att->cgid, &trie, BPF_ANY) < 0)
+		return wr_err_sys(err, "policy map");
+	att->in_sbx = true;
+	return 0;
+}
+
 int wr_netfilter_attach(struct wr_netfilter *nf, int cgroup_fd, const struct wr_net_policy *p,
 			struct wr_netfilter_att **out, wr_err *err)
 {
@@ -737,10 +773,24 @@ int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
 	int level = cgroup_level(cgroup_fd, &cgid, err);
 	if (level < 0)
 		return wr_err_wrap(err, "netfilter attach");
-	_cleanup_close_ int trie = policy_trie(p, err);
-	if (trie < 0)
+	/* A flat policy (at most NF_FLAT_RULES rules a family, every policy the
+	 * API's defaults make) lives in the cgroup's local storage alone: the
+	 * hooks read no trie for it, so it gets none and no entry in the sbx
+	 * map. An update of a hash of maps waits for an RCU grace period in
+	 * the kernel (as does the delete at detach): 0.2 ms at the median and
+	 * several ms in the tail of every create on the loaded 2-CPU VMs
+	 * (bench/README.md, API overhead). */
+	bool flat = policy_flat(p);
+	int lfd = bpf_map__fd(nf->skel->maps.local);
+	struct nf_local cur;
+	if (flat && bpf_map_lookup_elem(lfd, &cgid, &cur) == 0)
+		return wr_err_set(err, EEXIST, "netfilter attach: cgroup %llu is attached",
+				  (unsigned long long)cgid);
+	_cleanup_close_ int trie = flat ? -1 : policy_trie(p, err);
+	if (!flat && trie < 0)
 		return wr_err_wrap(err, "netfilter attach");
-	if (bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &cgid, &trie, BPF_NOEXIST) < 0) {
+	if (!flat &&
+	    bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &cgid, &trie, BPF_NOEXIST) < 0) {
 		if (errno == EEXIST)
 			return wr_err_set(err, EEXIST, "netfilter attach: cgroup %llu is attached",
 					  (unsigned long long)cgid);
@@ -753,6 +803,7 @@ int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
 		forget_cgid(nf, cgid);
 		return wr_err_sys(err, "netfilter attach: alloc");
 	}
+	att->in_sbx = !flat;
 	att->cgid = cgid;
 	att->level = level;
 	level_ref(nf, level, true);
@@ -771,8 +822,18 @@ int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
 			return r;
 		}
 	}
-	/* after the links: their attachment made the storage */
-	if (local_write(nf, cgid, p, err) < 0) {
+	/* after the links: their attachment made the storage (until it is
+	 * written, a zero header sends the hooks to the sbx map, where a flat
+	 * policy has no trie: they refuse, and no sandbox code runs yet) */
+	int lr = local_write(nf, cgid, p, flat, err);
+	if (lr == -EAGAIN) {
+		/* no flat value: the trie after all, then the header */
+		wr_err_free(err);
+		lr = install_trie(nf, att, p, err);
+		if (lr == 0)
+			lr = local_write(nf, cgid, p, false, err);
+	}
+	if (lr < 0) {
 		wr_netfilter_detach_keep_pins(nf, &att);
 		return wr_err_wrap(err, "netfilter attach");
 	}
@@ -790,19 +851,27 @@ int wr_netfilter_update(struct wr_netfilter *nf, struct wr_netfilter_att *att,
 {
 	if (wr_net_policy_validate(p, err) < 0)
 		return -EINVAL;
-	_cleanup_close_ int trie = policy_trie(p, err);
-	if (trie < 0)
-		return wr_err_wrap(err, "netfilter update");
-	/* The one switch: the old trie stays alive for hooks already reading
-	 * it (the kernel frees an inner map after an RCU grace period). */
-	if (bpf_map_update_elem(bpf_map__fd(nf->skel->maps.sbx), &att->cgid, &trie, BPF_EXIST) < 0)
-		return wr_err_sys(err, "netfilter update: policy map");
+	bool flat = policy_flat(p);
 	/* Trie first, storage second: whichever a hook reads meanwhile (a
 	 * flat storage is complete; one without NF_F_FLAT sends it to the
-	 * trie), it sees the old policy or the new one. */
-	cut_ref(nf, att, p->cut_established);
-	if (local_write(nf, att->cgid, p, err) < 0)
+	 * trie), it sees the old policy or the new one. A flat policy needs
+	 * no trie; one of an earlier policy is dropped after the storage. */
+	if (!flat && install_trie(nf, att, p, err) < 0)
 		return wr_err_wrap(err, "netfilter update");
+	cut_ref(nf, att, p->cut_established);
+	int r = local_write(nf, att->cgid, p, flat, err);
+	if (r == -EAGAIN) {
+		wr_err_free(err);
+		r = install_trie(nf, att, p, err);
+		if (r == 0)
+			r = local_write(nf, att->cgid, p, false, err);
+		flat = false;
+	}
+	if (r < 0)
+		return wr_err_wrap(err, "netfilter update");
+	if (flat && att->in_sbx &&
+	    bpf_map_delete_elem(bpf_map__fd(nf->skel->maps.sbx), &att->cgid) == 0)
+		att->in_sbx = false;
 	return 0;
 }
 

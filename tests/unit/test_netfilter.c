@@ -449,6 +449,50 @@ static void test_allowlist(void **state)
 	box_close(&b);
 }
 
+/* More rules than the cgroup's local storage holds: the trie in the sbx
+ * map (a flat policy has none); updates switch between the two both ways,
+ * and a second attach to the same cgroup is refused in both forms. */
+static void test_policies_past_the_local_storage(void **state)
+{
+	(void)state;
+	addrs();
+	wr_err err = NULL;
+	struct wr_net_rule r[20];
+	for (int i = 0; i < 19; i++) {
+		char a[32];
+		snprintf(a, sizeof(a), "10.98.%d.1", i);
+		rule(&r[i], a, "80", "tcp");
+	}
+	rule(&r[19], A1, "8080", "tcp");
+	struct wr_net_policy big = {.mode = WR_NET_ALLOWLIST, .allow = r, .n_allow = 20};
+	struct wr_net_rule one;
+	rule(&one, A1, "8081", "tcp");
+	struct wr_net_policy flat = {.mode = WR_NET_ALLOWLIST, .allow = &one, .n_allow = 1};
+	struct box b;
+	box_open(&b, "trie", &big);
+	struct wr_netfilter_att *again = NULL;
+	assert_true(wr_netfilter_attach(G.nf, wr_cgroup_v2_fd(b.cg), &big, &again, &err) < 0);
+	assert_int_equal(wr_err_code(err), EEXIST);
+	wr_err_free(&err);
+	assert_int_equal(in_box(&b, TCP, A1, 8080), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), EPERM);
+	assert_int_equal(wr_netfilter_update(G.nf, b.att, &flat, &err), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8080), EPERM);
+	assert_int_equal(wr_netfilter_update(G.nf, b.att, &big, &err), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8080), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), EPERM);
+	box_close(&b);
+	box_open(&b, "flat", &flat);
+	assert_true(wr_netfilter_attach(G.nf, wr_cgroup_v2_fd(b.cg), &flat, &again, &err) < 0);
+	assert_int_equal(wr_err_code(err), EEXIST);
+	wr_err_free(&err);
+	assert_null(again);
+	assert_int_equal(in_box(&b, TCP, A1, 8081), 0);
+	assert_int_equal(in_box(&b, TCP, A1, 8080), EPERM);
+	box_close(&b);
+}
+
 static void test_none_and_open(void **state)
 {
 	(void)state;
@@ -709,6 +753,7 @@ int main(void)
 	    cmocka_unit_test(test_parse),
 	    cmocka_unit_test(test_allowlist),
 	    cmocka_unit_test(test_none_and_open),
+	    cmocka_unit_test(test_policies_past_the_local_storage),
 	    cmocka_unit_test(test_update_and_dyn),
 	    cmocka_unit_test(test_open_connections),
 	    cmocka_unit_test(test_port_scan),
