@@ -154,6 +154,8 @@ int wr_vm_restore(const struct wr_vm_spec *in, const char *dir, struct wr_vm **o
 		return *err ? wr_err_wrap(err, "restore microvm")
 			    : wr_err_set(err, EINVAL, "restore microvm: saved sizes missing");
 	struct wr_vm *vm = NULL;
+	/* before the first goto fail: its cleanup runs on every path */
+	_cleanup_close_ int sfd = -1;
 	int r = wr_vm_alloc(spec.id, &vm, err);
 	if (r < 0)
 		return r;
@@ -179,7 +181,7 @@ int wr_vm_restore(const struct wr_vm_spec *in, const char *dir, struct wr_vm **o
 	struct vm_boot boot = {
 	    .hostname = vm->id, .mem = ram_backend, .mem_ram = true, .incoming = true};
 	struct wr_qsnap_qmp q;
-	_cleanup_close_ int sfd = open(state, O_RDONLY | O_CLOEXEC);
+	sfd = open(state, O_RDONLY | O_CLOEXEC);
 	if (sfd < 0) {
 		r = wr_err_sys(err, "open %s", state);
 		goto fail;
