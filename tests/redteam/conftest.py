@@ -245,10 +245,10 @@ def rt(tmp_path_factory):
         s.kmsg_seq0, _ = kernel_log()
         s.rss0 = s.daemon_rss_kib()
         # the victim: bob's sandbox with a secret file, env and process argv
-        v = warren.Sandbox.create(image="busybox", timeout=1800,
+        v = warren.Sandbox.create(image="busybox", timeout=7200,
                                   envs={"VICTIM_SECRET": canaries["victim-env"]}, **s.bob)
         v.files.write("/root/secret.txt", canaries["victim-file"] + "\n")
-        v.commands.run(["sh", "-c", f"exec sleep 1800 # {canaries['victim-argv']}"],
+        v.commands.run(["sh", "-c", f"exec sleep 7200 # {canaries['victim-argv']}"],
                        background=True)
         s.victim = v
         yield s

@@ -85,7 +85,11 @@ def test_a_log_hunt_guest(ctx):
         comm = unesc(parse(ln)[2].get("comm", ""))
         assert comm not in HOST_ONLY and not comm.startswith("qemu-system"), ln
     for f in ("/dev/kmsg", "/proc/kmsg"):
-        assert parse(ctx.probe("read", f)[0])[1] == want(GUEST_READ, f, ctx.tier, ctx.uid)
+        got = parse(ctx.probe("read", f)[0])[1]
+        # root reads the guest's own log; a non-blocking read that finds
+        # no record at that moment is EAGAIN (still the guest's, not ours)
+        assert got == want(GUEST_READ, f, ctx.tier, ctx.uid) or \
+            (ctx.uid == 0 and got == "EAGAIN"), (f, got)
     expect_sys(ctx, ["syslog"])
 
 
