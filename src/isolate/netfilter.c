@@ -452,6 +452,7 @@ static const char *reason_name(uint8_t r)
 	case NF_R_POLICY: return "policy";
 	case NF_R_DENYSET: return "deny_set";
 	case NF_R_SOCKTYPE: return "raw_socket";
+	case NF_R_DNS: return "dns_resolver";
 	default: return "no_policy";
 	}
 }

@@ -86,7 +86,7 @@ struct wr_net_refusal {
 	uint8_t addr[16];   /* v4: first 4 bytes */
 	const char *layer;  /* always "bpf-net" */
 	const char *hook;   /* connect4 connect6 sendmsg4 sendmsg6 egress sock_create */
-	const char *reason; /* policy deny_set raw_socket no_policy */
+	const char *reason; /* policy deny_set dns_resolver raw_socket no_policy */
 	uint64_t count;	    /* refusals this report stands for (rate limit) */
 };
 typedef void (*wr_net_refusal_fn)(const struct wr_net_refusal *r, void *ctx);

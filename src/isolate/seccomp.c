@@ -11,8 +11,8 @@
  *
  *   guard: default action = a private sentinel (TRACE with WR_GUARD_NEXT),
  *          rules only for the argument-filtered cases: ioctl commands,
- *          clone namespace flags, socket(AF_VSOCK), clone3, the harmless
- *          personality values;
+ *          clone namespace flags, socket(AF_VSOCK, AF_PACKET, raw IP),
+ *          clone3, the harmless personality values;
  *   main:  default action ERRNO(ENOSYS), the plain allowlist (ioctl, clone,
  *          socket unconditionally allowed) and the EPERM deny list.
  *
@@ -723,6 +723,26 @@ static int build_guard(scmp_filter_ctx *out, wr_err *err)
 	r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", __NR_socket, 1, &vsock, err);
 	if (r < 0)
 		return r;
+	/* Packet sockets (any type) and raw IP sockets. No sandbox holds
+	 * CAP_NET_RAW (caps.c), so the kernel would refuse them with EPERM
+	 * too, but silently: refused here, the refusal is the filter's and
+	 * has its audit record (a seccomp event). The type is compared on its
+	 * low 4 bits (SOCK_TYPE_MASK: SOCK_NONBLOCK and SOCK_CLOEXEC live
+	 * above). Only AF_INET/AF_INET6 are matched for SOCK_RAW: netlink
+	 * sockets are SOCK_RAW too (glibc's getaddrinfo, ip, ss use them). */
+	struct scmp_arg_cmp packet = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffULL, AF_PACKET);
+	r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", __NR_socket, 1, &packet, err);
+	if (r < 0)
+		return r;
+	static const int raw_families[] = {AF_INET, AF_INET6};
+	for (size_t i = 0; i < WR_ARRAY_SIZE(raw_families); i++) {
+		struct scmp_arg_cmp raw[] = {
+		    SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffULL, (uint64_t)raw_families[i]),
+		    SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfULL, SOCK_RAW)};
+		r = add_rule(ctx, SCMP_ACT_ERRNO(EPERM), "socket", __NR_socket, 2, raw, err);
+		if (r < 0)
+			return r;
+	}
 	/* clone3 passes its flags in memory, where no filter can see them:
 	 * ENOSYS makes glibc (2.34+) and others fall back to clone(2). */
 	r = add_rule(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", __NR_clone3, 0, NULL, err);

@@ -7,7 +7,8 @@ live in those namespaces: nothing on the machine's own network changes,
 and nothing is sent to a real network. Everything is removed at the end,
 also when a test fails.
 
-Fixtures (registered in conftest.py):
+Fixtures (registered in conftest.py; tests/redteam/test_d_network.py
+imports netns and NetDaemon too):
   netns       the "host" and "internet" namespaces and their servers (session)
   netd        a NetDaemon in "host" (per test module)
   napi        a Unix-socket client of netd
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Daemon
+from harness import Daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 PID = os.getpid()
@@ -35,6 +36,7 @@ INET_NS = f"wri{PID}"
 UPLINK = f"wru{PID}"
 INET_ADDR = "198.18.0.2"
 HOST_ADDR = "198.18.0.1"
+OTHER_RESOLVER = "198.18.0.53"  # an address in "internet" that is not the forwarder
 SERVICES_FILE = str(ROOT / "deploy" / "services.json")
 
 
@@ -81,7 +83,8 @@ def netns():
         sh("ip", "-n", HOST_NS, "link", "set", UPLINK, "up")
         sh("ip", "-n", HOST_NS, "route", "add", "default", "via", INET_ADDR)
         sh("ip", "-n", INET_NS, "addr", "add", f"{INET_ADDR}/24", "dev", "inet0")
-        sh("ip", "-n", INET_NS, "addr", "add", "169.254.169.254/32", "dev", "lo")
+        for a in ("169.254.169.254", OTHER_RESOLVER):
+            sh("ip", "-n", INET_NS, "addr", "add", f"{a}/32", "dev", "lo")
         sh("ip", "-n", INET_NS, "link", "set", "inet0", "up")
         # the internet's web server, which answers with the client's address
         servers.append(subprocess.Popen(["ip", "netns", "exec", INET_NS, "/usr/bin/python3",

@@ -160,3 +160,64 @@ def test_ipv6_is_refused_and_logged_in_every_mode(napi):
     finally:
         napi.kill(a)
         napi.kill(b)
+
+
+def test_icmp_and_icmpv6_are_refused_and_logged_in_every_mode(napi):
+    """ICMP and IPv6 go through the same rules as TCP and UDP (issue 6): a
+    ping socket's echo request to a refused destination is EPERM with a
+    refusal, ICMPv6 in every networked mode (the node gives sandboxes no
+    IPv6, and an allow rule naming an IPv6 prefix does not change that);
+    ICMP to an allowed destination goes out. An unconnected ICMPv6 sendto
+    never reaches a hook: the kernel has no IPv6 route in the sandbox
+    (eth0 has IPv6 off) and says ENETUNREACH itself, so nothing leaves and
+    there is nothing to record. Mode none: no ping socket at all
+    (ping_group_range) and no raw socket (seccomp)."""
+    a = napi.create(network={"mode": "open"})
+    b = napi.create(network={"mode": "allowlist",
+                             "allow": [{"cidr": "2001:db8::/32", "protocol": "icmp"},
+                                       {"cidr": f"{INET_ADDR}/32", "ports": "8080"}]})
+    c = napi.create()
+    try:
+        for sid, mode in ((a, "open"), (b, "allowlist")):
+            for addr in ("2001:db8::1", "fe80::1", "::ffff:169.254.169.254"):
+                out = probe(napi, sid, "ping", addr, "connect")
+                assert "errno=EPERM" in out and "stage=connect" in out, (mode, addr, out)
+            out = probe(napi, sid, "ping", "2001:db8::1", "sendto")
+            assert "errno=ENETUNREACH" in out, (mode, out)
+            assert "errno=EPERM" in probe(napi, sid, "ping", "169.254.169.254", "connect")
+            assert "errno=EPERM" in probe(napi, sid, "ping", "169.254.169.254", "sendto")
+            assert "errno=EPERM" in probe(napi, sid, "socket", "raw6")
+            # ICMP to the internet: open lets it out; the allowlist's only
+            # rule for that host is tcp 8080
+            out = probe(napi, sid, "ping", INET_ADDR, "connect")
+            if mode == "open":
+                assert out.startswith("ping ok"), out
+            else:
+                assert "errno=EPERM" in out and "stage=connect" in out, out
+            # ::1 is the sandbox's own
+            assert probe(napi, sid, "ping", "::1", "connect").startswith("ping ok")
+            want = {("connect6", 6, "2001:db8::1"), ("connect6", 6, "fe80::1"),
+                    ("connect4", 4, "169.254.169.254")}
+            if mode == "allowlist":
+                want.add(("connect4", 4, INET_ADDR))
+            rf = refusals(napi, sid, len(want) + 1)
+            got = {(e["hook"], e["family"], e["address"]) for e in rf["recent"]}
+            assert want <= got, (mode, rf)
+            # the unconnected ICMP echo: the packet layer drops it
+            assert ("egress", 4, "169.254.169.254") in got, (mode, rf)
+            icmp = [e for e in rf["recent"] if e["address"] in ("2001:db8::1", "fe80::1")]
+            assert icmp and {e["protocol"] for e in icmp} == {"icmp"}, icmp
+            assert {e["reason"] for e in icmp} == {"deny_set"}, icmp
+            ev = napi.get(f"/v1/sandboxes/{sid}/events").json()["events"]
+            assert any(e["type"] == "network_refused" and "2001:db8::1" in json.dumps(e)
+                       for e in ev), ev
+        # mode none: the kernel refuses the ping socket (ping_group_range of
+        # an offline sandbox's own namespace), seccomp the raw one
+        for addr in ("2001:db8::1", "169.254.169.254", "::1"):
+            out = probe(napi, c, "ping", addr, "connect")
+            assert "errno=EACCES" in out and "stage=socket" in out, (addr, out)
+        assert "errno=EPERM" in probe(napi, c, "socket", "raw6")
+        assert "errno=EPERM" in probe(napi, c, "socket", "raw4")
+    finally:
+        for sid in (a, b, c):
+            napi.kill(sid)

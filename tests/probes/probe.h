@@ -135,5 +135,6 @@ int cmd_forge(int argc, char **argv);
 /* probe_netf.c: the network filter's tests */
 int cmd_send_udp(int argc, char **argv);
 int cmd_socket(int argc, char **argv);
+int cmd_ping(int argc, char **argv);
 /* shared with probe_net.c: tokens arrive XORed with 0x5a and hex-encoded */
 int unhex_xor(const char *hex, char *out, size_t cap);

@@ -61,6 +61,8 @@
  *   send-udp ADDR PORT  one unconnected UDP datagram (sendto)
  *   socket KIND         socket(): packet (AF_PACKET raw), raw4 (AF_INET
  *                       SOCK_RAW ICMP), raw6, ping4 (ICMP datagram socket)
+ *   ping ADDR connect|sendto  one ICMP/ICMPv6 echo request from a ping
+ *                       socket, connect()ed first or sent unconnected
  *
  * Red-team commands (probe_red.c; TOKEN-HEX is a token XORed with 0x5a and
  * hex-encoded, so the probe's argv never holds the token itself):
@@ -504,6 +506,8 @@ int main(int argc, char **argv)
 		return cmd_send_udp(n, a);
 	if (!strcmp(cmd, "socket"))
 		return cmd_socket(n, a);
+	if (!strcmp(cmd, "ping"))
+		return cmd_ping(n, a);
 	fprintf(stderr, "wr-probe: unknown command '%s'\n", cmd);
 	return 2;
 }

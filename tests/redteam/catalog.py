@@ -30,10 +30,15 @@ ROWS = [
 TIER_COLUMNS = ["container/uid0", "container/uid1000", "function/uid0", "function/uid1000"]
 # container sandboxes on a networked node (test_d_network.py), per mode
 NET_COLUMNS = ["allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000"]
-# the microVM tier (test_h_microvm.py): the probes that run through exec,
-# with the guest as the boundary (its own kernel: host invariants, not errnos)
+# the VM tiers (test_h_guest_*.py): every probe inside a guest with its own
+# kernel, as uid 0 and 1000 there. The boundary is the hypervisor: each
+# probe asserts the guest kernel's exact outcome (guestexpect.py) and the
+# host-side invariants (QEMU's cgroup bounds, the store's image, the
+# daemon, canaries, no route to the host)
 MICROVM_COLUMNS = ["microvm/uid0", "microvm/uid1000"]
-COLUMNS = TIER_COLUMNS + ["api", "host"] + NET_COLUMNS + MICROVM_COLUMNS
+VM_COLUMNS = ["vm/uid0", "vm/uid1000"]
+GUEST_COLUMNS = MICROVM_COLUMNS + VM_COLUMNS
+COLUMNS = TIER_COLUMNS + ["api", "host"] + NET_COLUMNS + GUEST_COLUMNS
 
 # Why a column does not apply (shown as n/a).
 NOT_APPLICABLE = {
@@ -44,21 +49,27 @@ NOT_APPLICABLE = {
 # The row "events" stands for the refusal-event check of every probe in
 # that column: its outcome checks still run and must pass; only a missing
 # event is reported as the gap (the cell shows KNOWN-GAP).
-_OPEN_DNS = (
-    "mode open allows every destination outside the deny set, port 53 included: DNS to "
-    "another resolver is not refused and has no event (issue 6, netfilter.bpf.c would "
-    "need a rule for port 53 beside the gateway's)")
-_RAW_EVENT = (
-    "raw and packet sockets are refused by the kernel (no CAP_NET_RAW) before the "
-    "filter's sock_create hook runs: EPERM, but no platform layer records it (a seccomp "
-    "argument rule for SOCK_RAW/AF_PACKET with its log would; src/isolate/seccomp.c, "
-    "issue 7)")
+# Closed: open-mode DNS to other resolvers (the filter's DNS rule,
+# netfilter.bpf.c, reason dns_resolver) and raw/packet sockets without an
+# event (seccomp's socket rules: the event is asserted in the mode-none
+# columns, container and function). What is left is the networked node's
+# seccomp events: see _NETNS_AUDIT.
+_NETNS_AUDIT = (
+    "the networked node's warrend runs in a network namespace the test made, and the "
+    "kernel multicasts audit records (seccomp's, Landlock's) only to the initial one, "
+    "which this machine's /proc/1/ns/net does not let the daemon enter (EACCES): the "
+    "socket() refusal is seccomp's (EPERM, no bpf-net sock_create event), its event is "
+    "asserted in mode none (test_cd_resources_net.py)")
+_VM_OOM = (
+    "a root memory bomb of 2x RAM in the Debian guest stalls or takes qemu-guest-agent (its "
+    "OOM killer, no swap): the command in flight answers HTTP 500 (vm exec: 'guest agent: "
+    "no answer' / 'handle not found') instead of an oom result; the guest and host recover "
+    "(the uid-1000 column after it passes). vm_exec.c should report the lost agent as the "
+    "command's end (vm tier)")
 KNOWN_GAPS = {
-    ("d-dns-exfil", "open/uid0"): _OPEN_DNS,
-    ("d-dns-exfil", "open/uid1000"): _OPEN_DNS,
-    **{("d-egress-bypass", c): _RAW_EVENT for c in
-       ("allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000")},
-}
+    ("c-membomb", "vm/uid0"): _VM_OOM,
+    **{("d-egress-bypass", c): _NETNS_AUDIT for c in
+       ("allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000")}}
 
 # (row, column) -> PASS | FAIL | KNOWN-GAP | n/a, filled by conftest's hook
 RESULTS = {}

@@ -1,5 +1,5 @@
-"""The red-team suite's harness: one real warrend (the e2e suite's Daemon
-class, started with canaries planted), the attacker tenant "alice" and the
+"""The red-team suite's harness: one real warrend (Daemon of
+tests/e2e/harness.py, started with canaries planted), the attacker tenant "alice" and the
 victim tenant "bob" over TCP with bearer tokens, and the result table.
 
 Every probe runs through the public API (the Python SDK in sdk/python):
@@ -15,12 +15,12 @@ of every probe is checked for them as it arrives, and the hunting probes
 read every file a sandbox can see looking for them.
 """
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -33,9 +33,10 @@ sys.path.insert(0, str(HERE))
 
 import warren  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("wr_e2e_harness", ROOT / "tests/e2e/conftest.py")
-harness = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(harness)
+# the e2e suite's harness (Daemon) and networked node (netnode.py)
+sys.path.append(str(ROOT / "tests" / "e2e"))
+import harness  # noqa: E402
+
 BUILD = harness.BUILD
 
 from catalog import COLUMNS, KNOWN_GAPS, RESULTS, ROWS, gap  # noqa: E402
@@ -193,7 +194,7 @@ class Session:
 @pytest.fixture(scope="session")
 def rt(tmp_path_factory):
     for f in ("warrend", "warren-init", "tests/wr-probe", "tests/guest/vmlinux",
-              "tests/guest/initramfs.cpio"):
+              "tests/guest/initramfs.cpio", "tests/vm/debian-vm.raw"):
         assert (BUILD / f).exists(), f"{BUILD / f} missing: run ninja -C {BUILD} first"
     tag = f"wr-rt-{PID}-{uuid.uuid4().hex[:6]}"
     canaries = {k: f"CANARY-{k}-{uuid.uuid4().hex}" for k in
@@ -222,8 +223,11 @@ def rt(tmp_path_factory):
     # the microVM tier (TCG here): the guest ninja builds with the tests
     guest = BUILD / "tests" / "guest"
     cfg["microvm"] = {"kernel": str(guest / "vmlinux"), "initrd": str(guest / "initramfs.cpio")}
+    # the VM tier (TCG here): the Debian test disk ninja builds with the tests
+    cfg["vm"] = {"accel": "tcg", "boot_timeout": 900, "shutdown_timeout": 30}
     cfg["images"] = {"busybox": str(d.images / "busybox"),
                      "busybox-erofs": str(d.images / "busybox.erofs"),
+                     "debian-vm": str(BUILD / "tests" / "vm" / "debian-vm.raw"),
                      f"cfg-{canaries['config'].lower()}": str(d.images / "busybox")}
     d.config.write_text(json.dumps(cfg, indent=1))
     d.env["WARREN_RT_CANARY"] = canaries["daemon-env"]
@@ -241,10 +245,10 @@ def rt(tmp_path_factory):
         s.kmsg_seq0, _ = kernel_log()
         s.rss0 = s.daemon_rss_kib()
         # the victim: bob's sandbox with a secret file, env and process argv
-        v = warren.Sandbox.create(image="busybox", timeout=1800,
+        v = warren.Sandbox.create(image="busybox", timeout=7200,
                                   envs={"VICTIM_SECRET": canaries["victim-env"]}, **s.bob)
         v.files.write("/root/secret.txt", canaries["victim-file"] + "\n")
-        v.commands.run(["sh", "-c", f"exec sleep 1800 # {canaries['victim-argv']}"],
+        v.commands.run(["sh", "-c", f"exec sleep 7200 # {canaries['victim-argv']}"],
                        background=True)
         s.victim = v
         yield s
@@ -324,3 +328,134 @@ def pytest_terminal_summary(terminalreporter):
                       "GET /v1/events (refusal audit, issue 7, branch audit, not merged)")
     for (row, col), reason in sorted(KNOWN_GAPS.items()):
         tr.write_line(f"KNOWN-GAP {row} {col}: {reason}")
+
+
+# ---------------------------------------------------------------- VM guests
+
+def qemu_pid(sid):
+    """The QEMU process whose command line names sandbox `sid`."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if sid.encode() in cmd and b"qemu-system" in cmd:
+            return int(p)
+    return None
+
+
+def cgroup_limits(pid):
+    """QEMU's cgroup bounds, read from the host: memory, pids, CPU quota of
+    the VM's cgroup vm-<id> (QEMU lives in its leaf "q"), and usage."""
+    out = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        vm = Path(path).parent  # the leaf "q" -> vm-<id>
+        if ctrls == "memory":
+            d = Path("/sys/fs/cgroup/memory") / str(vm).lstrip("/")
+            out["memory.limit"] = int((d / "memory.limit_in_bytes").read_text())
+            out["memory.max_usage"] = int((d / "memory.max_usage_in_bytes").read_text())
+        elif ctrls == "pids":
+            d = Path("/sys/fs/cgroup/pids") / str(vm).lstrip("/")
+            out["pids.max"] = (d / "pids.max").read_text().strip()
+            out["pids.peak"] = len((Path("/sys/fs/cgroup/pids") / path.lstrip("/") /
+                                    "tasks").read_text().split())
+        elif "cpu" in ctrls.split(","):
+            d = Path("/sys/fs/cgroup") / ctrls / str(vm).lstrip("/")
+            out["cpu.quota"] = int((d / "cpu.cfs_quota_us").read_text())
+            out["cpu.period"] = int((d / "cpu.cfs_period_us").read_text())
+    return out
+
+
+class Guest:
+    """One booted VM sandbox of a tier, shared by the probes of a session:
+    boots are few (TCG is slow). What the host must keep is recorded when
+    it boots and checked after every probe (host_check)."""
+
+    def __init__(self, rt, tier):
+        self.rt = rt
+        self.tier = tier
+        t0 = time.time()
+        if tier == "microvm":
+            # the guest mounts the store's EROFS image (wr-probe baked in)
+            self.sb = warren.Sandbox.create(image="busybox-erofs", tier="microvm",
+                                            memory_mb=256, disk_mb=64, timeout=7200,
+                                            request_timeout=600, **rt.alice)
+            self.base = rt.image_erofs
+        else:
+            # a stock Debian disk: wr-probe goes in through the files API
+            # (qemu-guest-agent), as a user would bring a tool
+            self.sb = warren.Sandbox.create(image="debian-vm", tier="vm", memory_mb=512,
+                                            timeout=7200, request_timeout=1200, **rt.alice)
+            self.sb.files.write("/usr/local/bin/wr-probe",
+                                (BUILD / "tests" / "wr-probe").read_bytes(), mode=0o755)
+            self.base = BUILD / "tests" / "vm" / "debian-vm.raw"
+        self.boot_s = time.time() - t0
+        self.dead = False
+        self.nic = None  # has_nic(), once asked
+        self.pid = qemu_pid(self.sb.sandbox_id)
+        assert self.pid, f"no QEMU for {self.sb.sandbox_id}"
+        self.limits = cgroup_limits(self.pid)
+        assert self.limits.get("memory.limit") and self.limits.get("pids.max"), self.limits
+        self.base_digest = sha256_file(self.base)
+        r = self.sb.commands.run(["wr-probe", "exit", "0"], timeout=120, request_timeout=300)
+        assert r.exit_code == 0, f"wr-probe does not run in the {tier} guest: {r}"
+
+    def has_nic(self):
+        """A network device besides loopback in the guest (the vm tier's
+        network is being added by another branch: until it lands, none)."""
+        r = self.sb.commands.run(["wr-probe", "ls", "/sys/class/net"], timeout=60)
+        names = r.stdout.split("names=")[-1].split()[0].split(",") if "names=" in r.stdout \
+            else []
+        return [n for n in names if n and n != "lo"]
+
+    def host_check(self, what=""):
+        """The host-side invariants: the same QEMU still runs in its cgroup
+        with the bounds it was given (memory, pids, CPU), under them; the
+        daemon answers; the image in the store is unchanged (digest checked
+        by the probes that write, and at the end)."""
+        if self.dead:
+            return
+        assert self.pid and os.path.exists(f"/proc/{self.pid}"), f"{what}: QEMU gone"
+        assert qemu_pid(self.sb.sandbox_id) == self.pid, f"{what}: another QEMU"
+        now = cgroup_limits(self.pid)
+        for k in ("memory.limit", "pids.max", "cpu.quota", "cpu.period"):
+            assert now.get(k) == self.limits.get(k), (what, k, now, self.limits)
+        assert now["memory.max_usage"] <= now["memory.limit"], (what, now)
+        assert now["pids.max"] == "max" or now["pids.peak"] <= int(now["pids.max"]), now
+        assert self.rt.d.proc.poll() is None, f"{what}: warrend died"
+        assert warren.Sandbox.health(**self.rt.alice) is not None
+
+    def kill(self):
+        if not self.dead:
+            self.dead = True
+            try:
+                self.sb.kill()
+            except warren.exceptions.WarrenError:
+                pass
+
+
+class Guests:
+    def __init__(self, rt):
+        self.rt = rt
+        self.made = {}
+
+    def get(self, tier):
+        if tier not in self.made:
+            self.made[tier] = Guest(self.rt, tier)
+        return self.made[tier]
+
+    def close(self):
+        for g in self.made.values():
+            g.kill()
+
+
+@pytest.fixture(scope="session")
+def guests(rt):
+    g = Guests(rt)
+    try:
+        yield g
+    finally:
+        g.close()

@@ -84,7 +84,19 @@ class Ctx:
     def microvm(self):
         return self.tier == "microvm"
 
+    @property
+    def guest(self):
+        """A VM tier: the session's booted guest of this tier."""
+        return self.tier in ("microvm", "vm")
+
+    def g(self):
+        return self.guests.get(self.tier)
+
     def _create(self, **opts):
+        if self.tier == "vm":
+            return warren.Sandbox.create(image="debian-vm", tier="vm", timeout=1800,
+                                         memory_mb=512, request_timeout=1200, **opts,
+                                         **self.rt.alice)
         if self.microvm:
             # the guest mounts the store's EROFS image (wr-probe baked in)
             opts = {"memory_mb": 256, "disk_mb": 64, **opts}
@@ -95,7 +107,10 @@ class Ctx:
     # ---- sandboxes and runs
     def sandbox(self, **opts):
         """The column's sandbox (container tier), made on first use."""
-        assert self.container or self.microvm
+        assert self.container or self.guest
+        if self.guest and not opts:
+            self.sb = self.g().sb  # the session's guest: not ours to kill
+            return self.sb
         if self.sb is None or (opts and opts != self.sb_opts):
             self.sb = self._create(**opts)
             self.sb_opts = opts
@@ -110,7 +125,7 @@ class Ctx:
     def run(self, argv, timeout=120, limits=None, user=None, output_cap=None, sb=None,
             **kw):
         limits = dict(limits or {})
-        if self.container or self.microvm:
+        if self.container or self.guest:
             s = sb or self.sandbox(**limits)
             r = s.commands.run(argv, user=self.uid if user is None else user, timeout=timeout,
                                output_cap=output_cap, request_timeout=timeout + 60, **kw)
@@ -246,11 +261,13 @@ def expect_event(rt, conn, layer, action, subject=None, sandbox=None, since=0.0)
 
 
 @pytest.fixture
-def ctx(rt, rt_key):
+def ctx(rt, rt_key, request):
     row, col = rt_key
     if col in NOT_APPLICABLE:
         pytest.skip(f"n/a: {NOT_APPLICABLE[col]}")
     c = Ctx(rt, row, col)
+    if c.guest:
+        c.guests = request.getfixturevalue("guests")
     current_key[0] = rt_key
     try:
         yield c

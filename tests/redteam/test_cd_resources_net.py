@@ -199,6 +199,9 @@ def test_d_egress_bypass(ctx):
     assert got["icmp-dgram"] == net("icmp-dgram"), got
     assert got["raw-icmp"] == got["raw-ip"] == got["packet"] == net("raw"), got
     net_event(ctx, "sendto")
+    # raw and packet sockets: refused by the seccomp filter, with its event
+    # (every tier that runs commands under it: containers and calls)
+    ctx.expect_event("seccomp", "socket")
 
 
 @probe("d-abstract-unix")

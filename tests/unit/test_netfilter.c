@@ -538,6 +538,12 @@ static void test_none_and_open(void **state)
 	assert_int_equal(wr_netfilter_update(G.nf, b.att, &p, &err), 0);
 	assert_int_equal(in_box(&b, TCP, A3, 8080), EPERM);
 	assert_int_equal(in_box(&b, TCP, A3, 8081), 0);
+	/* open: DNS and DNS-over-TLS to any resolver but its own gateway */
+	assert_int_equal(in_box(&b, UDP_SENDTO, A3, 53), EPERM);
+	assert_int_equal(in_box(&b, TCP, A3, 53), EPERM);
+	assert_int_equal(in_box(&b, TCP, A3, 853), EPERM);
+	assert_int_equal(in_box(&b, UDP_SENDTO, A3, 5353), 0);
+	assert_int_equal(in_box(&b, UDP_SENDTO, A1, 53), 0);
 	assert_int_equal(wr_netfilter_set_deny(G.nf, NULL, 0, &err), 0);
 	assert_int_equal(in_box(&b, TCP, A3, 8080), 0);
 	box_close(&b);

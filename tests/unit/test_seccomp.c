@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/fs.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -477,6 +478,20 @@ static int child_socket_personality(void *arg)
 	CHECK_ERRNO(socket(AF_VSOCK, SOCK_STREAM, 0), EPERM);
 	CHECK_ERRNO(syscall(SYS_socket, (1UL << 32) | AF_VSOCK, SOCK_STREAM, 0), EPERM);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(s >= 0);
+	close(s);
+	/* packet sockets of every type, raw IP sockets (flags and junk in the
+	 * upper half do not matter); netlink's SOCK_RAW and UDP are fine */
+	CHECK_ERRNO(socket(AF_PACKET, SOCK_RAW, 0), EPERM);
+	CHECK_ERRNO(socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0), EPERM);
+	CHECK_ERRNO(socket(AF_INET, SOCK_RAW, IPPROTO_ICMP), EPERM);
+	CHECK_ERRNO(socket(AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_RAW), EPERM);
+	CHECK_ERRNO(syscall(SYS_socket, (1UL << 32) | AF_INET, (1UL << 40) | SOCK_RAW, 1), EPERM);
+	CHECK_ERRNO(syscall(SYS_socket, (1UL << 32) | AF_PACKET, SOCK_DGRAM, 0), EPERM);
+	s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0 /* NETLINK_ROUTE */);
+	CHECK(s >= 0);
+	close(s);
+	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	CHECK(s >= 0);
 	close(s);
 

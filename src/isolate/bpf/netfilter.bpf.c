@@ -218,6 +218,20 @@ static __always_inline int is_gateway_dns(__u32 flags, const __u8 *gw4, const __
 	return (flags & NF_F_GW6) && same(gw6, d->addr, 16);
 }
 
+/* DNS and DNS-over-TLS (TCP/UDP 53 and 853) to a resolver that is not the
+ * sandbox's own: checked after the gateway's DNS, its own address and the
+ * deny set, so only "anything else" reaches it. In mode open it refuses:
+ * a sandbox's names go through the forwarder, whose refusals are recorded
+ * (docs/ARCH-NETWORK.md); in mode allowlist the rules decide (a rule that
+ * names a resolver's port opens it on purpose). A later fragment (no
+ * ports) follows its first, which was checked. */
+static __always_inline int other_resolver(const struct dest *d)
+{
+	if (d->any_port || (d->proto != NF_P_UDP && d->proto != NF_P_TCP))
+		return 0;
+	return d->port == 53 || d->port == 853;
+}
+
 /* In the node's deny set (whatever the sandbox's policy). */
 static __always_inline int denied(const struct dest *d)
 {
@@ -345,7 +359,13 @@ static __always_inline int decide_flat(const struct nf_local *l, const struct de
 		refuse_event(l->cgid, d, NF_R_DENYSET);
 		return 0;
 	}
-	if (l->mode == NF_MODE_OPEN || flat_match(l, d) || dyn_match(l->cgid, d))
+	if (l->mode == NF_MODE_OPEN) {
+		if (!other_resolver(d))
+			return 1;
+		refuse_event(l->cgid, d, NF_R_DNS);
+		return 0;
+	}
+	if (flat_match(l, d) || dyn_match(l->cgid, d))
 		return 1;
 	refuse_event(l->cgid, d, NF_R_POLICY);
 	return 0;
@@ -384,8 +404,12 @@ static __always_inline int decide(const struct dest *d, struct __sk_buff *skb)
 		refuse_event(cgid, d, NF_R_DENYSET);
 		return 0;
 	}
-	if (h->mode == NF_MODE_OPEN)
-		return 1;
+	if (h->mode == NF_MODE_OPEN) {
+		if (!other_resolver(d))
+			return 1;
+		refuse_event(cgid, d, NF_R_DNS);
+		return 0;
+	}
 	if (ports_match(h->r, h->n, d) || dyn_match(cgid, d))
 		return 1;
 	refuse_event(cgid, d, NF_R_POLICY);

@@ -65,6 +65,7 @@
 #define NF_R_DENYSET 2	/* in the node's deny set */
 #define NF_R_SOCKTYPE 3 /* raw socket */
 #define NF_R_UNKNOWN 4	/* cgroup carries the programs but no policy */
+#define NF_R_DNS 5	/* mode open: DNS (53, 853) to another resolver than its own */
 
 struct nf_key {
 	__u32 prefixlen; /* 32 (tag) + address bits */
