@@ -208,3 +208,55 @@ def test_microvm_second_networked_create_restores(mapi):
         assert sh(mapi, sid, "hostname")["stdout"].strip() == sid
     finally:
         mapi.kill(sid)
+
+
+# ---- the vm tier: a whole Debian, DHCP by systemd-networkd ---------------------
+
+BASH_GET = ("exec 3<>/dev/tcp/{a}/{p} || exit 7; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; "
+            "timeout 10 cat <&3")
+
+
+@pytest.fixture(scope="module")
+def vmd(build, netd, inet_services, tmp_path_factory):
+    from netnode import NetDaemon
+    d = NetDaemon(build, tmp_path_factory.mktemp("vmnet"), "vmnet", slot=21,
+                  extra={"vm": {"accel": "tcg", "boot_timeout": 600, "shutdown_timeout": 60},
+                         "images": {"debian-vm": str(vm_image(build))}})
+    d.start()
+    yield d
+    problems = d.finish() + d.gone_problems()
+    assert not problems, "\n".join(problems) + "\n" + d.log_text()
+
+
+def test_vm_tier_allowlist_and_refusal(build, vmd):
+    api = Client(vmd, timeout=900)
+    sid = create_patiently(api, tier="vm", image="debian-vm", memory_mb=512, timeout=1800,
+                           network={"mode": "allowlist", "domains": [OK_NAME],
+                                    "allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080",
+                                               "protocol": "tcp"}]})
+    try:
+        # the agent answers before networkd's DHCP is done: wait for the lease
+        deadline, out = time.time() + 180, {}
+        while time.time() < deadline:
+            out = api.run(sid, ["bash", "-c", BASH_GET.format(a=INET_ADDR, p=8080)],
+                          timeout=60)
+            if out["exit_code"] == 0:
+                break
+            time.sleep(2)
+        assert out["stdout"].endswith("198.18.0.1"), out
+        out = api.run(sid, ["bash", "-c", f"timeout 10 bash -c 'echo > /dev/tcp/{INET_ADDR}/8081'"],
+                      timeout=60)
+        assert out["exit_code"] != 0, out
+        ev = bpf_events(api, sid, 1, timeout=30)
+        assert any(e["sandbox"] == sid and e["subject"] == f"{INET_ADDR}:8081/tcp"
+                   for e in ev), ev
+        # DNS through slirp's alias to the forwarder
+        out = api.run(sid, ["getent", "ahostsv4", OK_NAME], timeout=60)
+        assert out["exit_code"] == 0 and INET_ADDR in out["stdout"], out
+        out = api.run(sid, ["getent", "ahostsv4", OTHER_NAME], timeout=60)
+        assert out["exit_code"] != 0, out
+        ev = dns_events(api, sid, timeout=30)
+        assert any(OTHER_NAME in (e.get("subject") or "") for e in ev), ev
+    finally:
+        api.kill(sid)
+        api.close()
