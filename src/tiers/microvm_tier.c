@@ -437,6 +437,12 @@ static int mvm_cgroup_v2_fd(const struct wr_sandbox *sb)
 	return wr_vm_cgroup_v2_fd(((const struct mvm_sandbox *)(const void *)sb)->vm);
 }
 
+static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
+}
+
 const struct wr_tier_ops wr_microvm_tier = {
     .name = "microvm",
     .create = mvm_create,
@@ -452,4 +458,5 @@ const struct wr_tier_ops wr_microvm_tier = {
     .suspend = mvm_suspend,
     .save = mvm_save,
     .cgroup_v2_fd = mvm_cgroup_v2_fd,
+    .port = mvm_port,
 };

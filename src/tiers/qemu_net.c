@@ -2,6 +2,7 @@
 #include "tiers/qemu_net.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "isolate/cgroup.h"
 #include "tiers/qemu_proc.h"
+#include "tiers/qmp.h"
 #include "tiers/tier.h"
 
 int wr_qemu_net_args(const char *device, char *netdev, size_t netdev_len, char *dev, size_t dev_len,
@@ -77,4 +79,42 @@ const struct wr_qemu_net *wr_qemu_net_of(const struct wr_sandbox_spec *spec,
 	*buf = (struct wr_qemu_net){.netns_fd = spec->net->netns_fd,
 				    .resolv_conf = spec->net->resolv_conf};
 	return buf;
+}
+
+/* One HMP command; its output is empty on success, else QEMU's message. */
+static int hmp(struct wr_qmp *qmp, const char *line, char *out, size_t outlen, wr_err *err)
+{
+	json_t *args = json_pack("{s:s}", "command-line", line);
+	json_t *ret = NULL;
+	int r = args ? wr_qmp_cmd(qmp, "human-monitor-command", args, 10000, &ret, err)
+		     : wr_err_set(err, ENOMEM, "out of memory");
+	json_decref(args);
+	const char *s = json_string_value(ret);
+	snprintf(out, outlen, "%s", s ? s : "");
+	json_decref(ret);
+	return r;
+}
+
+int wr_qemu_net_hostfwd(struct wr_qmp *qmp, pthread_mutex_t *lock, const char *addr, unsigned port,
+			bool add, wr_err *err)
+{
+	if (qmp == NULL)
+		return wr_err_set(err, EIO, "qemu: no monitor");
+	char rm[128], ad[160], out[256];
+	snprintf(rm, sizeof(rm), "hostfwd_remove net0 tcp:%s:%u", addr, port);
+	snprintf(ad, sizeof(ad), "hostfwd_add net0 tcp:%s:%u-%s:%u", addr, port, WR_QEMU_NET_GUEST,
+		 port);
+	pthread_mutex_lock(lock);
+	/* a rule of a previous daemon's publish, or none ("host forwarding
+	 * rule for ... not found"): either way the slot is free after */
+	int r = hmp(qmp, rm, out, sizeof(out), err);
+	if (r == 0 && add) {
+		r = hmp(qmp, ad, out, sizeof(out), err);
+		if (r == 0 && out[0]) {
+			out[strcspn(out, "\r\n")] = '\0';
+			r = wr_err_set(err, EADDRINUSE, "guest port %u: %s", port, out);
+		}
+	}
+	pthread_mutex_unlock(lock);
+	return r;
 }

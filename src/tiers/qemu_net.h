@@ -22,6 +22,7 @@
 #ifndef WARREN_TIERS_QEMU_NET_H
 #define WARREN_TIERS_QEMU_NET_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -68,6 +69,14 @@ const char *wr_qemu_net_cmdline(void);
 struct wr_sandbox_spec;
 const struct wr_qemu_net *wr_qemu_net_of(const struct wr_sandbox_spec *spec,
 					 struct wr_qemu_net *buf);
+/* A published port of the sandbox (warrend's relay or DNAT reaches
+ * addr:port in the sandbox's namespace): slirp listens there and forwards
+ * each connection to the guest's port (hostfwd_add/remove over QMP's
+ * human-monitor-command, under lock). Adding first removes a rule a
+ * previous daemon left (ports do not outlive a restart). */
+struct wr_qmp;
+int wr_qemu_net_hostfwd(struct wr_qmp *qmp, pthread_mutex_t *lock, const char *addr, unsigned port,
+			bool add, wr_err *err);
 /* QEMU's cgroup (vm-<id>) in the v2 hierarchy, where warrend attaches the
  * sandbox's network filter; -1 when it has none. */
 int wr_qemu_cgroup_v2_fd(const struct wr_qemu *q);

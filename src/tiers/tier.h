@@ -214,6 +214,11 @@ struct wr_tier_ops {
 	 * NULL: the tier has no network (the container tier's is
 	 * wr_sandbox_cgroup_v2_fd). A tier with it takes spec->net. */
 	int (*cgroup_v2_fd)(const struct wr_sandbox *sb);
+	/* A published port: connections to the sandbox's address (addr, its
+	 * namespace's) on port reach port inside (add) or no longer do.
+	 * NULL: nothing to do (a container listens in that namespace itself;
+	 * a VM's guest is behind QEMU's user-mode network). */
+	int (*port)(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err);
 	/* Finds a sandbox a previous daemon left running again (spec from its
 	 * record, pid its recorded main_pid); one that cannot be adopted is
 	 * killed and cleaned. NULL: the daemon's own path (container).

@@ -1026,3 +1026,8 @@ int wr_fullvm_cgroup_v2_fd(const struct wr_fullvm *vm)
 {
 	return wr_qemu_cgroup_v2_fd(&vm->qp);
 }
+
+int wr_fullvm_hostfwd(struct wr_fullvm *vm, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
+}

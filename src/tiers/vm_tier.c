@@ -467,6 +467,11 @@ static int fvm_cgroup_v2_fd(const struct wr_sandbox *sb)
 	return wr_fullvm_cgroup_v2_fd(((const struct fvm_sandbox *)(const void *)sb)->vm);
 }
 
+static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	return wr_fullvm_hostfwd(of(sb)->vm, addr, port, add, err);
+}
+
 const struct wr_tier_ops wr_vm_tier = {
     .name = "vm",
     .no_pty = NO_PTY,
@@ -482,4 +487,5 @@ const struct wr_tier_ops wr_vm_tier = {
     .suspend = fvm_suspend,
     .save = fvm_save,
     .cgroup_v2_fd = fvm_cgroup_v2_fd,
+    .port = fvm_port,
 };

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import Client
-from netnode import INET_ADDR, INET_NS, create_patiently, refusals
+from netnode import HOST_NS, INET_ADDR, INET_NS, create_patiently, refusals, tcp_read
 from vmtiers import guest, vm_image
 
 dnslib = pytest.importorskip("dnslib")
@@ -206,6 +206,24 @@ def test_microvm_second_networked_create_restores(mapi):
         assert not out.startswith("connect-tcp ok"), out
         # the hostname is the sandbox's (IDENTITY after the restore)
         assert sh(mapi, sid, "hostname")["stdout"].strip() == sid
+        # a published port: slirp listens on the sandbox's address and
+        # forwards into the guest; a relay on loopback, DNAT from outside
+        mapi.run(sid, ["sh", "-c", "while true; do echo hello-vm | nc -l -p 8000; done "
+                                   ">/dev/null 2>&1 &"])
+        r = mapi.post(f"/v1/sandboxes/{sid}/ports", {"port": 8000})
+        assert r.status == 201, r
+        assert tcp_read(HOST_NS, "127.0.0.1", r.json()["host_port"]) == "hello-vm"
+        r = mapi.post(f"/v1/sandboxes/{sid}/ports",
+                      {"port": 8000, "host": "198.18.0.1", "host_port": 18010})
+        assert r.status == 201, r
+        assert tcp_read(INET_NS, "198.18.0.1", 18010) == "hello-vm"
+        r = mapi.delete(f"/v1/sandboxes/{sid}/ports/8000")
+        assert r.status == 204, r
+        assert tcp_read(INET_NS, "198.18.0.1", 18010) == ""
+        # published again after the unpublish: the guest port is free
+        r = mapi.post(f"/v1/sandboxes/{sid}/ports", {"port": 8000})
+        assert r.status == 201, r
+        assert tcp_read(HOST_NS, "127.0.0.1", r.json()["host_port"]) == "hello-vm"
     finally:
         mapi.kill(sid)
 
