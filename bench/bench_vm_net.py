@@ -17,11 +17,9 @@ Writes bench/results/vm_net.md (with `uptime` load next to the numbers)."""
 import os
 import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import Client, build  # noqa: F401 (a fixture)
 from netnode import INET_ADDR, NetDaemon, create_patiently, netd, netns  # noqa: F401

@@ -7,7 +7,6 @@ warrend's forwarder. Runs on netnode.py's node (namespaces of this test
 only) plus a test-made authoritative DNS server in its "internet"; few
 boots (TCG): one microVM daemon whose templates hold a NIC, one vm-tier
 boot."""
-import os
 import subprocess
 import time
 
@@ -228,6 +227,32 @@ def test_microvm_second_networked_create_restores(mapi):
         mapi.kill(sid)
 
 
+def test_microvm_filter_again_after_kill9(mvd):
+    """A networked microVM outlives its daemon; the next start adopts it
+    with its pool lease, its DNS registration and its filter again before
+    it is served."""
+    api = Client(mvd, timeout=300)
+    sid = create_patiently(api, network={
+        "mode": "allowlist", "domains": [OK_NAME],
+        "allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080", "protocol": "tcp"}]}, **MVM)
+    api.close()
+    mvd.kill9()
+    mvd.start()
+    api = Client(mvd, timeout=300)
+    try:
+        assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert body(http_get(api, sid, INET_ADDR, 8080)) == "198.18.0.1"
+        out = api.run(sid, ["wr-probe", "connect-tcp", INET_ADDR, "9099"])["stdout"]
+        assert not out.startswith("connect-tcp ok"), out
+        rf = refusals(api, sid, 1, timeout=15)
+        assert any(r["port"] == 9099 for r in rf["recent"]), rf
+        out = resolve(api, sid, OK_NAME)
+        assert f"Address: {INET_ADDR}" in out["stdout"], out
+    finally:
+        api.kill(sid)
+        api.close()
+
+
 # ---- the vm tier: a whole Debian, DHCP by systemd-networkd ---------------------
 
 BASH_GET = ("exec 3<>/dev/tcp/{a}/{p} || exit 7; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; "
@@ -278,3 +303,4 @@ def test_vm_tier_allowlist_and_refusal(build, vmd):
     finally:
         api.kill(sid)
         api.close()
+
