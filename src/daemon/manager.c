@@ -332,7 +332,7 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	if (!netted && mode && strcmp(mode, "none") != 0) {
 		wrd_mgr_put(sb);
 		return wr_err_field(err, "network.mode",
-				    "network.mode: the %s tier has no network yet; only \"none\"",
+				    "network.mode: the %s tier has no network; only \"none\"",
 				    rec->tier);
 	}
 	struct wr_sandbox_spec spec;
