@@ -231,7 +231,7 @@ make_disk_uefi() {
 	echo "label: gpt
 start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
 start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
-	export -f die bad_image configure_guest install_grub_efi
+	export -f die bad_image configure_guest configure_network install_grub_efi
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3 rs=$4
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
