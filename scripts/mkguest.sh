@@ -4,7 +4,7 @@
 #                           package (an ELF with a PVH note: QEMU boots it
 #                           directly, about 1 s sooner than the bzImage)
 #   OUTDIR/initramfs.cpio   newc archive: /init = warren-agent, the modules
-#                           a guest needs (virtio-mmio, -blk, -console,
+#                           a guest needs (virtio-mmio, -blk, -console, -net,
 #                           erofs, overlay, their dependencies) and
 #                           /etc/warren/modules, their load order
 #   OUTDIR/kernel.version   the kernel package version (part of a
@@ -114,7 +114,7 @@ add() {
 	cp "$ko" "$ROOT/lib/modules/$name.ko"
 	ORDER+=("/lib/modules/$name.ko")
 }
-for m in virtio_mmio virtio_blk virtio_console erofs overlay; do
+for m in virtio_mmio virtio_blk virtio_console virtio_net erofs overlay; do
 	add "$m"
 done
 printf '%s\n' "${ORDER[@]}" >"$ROOT/etc/warren/modules"

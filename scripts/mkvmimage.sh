@@ -65,6 +65,41 @@ debootstrap_tree() {
 	touch "$root/.complete"
 }
 
+# The guest's NIC (warren's vm tier gives a networked sandbox a virtio-net
+# NIC behind QEMU's user-mode network: DHCP hands out 10.0.2.15/24, gateway
+# 10.0.2.2, DNS 10.0.2.3; an offline sandbox has no NIC): systemd-networkd
+# asks DHCP on any en*/eth* link, when the image has networkd. The image's
+# /etc/resolv.conf, unless a resolver manages it (a symlink), names the DNS
+# alias: a copy of the build host's would lead nowhere.
+configure_network() {
+	local mnt=$1 unit=
+	for d in lib usr/lib; do
+		[ -f "$mnt/$d/systemd/system/systemd-networkd.service" ] && unit=/$d/systemd/system
+	done
+	[ -n "$unit" ] || return 0
+	local d
+	for d in etc/systemd etc/systemd/network etc/systemd/system \
+		etc/systemd/system/multi-user.target.wants etc/systemd/system/sockets.target.wants; do
+		[ -e "$mnt/$d" ] || [ -L "$mnt/$d" ] || mkdir "$mnt/$d"
+		realdir "$d"
+	done
+	put etc/systemd/network/80-warren-dhcp.network '[Match]
+Name=en* eth*
+
+[Network]
+DHCP=ipv4
+LinkLocalAddressing=no
+IPv6AcceptRA=no
+'
+	rm -f "$mnt/etc/systemd/system/multi-user.target.wants/systemd-networkd.service" \
+		"$mnt/etc/systemd/system/sockets.target.wants/systemd-networkd.socket"
+	ln -s "$unit/systemd-networkd.service" \
+		"$mnt/etc/systemd/system/multi-user.target.wants/systemd-networkd.service"
+	ln -s "$unit/systemd-networkd.socket" \
+		"$mnt/etc/systemd/system/sockets.target.wants/systemd-networkd.socket"
+	[ -L "$mnt/etc/resolv.conf" ] || put etc/resolv.conf $'nameserver 10.0.2.3\n'
+}
+
 # The guest's configuration, inside the mounted disk $1, with the kernel of
 # tree $2. Runs in the private mount namespace below.
 configure_guest() {
@@ -90,6 +125,7 @@ configure_guest() {
 	put etc/hosts $'127.0.0.1 localhost\n127.0.1.1 warren-vm\n'
 	put etc/fstab "$rootdev / ext4 rw,errors=remount-ro 0 1
 "
+	configure_network "$mnt"
 	# the kernel, its initrd and modules (merged /usr: /lib is usr/lib)
 	[ -e "$mnt/boot" ] || [ -L "$mnt/boot" ] || mkdir "$mnt/boot"
 	realdir boot
@@ -157,7 +193,7 @@ make_disk() {
 	echo 'label: dos
 start=2048, type=83, bootable' | sfdisk -q "$raw"
 	dd if="$mbr" of="$raw" bs=440 count=1 conv=notrunc status=none
-	export -f die bad_image configure_guest
+	export -f die bad_image configure_guest configure_network
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3
 		# the partition as its own loop device (offset 1 MiB): partition
@@ -195,7 +231,7 @@ make_disk_uefi() {
 	echo "label: gpt
 start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
 start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
-	export -f die bad_image configure_guest install_grub_efi
+	export -f die bad_image configure_guest configure_network install_grub_efi
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3 rs=$4
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")

@@ -289,6 +289,15 @@ int wrd_spec_from_record(const struct wrd_record *rec, struct wr_sandbox_spec *s
 	return 0;
 }
 
+int wrd_sbx_cgroup_v2_fd(struct wrd_sbx *sb)
+{
+	if (sb->tsb == NULL)
+		return -1;
+	if (strcmp(sb->ops->name, "container") == 0)
+		return wr_sandbox_cgroup_v2_fd(sb->tsb);
+	return sb->ops->cgroup_v2_fd ? sb->ops->cgroup_v2_fd(sb->tsb) : -1;
+}
+
 int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 {
 	uint64_t t0 = wr_now_ns();
@@ -312,22 +321,24 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 		wrd_mgr_put(sb);
 		return wr_err_field(err, "tier", "tier: unknown tier '%s'", rec->tier);
 	}
-	/* Only the container tier has network plumbing and the eBPF filter
-	 * yet (a QEMU of the VM tiers has no interface): other tiers take mode
-	 * none, and their handles are not a container's. */
+	/* Network plumbing and the eBPF filter: the container tier and the
+	 * tiers that name a cgroup for the filter (the VM tiers: QEMU's, whose
+	 * user-mode network makes the guest's connections QEMU's sockets);
+	 * any other tier takes mode none. */
 	bool container = strcmp(sb->ops->name, "container") == 0;
+	bool netted = container || sb->ops->cgroup_v2_fd;
 	const char *mode =
 	    json_string_value(json_object_get(json_object_get(rec->spec, "network"), "mode"));
-	if (!container && mode && strcmp(mode, "none") != 0) {
+	if (!netted && mode && strcmp(mode, "none") != 0) {
 		wrd_mgr_put(sb);
 		return wr_err_field(err, "network.mode",
-				    "network.mode: the %s tier has no network yet; only \"none\"",
+				    "network.mode: the %s tier has no network; only \"none\"",
 				    rec->tier);
 	}
 	struct wr_sandbox_spec spec;
 	_cleanup_free_ struct wr_env_kv *env = NULL;
 	int r = wrd_spec_from_record(&sb->rec, &spec, &env, err);
-	if (r == 0 && container)
+	if (r == 0 && netted)
 		r = wrd_net_prepare(sb, &spec, err); /* networked: a pool netns */
 	if (r == 0)
 		r = sb->ops->create(&spec, &sb->tsb, err);
@@ -339,8 +350,8 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	 * leaves a running record that the next start adopts. */
 	/* The network filter before the record and the answer: no command
 	 * (the first sandbox code that could use the network) runs before. */
-	if (r == 0 && container)
-		r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), err);
+	if (r == 0 && netted)
+		r = wrd_nf_attach(sb, wrd_sbx_cgroup_v2_fd(sb), err);
 	if (r == 0) {
 		sb->rec.init_pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
 		sb->rec.state = WRD_RUNNING;

@@ -95,6 +95,9 @@ void wrd_sbx_end(struct wrd_sbx *sb);
 /* Append a lifecycle event (detail is stolen). */
 void wrd_sbx_event(struct wrd_sbx *sb, const char *type, json_t *detail);
 
+/* The sandbox's cgroup in the v2 hierarchy, where its network filter
+ * attaches (any tier: the container's, a VM tier's QEMU), or -1. */
+int wrd_sbx_cgroup_v2_fd(struct wrd_sbx *sb);
 /* rec: id empty (assigned here), tenant, tier, image, image_path, spec
  * normalised; created/expires set here. On success *out is referenced
  * and running. Errors: EAGAIN (node full), EINVAL with field, others. */

@@ -268,8 +268,8 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 	/* Its network filter again before it is served (the links died with
 	 * the previous daemon); a sandbox whose policy cannot be enforced is
 	 * not kept. */
-	if (r == 0 && container &&
-	    (r = wrd_nf_attach(sb, wr_sandbox_cgroup_v2_fd(sb->tsb), &err)) < 0) {
+	if (r == 0 && (container || sb->ops->cgroup_v2_fd) &&
+	    (r = wrd_nf_attach(sb, wrd_sbx_cgroup_v2_fd(sb), &err)) < 0) {
 		_cleanup_err_ wr_err kerr = NULL;
 		sb->ops->kill(sb->tsb, &kerr);
 		sb->ops->destroy(&sb->tsb, &kerr);

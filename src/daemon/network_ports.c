@@ -270,6 +270,16 @@ static int publish(struct wrd_net *n, struct wrd_port *p, const char *sbid, wr_e
 	return 0;
 }
 
+static int guest_port(struct wrd_sbx *sb, struct wrd_net *n, unsigned port, bool add, wr_err *err)
+{
+	char a[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &n->addr, a, sizeof(a));
+	wr_err e2 = NULL;
+	int r = sb->ops->port(sb->tsb, a, port, add, err ? err : &e2);
+	wr_err_free(&e2);
+	return r;
+}
+
 static struct wrd_sbx *networked(struct wrd_req *r)
 {
 	struct wrd_sbx *sb = wrd_api_sandbox(r, false);
@@ -347,16 +357,23 @@ void wrd_api_ports_add(struct wrd_req *r)
 	}
 	struct wrd_net *n = sb->net;
 	pthread_mutex_lock(&n->lock);
-	unsigned count = 0;
-	for (struct wrd_port *q = n->ports; q; q = q->next)
+	unsigned count = 0, same = 0;
+	for (struct wrd_port *q = n->ports; q; q = q->next) {
 		count++;
+		same += q->port == p->port;
+	}
 	int rc = 0;
+	/* a VM's guest port: QEMU's user-mode network listens on the
+	 * sandbox's address for it (tier op port), once per guest port */
+	bool fwd = sb->ops->port && same == 0 && sb->tsb;
 	if (n->dead)
 		rc = wr_err_set(&err, ESRCH, "sandbox %s is gone", r->id);
 	else if (count >= MAX_PORTS)
 		rc = wr_err_set(&err, EAGAIN, "at most %d published ports per sandbox", MAX_PORTS);
-	else
-		rc = publish(n, p, sb->rec.id, &err);
+	else if (fwd && (rc = guest_port(sb, n, p->port, true, &err)) < 0)
+		fwd = false;
+	else if ((rc = publish(n, p, sb->rec.id, &err)) < 0 && fwd)
+		guest_port(sb, n, p->port, false, NULL);
 	if (rc == 0) {
 		p->next = n->ports;
 		n->ports = p;
@@ -418,6 +435,8 @@ void wrd_api_ports_del(struct wrd_req *r)
 			pp = &q->next;
 		}
 	}
+	if (gone && sb->ops->port && sb->tsb)
+		guest_port(sb, sb->net, (unsigned)port, false, NULL);
 	pthread_mutex_unlock(&sb->net->lock);
 	if (gone == NULL) {
 		wrd_reply_error(r, "not_found", "port", "port %u of sandbox %s is not published",

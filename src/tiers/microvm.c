@@ -25,6 +25,7 @@
 #include "common/frame.h"
 #include "common/util.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qemu_proc.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
@@ -161,12 +162,23 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	/* what QEMU 7.2 opens by path (plain open(), no fd form): bound
 	 * read-only into its jail; guest RAM read-write (7.2 opens it O_RDWR
 	 * even for a private mapping) */
-	struct wr_qemu_file files[3] = {{wr_mvm.kernel, -1, "kernel", false},
+	struct wr_qemu_file files[4] = {{wr_mvm.kernel, -1, "kernel", false},
 					{wr_mvm.initrd, -1, "initrd", false},
 					{NULL, mem_fd, "mem", true}};
-	char *argv[64] = {0};
+	size_t n_files = boot->mem && !boot->mem_ram ? 3 : 2;
+	char *argv[72] = {0};
 	size_t n = 0;
+	char netdev[256], nic[128], resolv[600];
 	int r;
+	if (spec->net) {
+		/* the NIC, and (a sandbox's namespace) where its DNS goes */
+		if ((r = wr_qemu_net_args("virtio-net-device", netdev, sizeof(netdev), nic,
+					  sizeof(nic), err)) < 0 ||
+		    (r = wr_qemu_net_resolv(spec->net, vm->dir, resolv, sizeof(resolv),
+					    &files[n_files], err)) < 0)
+			return r;
+		n_files += (size_t)r;
+	}
 	ARG("%s", wr_mvm.qemu);
 	ARG("-M");
 	ARG("microvm,acpi=on,rtc=on%s", boot->mem ? ",memory-backend=mem" : "");
@@ -217,8 +229,15 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 	if (!wr_mvm.kvm && wr_mvm.tsc_khz)
 		snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu", wr_mvm.tsc_khz);
 	ARG("console=ttyS0 quiet panic=-1%s warren.hostname=%s warren.root=%s "
-	    "warren.rw=serial:warren-rw",
-	    tsc, boot->hostname, spec->image ? "serial:warren-image" : "none");
+	    "warren.rw=serial:warren-rw%s%s",
+	    tsc, boot->hostname, spec->image ? "serial:warren-image" : "none", spec->net ? " " : "",
+	    spec->net ? wr_qemu_net_cmdline() : "");
+	if (spec->net) {
+		ARG("-netdev");
+		ARG("%s", netdev);
+		ARG("-device");
+		ARG("%s", nic);
+	}
 	ARG("-chardev");
 	ARG("socket,id=con,fd=%d,server=on,wait=off", FD_CONSOLE);
 	ARG("-serial");
@@ -264,7 +283,8 @@ static int spawn_qemu(struct wr_vm *vm, const struct wr_vm_spec *spec, const str
 				   .n_fds = N_FDS,
 				   .log_fd = log_fd,
 				   .files = files,
-				   .n_files = boot->mem && !boot->mem_ram ? 3 : 2,
+				   .n_files = n_files,
+				   .netns_fd1 = wr_qemu_net_fd1(spec->net),
 				   .kvm = wr_mvm.kvm,
 				   .memory_bytes = spec->memory_bytes,
 				   .cpus = spec->cpus,
@@ -696,6 +716,11 @@ const char *wr_vm_id(const struct wr_vm *vm)
 pid_t wr_vm_qemu_pid(const struct wr_vm *vm)
 {
 	return vm->qp.pid;
+}
+
+int wr_vm_cgroup_v2_fd(const struct wr_vm *vm)
+{
+	return wr_qemu_cgroup_v2_fd(&vm->qp);
 }
 
 char *wr_vm_console_tail(struct wr_vm *vm)

@@ -54,9 +54,13 @@ struct wr_vm_spec {
 	const char *id;		  /* default: random */
 	uint64_t boot_timeout_ms; /* default 60 s (TCG on a loaded host) */
 	bool cold;		  /* boot, never restore from a template */
+	/* a NIC (user-mode networking in net's namespace, qemu_net.h);
+	 * NULL: no NIC at all */
+	const struct wr_qemu_net *net;
 };
 
 struct wr_vm;
+struct wr_qemu_net;
 
 int wr_vm_create(const struct wr_vm_spec *spec, struct wr_vm **out, wr_err *err);
 /* Runs a command (argv, env, cwd, user, group, timeout_ms, output_cap,
@@ -86,6 +90,8 @@ bool wr_vm_restored(const struct wr_vm *vm);
 const char *wr_vm_template_note(const struct wr_vm *vm);
 const char *wr_vm_id(const struct wr_vm *vm);
 pid_t wr_vm_qemu_pid(const struct wr_vm *vm);
+/* QEMU's cgroup in the v2 hierarchy (the network filter's), or -1. */
+int wr_vm_cgroup_v2_fd(const struct wr_vm *vm);
 /* The last bytes the guest wrote to its serial console (for a panic
  * report); NUL-terminated copy, free() it. */
 char *wr_vm_console_tail(struct wr_vm *vm);

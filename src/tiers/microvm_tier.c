@@ -14,6 +14,7 @@
 #include "tiers/microvm.h"
 #include "tiers/microvm_files.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 
 struct mvm_sandbox {
@@ -118,13 +119,18 @@ static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 		m->env[i] = (struct wr_env_kv){m->strs[2 * i], m->strs[2 * i + 1]};
 	}
 	uint64_t cpus = spec->cpus > 0 ? (uint64_t)(spec->cpus + 0.999) : 1;
+	struct wr_qemu_net net;
 	struct wr_vm_spec vs = {.image = image,
 				.memory_bytes =
 				    spec->memory_bytes ? spec->memory_bytes : 256ull << 20,
 				.disk_bytes = spec->disk_bytes ? spec->disk_bytes : 1ull << 30,
 				.cpus = (unsigned)cpus,
-				.id = spec->id};
+				.id = spec->id,
+				.net = wr_qemu_net_of(spec, &net)};
 	m->vs = vs;
+	/* the pooled namespace is the create's only (warrend closes its fds
+	 * after it): nothing later starts QEMU again from m->vs with it */
+	m->vs.net = NULL;
 	snprintf(m->id, sizeof(m->id), "%s", spec->id ? spec->id : "");
 	m->vs.id = spec->id ? m->id : NULL;
 	if ((m->vs.image = strdup(image)) == NULL)
@@ -426,6 +432,17 @@ static int mvm_save(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_er
 	return 0;
 }
 
+static int mvm_cgroup_v2_fd(const struct wr_sandbox *sb)
+{
+	return wr_vm_cgroup_v2_fd(((const struct mvm_sandbox *)(const void *)sb)->vm);
+}
+
+static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
+}
+
 const struct wr_tier_ops wr_microvm_tier = {
     .name = "microvm",
     .create = mvm_create,
@@ -440,4 +457,6 @@ const struct wr_tier_ops wr_microvm_tier = {
     .adopt = mvm_adopt,
     .suspend = mvm_suspend,
     .save = mvm_save,
+    .cgroup_v2_fd = mvm_cgroup_v2_fd,
+    .port = mvm_port,
 };

@@ -41,6 +41,7 @@
 #include "common/cleanup.h"
 #include "common/frame.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qmp.h"
 
 #define TMPL_HOSTNAME "warren-template"
@@ -66,6 +67,14 @@ static void file_id(const char *path, char *out, size_t n)
 			 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
 }
 
+/* A networked VM has a NIC (device state in the snapshot, eth0 set up by
+ * its agent at boot): its own templates, made with the NIC in an empty
+ * namespace; a restore puts QEMU into the sandbox's (qemu_net.h). */
+static const char *tmpl_net_key(const struct wr_vm_spec *spec)
+{
+	return spec->net ? "nic=virtio-net-device,user,10.0.2.15/24\n" : "";
+}
+
 /* The key (malloc'd) and its hash (the directory's name). */
 static char *template_key(const struct wr_vm_spec *spec, char hash[17])
 {
@@ -78,10 +87,10 @@ static char *template_key(const struct wr_vm_spec *spec, char hash[17])
 	if (asprintf(&key,
 		     TMPL_FORMAT
 		     "\nqemu=%s\naccel=%s\ntsc_khz=%lu\nmachine=microvm,acpi=on,rtc=on\n"
-		     "kernel=%s\ninitrd=%s\nimage=%s\nmemory=%llu\ncpus=%u\ndisk=%llu\n",
+		     "kernel=%s\ninitrd=%s\nimage=%s\nmemory=%llu\ncpus=%u\ndisk=%llu\n%s",
 		     q, wr_mvm.kvm ? "kvm" : "tcg", wr_mvm.kvm ? 0 : wr_mvm.tsc_khz, k, i, img,
 		     (unsigned long long)spec->memory_bytes, spec->cpus,
-		     (unsigned long long)spec->disk_bytes) < 0)
+		     (unsigned long long)spec->disk_bytes, tmpl_net_key(spec)) < 0)
 		return NULL;
 	uint64_t h = 1469598103934665603ull; /* FNV-1a: a name, not a check */
 	for (const char *c = key; *c; c++)
@@ -253,6 +262,9 @@ static int build(const struct wr_vm_spec *spec, const char *key, const char *has
 	char id[64];
 	snprintf(id, sizeof(id), "tmpl-%s-%s", hash, rnd);
 	ts.id = id;
+	struct wr_qemu_net tnet = {.netns_fd = -1};
+	if (spec->net)
+		ts.net = &tnet; /* the NIC, nothing reachable */
 	struct vm_boot boot = {.hostname = TMPL_HOSTNAME, .mem = true, .share = true};
 	if ((r = wr_vm_boot_cold(&ts, &boot, mfd, &vm, err)) < 0)
 		goto out;

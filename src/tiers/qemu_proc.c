@@ -114,6 +114,22 @@ int wr_qemu_prepare(struct wr_qemu *q, const char *dir, wr_err *err)
 
 /* ---- the jail ------------------------------------------------------------------ */
 
+/* The directory of a jail file named "dir/name" (one level: etc/...). */
+static int jail_parent(int root, const char *name, wr_err *err)
+{
+	const char *slash = strchr(name, '/');
+	if (slash == NULL)
+		return 0;
+	char dir[64];
+	if (strchr(slash + 1, '/') || (size_t)(slash - name) >= sizeof(dir) || slash == name)
+		return wr_err_set(err, EINVAL, "jail: %s: one directory level at most", name);
+	memcpy(dir, name, (size_t)(slash - name));
+	dir[slash - name] = '\0';
+	if (mkdirat(root, dir, 0755) < 0 && errno != EEXIST)
+		return wr_err_sys(err, "jail: mkdir %s", dir);
+	return 0;
+}
+
 /* The jail's mount points, made by the parent (the child only mounts). */
 static int jail_make(const char *dir, const struct wr_qemu_spawn *s, wr_err *err)
 {
@@ -126,11 +142,13 @@ static int jail_make(const char *dir, const struct wr_qemu_spawn *s, wr_err *err
 	    symlinkat("usr/lib64", root, "lib64") < 0 || symlinkat("usr/bin", root, "bin") < 0)
 		r = wr_err_sys(err, "jail %s", path);
 	for (size_t i = 0; r == 0 && i < s->n_files; i++) {
-		int fd =
-		    openat(root, s->files[i].name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-		if (fd < 0)
+		r = jail_parent(root, s->files[i].name, err);
+		int fd = r < 0 ? -1
+			       : openat(root, s->files[i].name,
+					O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+		if (fd < 0 && r == 0)
 			r = wr_err_sys(err, "jail %s/%s", path, s->files[i].name);
-		else
+		else if (fd >= 0)
 			close(fd);
 	}
 	if (r == 0 && s->kvm) {
@@ -242,6 +260,10 @@ static __attribute__((noreturn)) void child(const struct child_ctx *c)
 	/* stderr to the log now, so the jail's failures are told there */
 	if (dup2(s->log_fd, 2) < 0)
 		_exit(126);
+	/* a networked sandbox's namespace (from the host's user namespace:
+	 * joined while still root; the fd goes with close_range below) */
+	if (s->netns_fd1 > 0 && setns(s->netns_fd1 - 1, CLONE_NEWNET) < 0)
+		die("warren: cannot join the sandbox's network namespace");
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 	    mount(c->jail, c->jail, NULL, MS_BIND, NULL) < 0 ||
 	    bind_ro("/usr", c->usr, MS_NODEV, false) < 0)
@@ -377,8 +399,8 @@ int wr_qemu_spawn(struct wr_qemu *q, const struct wr_qemu_spawn *s, wr_err *err)
 	int pidfd = -1;
 	/* handlers reset to default: none of warrend's runs in the child */
 	struct wr_clone_args ca = {.flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID |
-					    CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-					    CLONE_CLEAR_SIGHAND,
+					    (s->netns_fd1 > 0 ? 0 : CLONE_NEWNET) | CLONE_NEWIPC |
+					    CLONE_NEWUTS | CLONE_CLEAR_SIGHAND,
 				   .pidfd = (uint64_t)(uintptr_t)&pidfd,
 				   .exit_signal = SIGCHLD};
 	long pid = wr_clone3(&ca);

@@ -61,7 +61,8 @@ struct wr_qemu {
 };
 
 /* A file bound into the jail at /<name> (read-only unless rw): the file
- * open at fd, or (fd < 0) at the path src. */
+ * open at fd, or (fd < 0) at the path src. name may have one directory
+ * ("etc/resolv.conf"), made in the jail too. */
 struct wr_qemu_file {
 	const char *src;
 	int fd;
@@ -83,6 +84,9 @@ struct wr_qemu_spawn {
 	/* QEMU gets SIGKILL when the thread that spawned it ends (no daemon
 	 * to adopt it later: tests, one-shot front ends) */
 	bool die_with_parent;
+	/* > 0: fd + 1 of a network namespace QEMU joins (a networked
+	 * sandbox's, see qemu_net.h) instead of an empty one of its own */
+	int netns_fd1;
 };
 
 /* Once per process: the cgroup base (<own cgroup>/<base>) of every QEMU.

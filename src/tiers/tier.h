@@ -209,6 +209,16 @@ struct wr_tier_ops {
 	/* The host process whose exit means the sandbox is dead (container:
 	 * PID 1; microVM: QEMU); the daemon watches its pidfd. */
 	pid_t (*main_pid)(const struct wr_sandbox *sb);
+	/* The sandbox's cgroup in the v2 hierarchy (a directory fd the tier
+	 * keeps), where the daemon attaches the network filter; -1: none.
+	 * NULL: the tier has no network (the container tier's is
+	 * wr_sandbox_cgroup_v2_fd). A tier with it takes spec->net. */
+	int (*cgroup_v2_fd)(const struct wr_sandbox *sb);
+	/* A published port: connections to the sandbox's address (addr, its
+	 * namespace's) on port reach port inside (add) or no longer do.
+	 * NULL: nothing to do (a container listens in that namespace itself;
+	 * a VM's guest is behind QEMU's user-mode network). */
+	int (*port)(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err);
 	/* Finds a sandbox a previous daemon left running again (spec from its
 	 * record, pid its recorded main_pid); one that cannot be adopted is
 	 * killed and cleaned. NULL: the daemon's own path (container).

@@ -24,6 +24,7 @@
 #include "common/compat.h"
 #include "common/util.h"
 #include "tiers/qga.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qemu_proc.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
@@ -203,7 +204,17 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 {
 	char *argv[96] = {0};
 	size_t n = 0;
-	int r;
+	char netdev[256], nic[128], resolv[600];
+	struct wr_qemu_file files[1];
+	int r, n_files = 0;
+	if (s->net) {
+		/* the NIC, and (a sandbox's namespace) where its DNS goes */
+		if ((r = wr_qemu_net_args("virtio-net-pci", netdev, sizeof(netdev), nic,
+					  sizeof(nic), err)) < 0 ||
+		    (n_files = wr_qemu_net_resolv(s->net, vm->dir, resolv, sizeof(resolv), files,
+						  err)) < 0)
+			return -1;
+	}
 	ARG("%s", g.qemu);
 	ARG("-M");
 	ARG("q35");
@@ -249,6 +260,12 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("virtserialport,chardev=qga,name=org.qemu.guest_agent.0");
 	ARG("-device");
 	ARG("virtio-rng-pci");
+	if (s->net) {
+		ARG("-netdev");
+		ARG("%s", netdev);
+		ARG("-device");
+		ARG("%s", nic);
+	}
 	/* an absolute pointer for computer-use input (input-send-event abs) */
 	ARG("-device");
 	ARG("qemu-xhci,id=xhci");
@@ -286,7 +303,10 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 				   .kvm = g.kvm,
 				   .memory_bytes = s->memory_bytes,
 				   .cpus = s->cpus,
-				   .die_with_parent = !g.adoptable};
+				   .die_with_parent = !g.adoptable,
+				   .files = files,
+				   .n_files = (size_t)n_files,
+				   .netns_fd1 = wr_qemu_net_fd1(s->net)};
 	r = wr_qemu_spawn(&vm->qp, &sp, err);
 	goto out;
 nomem:
@@ -1000,4 +1020,14 @@ int wr_fullvm_qga_run(struct wr_fullvm *vm, const struct wr_qga_exec *x, struct 
 	int r = wr_qga_run(vm->qga, x, res, err);
 	pthread_mutex_unlock(&vm->qga_lock);
 	return r;
+}
+
+int wr_fullvm_cgroup_v2_fd(const struct wr_fullvm *vm)
+{
+	return wr_qemu_cgroup_v2_fd(&vm->qp);
+}
+
+int wr_fullvm_hostfwd(struct wr_fullvm *vm, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
 }

@@ -58,9 +58,17 @@ struct wr_fullvm_spec {
 	const char *overlay_from;
 	bool uefi; /* OVMF instead of SeaBIOS */
 	bool vnc;  /* a VNC endpoint (vm_vnc.h); never by default */
+	/* a virtio-net NIC (user-mode networking in net's namespace,
+	 * qemu_net.h; the image configures it by DHCP); NULL: no NIC */
+	const struct wr_qemu_net *net;
 };
 
 struct wr_fullvm;
+struct wr_qemu_net;
+/* QEMU's cgroup in the v2 hierarchy (the network filter's), or -1. */
+int wr_fullvm_cgroup_v2_fd(const struct wr_fullvm *vm);
+/* A published port into the guest (wr_qemu_net_hostfwd). */
+int wr_fullvm_hostfwd(struct wr_fullvm *vm, const char *addr, unsigned port, bool add, wr_err *err);
 
 int wr_fullvm_create(const struct wr_fullvm_spec *spec, struct wr_fullvm **out, wr_err *err);
 /* argv, env, cwd, user, group, timeout_ms, output_cap, stdin_fd (read to

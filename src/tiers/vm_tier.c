@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/vm.h"
 #include "tiers/vm_exec.h"
@@ -147,12 +148,17 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 				    .boot_timeout_ms = g_cfg.boot_timeout_ms,
 				    .uefi = spec->firmware && strcmp(spec->firmware, "uefi") == 0,
 				    .vnc = spec->vnc};
+	struct wr_qemu_net net;
+	vs.net = wr_qemu_net_of(spec, &net); /* NULL: offline, no NIC */
 	/* a disk smaller than the image cannot hold it: keep the image's
 	 * (a qcow2 file is smaller than the disk it holds) */
 	uint64_t vsize = image_virtual_size(image, (uint64_t)st.st_size);
 	if (vs.disk_bytes < vsize)
 		vs.disk_bytes = vsize;
 	m->vs = vs;
+	/* the pooled namespace is the create's only (warrend closes its fds
+	 * after it): nothing later starts QEMU again from m->vs with it */
+	m->vs.net = NULL;
 	if (m->vs.memory_bytes == 0)
 		m->vs.memory_bytes = 512ull << 20; /* wr_fullvm_create's default */
 	snprintf(m->id, sizeof(m->id), "%s", spec->id ? spec->id : "");
@@ -456,6 +462,16 @@ struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb)
 	return of(sb)->vm;
 }
 
+static int fvm_cgroup_v2_fd(const struct wr_sandbox *sb)
+{
+	return wr_fullvm_cgroup_v2_fd(((const struct fvm_sandbox *)(const void *)sb)->vm);
+}
+
+static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)
+{
+	return wr_fullvm_hostfwd(of(sb)->vm, addr, port, add, err);
+}
+
 const struct wr_tier_ops wr_vm_tier = {
     .name = "vm",
     .no_pty = NO_PTY,
@@ -470,4 +486,6 @@ const struct wr_tier_ops wr_vm_tier = {
     .adopt = fvm_adopt,
     .suspend = fvm_suspend,
     .save = fvm_save,
+    .cgroup_v2_fd = fvm_cgroup_v2_fd,
+    .port = fvm_port,
 };

@@ -113,7 +113,7 @@ def test_microvm_bad_requests(fresh_daemon, build, warrend):
         r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
                                      "layers": ["busybox-erofs"]})
         assert r.status == 400 and r.error[1] == "layers", r
-        # no network for VMs yet: only mode none
+        # a node without networking (network.enable): only mode none
         r = c.post("/v1/sandboxes", {"tier": "microvm", "image": "busybox-erofs",
                                      "network": {"mode": "open"}})
         assert r.status == 400 and r.error[1] == "network.mode", r

@@ -20,6 +20,9 @@
 
 /* boot.c: mounts, modules, root switch; message in err on failure. */
 int ga_boot(char *err, size_t errlen);
+/* net.c: loopback up; eth0 addressed when the command line says how
+ * (warren.ip, warren.gw, warren.dns), /etc/resolv.conf and /etc/hosts. */
+int ga_net_up(char *msg, size_t msglen);
 /* The value of key=value on the kernel command line, or NULL. */
 const char *ga_cmdline_get(const char *key, char *out, size_t len);
 

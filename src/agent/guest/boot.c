@@ -195,5 +195,6 @@ int ga_boot(char *err, size_t errlen)
 	char host[65];
 	if (ga_cmdline_get("warren.hostname", host, sizeof(host)))
 		sethostname(host, strlen(host));
-	return 0;
+	/* after the root switch: /etc is the sandbox's */
+	return ga_net_up(err, errlen);
 }
