@@ -115,6 +115,10 @@ static int group_setup(void **state)
 	if (child < 0 || waitpid(child, &cst, 0) != child || !WIFEXITED(cst) ||
 	    WEXITSTATUS(cst) != 0) {
 		fprintf(stderr, "the crashing child failed (%d)\n", cst);
+		/* it may have left a VM running (the first create worked, the
+		 * second did not): sweep what the run dir records */
+		if (child > 0 && wr_microvm_init(&cfg, &err) == 0)
+			wr_microvm_sweep(NULL, NULL);
 		return -1;
 	}
 	if (wr_microvm_init(&cfg, &err) < 0) {
