@@ -434,7 +434,9 @@ static int mvm_save(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_er
 
 static int mvm_cgroup_v2_fd(const struct wr_sandbox *sb)
 {
-	return wr_vm_cgroup_v2_fd(((const struct mvm_sandbox *)(const void *)sb)->vm);
+	/* no QEMU while its state is on disk (a pause with keep_memory=false) */
+	const struct wr_vm *vm = ((const struct mvm_sandbox *)(const void *)sb)->vm;
+	return vm ? wr_vm_cgroup_v2_fd(vm) : -1;
 }
 
 static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)

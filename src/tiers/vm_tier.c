@@ -464,7 +464,9 @@ struct wr_fullvm *wr_vm_tier_vm(struct wr_sandbox *sb)
 
 static int fvm_cgroup_v2_fd(const struct wr_sandbox *sb)
 {
-	return wr_fullvm_cgroup_v2_fd(((const struct fvm_sandbox *)(const void *)sb)->vm);
+	/* no QEMU while its state is on disk (a pause with keep_memory=false) */
+	const struct wr_fullvm *vm = ((const struct fvm_sandbox *)(const void *)sb)->vm;
+	return vm ? wr_fullvm_cgroup_v2_fd(vm) : -1;
 }
 
 static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err)
