@@ -405,7 +405,7 @@ static int uefi_files(int dfd, int fw[N_FW_FDS], wr_err *err)
 
 int wr_fullvm_vnc(const struct wr_fullvm *vm, const char **socket, const char **password)
 {
-	if (vm->vnc == NULL)
+	if (vm == NULL || vm->vnc == NULL) /* no QEMU while its state is on disk */
 		return -ENOENT;
 	*socket = wr_vm_vnc_socket(vm->vnc);
 	*password = wr_vm_vnc_password(vm->vnc);
