@@ -311,3 +311,40 @@ char *wr_find_in_path(const char *name)
 	free(copy);
 	return NULL;
 }
+
+#include <sys/wait.h>
+
+int wr_run_tool(char *const *argv, wr_err *err)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return wr_err_sys(err, "pipe");
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(pipefd[1], 2);
+		int nul = open("/dev/null", O_RDWR);
+		if (nul >= 0) {
+			dup2(nul, 0);
+			dup2(nul, 1);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	if (pid < 0) {
+		close(pipefd[0]);
+		return wr_err_sys(err, "fork %s", argv[0]);
+	}
+	char msg[512];
+	ssize_t n = read(pipefd[0], msg, sizeof(msg) - 1);
+	close(pipefd[0]);
+	msg[n > 0 ? n : 0] = '\0';
+	msg[strcspn(msg, "\n")] = '\0';
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return wr_err_sys(err, "wait %s", argv[0]);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return wr_err_set(err, EIO, "%s failed: %s", argv[0], msg[0] ? msg : "?");
+	return 0;
+}

@@ -64,4 +64,9 @@ void wr_fscred_leave(const struct wr_fscred *saved);
 int wr_send_fd(int sock, int fd);
 int wr_recv_fd(int sock);
 
+/* Run argv[0] (an absolute path to a host tool) with stdin and stdout on
+ * /dev/null and wait for it; a non-zero exit is an EIO error carrying the
+ * first line of its stderr. */
+int wr_run_tool(char *const *argv, wr_err *err);
+
 #endif

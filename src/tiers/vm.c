@@ -91,41 +91,6 @@ int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static int run_tool(char *const *argv, wr_err *err)
-{
-	int pipefd[2];
-	if (pipe2(pipefd, O_CLOEXEC) < 0)
-		return wr_err_sys(err, "pipe");
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(pipefd[1], 2);
-		int nul = open("/dev/null", O_RDWR);
-		if (nul >= 0) {
-			dup2(nul, 0);
-			dup2(nul, 1);
-		}
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(pipefd[1]);
-	if (pid < 0) {
-		close(pipefd[0]);
-		return wr_err_sys(err, "fork %s", argv[0]);
-	}
-	char msg[512];
-	ssize_t n = read(pipefd[0], msg, sizeof(msg) - 1);
-	close(pipefd[0]);
-	msg[n > 0 ? n : 0] = '\0';
-	msg[strcspn(msg, "\n")] = '\0';
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return wr_err_sys(err, "wait %s", argv[0]);
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-		return wr_err_set(err, EIO, "%s failed: %s", argv[0], msg[0] ? msg : "?");
-	return 0;
-}
-
 /* raw or qcow2, by the qcow2 magic */
 static const char *image_format(int fd)
 {
@@ -465,7 +430,7 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 	char *img_argv[] = {g.qemu_img,	     "create", "-q",   "-f",	    "qcow2", "-b",
 			    (char *)s.image, "-F",     fmtopt, vm->overlay, size,    NULL};
 	if ((r = s.overlay_from ? wr_qsnap_link_or_copy(s.overlay_from, vm->overlay, err)
-				: run_tool(img_argv, err)) < 0)
+				: wr_run_tool(img_argv, err)) < 0)
 		goto fail;
 	ov = open(vm->overlay, O_RDWR | O_CLOEXEC);
 	ov_ro = open(vm->overlay, O_RDONLY | O_CLOEXEC);
