@@ -76,15 +76,8 @@ int wr_vm_save(struct wr_vm *vm, const char *dir, bool compact, json_t **meta_ou
 		r = wr_vm_pause(vm, err);
 	snprintf(path, sizeof(path), "%s/state", dir);
 	snprintf(disk, sizeof(disk), "%s/disk", dir);
-	if (r == 0) {
-		int sfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (sfd < 0)
-			r = wr_err_sys(err, "create %s", path);
-		else {
-			r = wr_qsnap_save(&q, sfd, &bytes, err);
-			close(sfd);
-		}
-	}
+	if (r == 0)
+		r = wr_qsnap_save_file(&q, path, &bytes, err);
 	uint64_t t1 = now_ns();
 	/* the disk while the VM is stopped: it matches the RAM */
 	if (r == 0 && compact) {

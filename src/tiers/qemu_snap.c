@@ -398,3 +398,13 @@ size_t wr_qsnap_sweep(const char *dir, bool (*keep)(const char *id, void *ctx), 
 		closedir(d);
 	return n;
 }
+
+int wr_qsnap_save_file(const struct wr_qsnap_qmp *q, const char *path, uint64_t *bytes, wr_err *err)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return wr_err_sys(err, "create %s", path);
+	int r = wr_qsnap_save(q, fd, bytes, err);
+	close(fd);
+	return r;
+}

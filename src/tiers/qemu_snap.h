@@ -51,6 +51,9 @@ int wr_qsnap_version(const struct wr_qsnap_qmp *q, char *buf, size_t len, wr_err
  * it; *bytes (may be NULL) its size. The VM is left "postmigrate" (its
  * disks flushed and inactive until a `cont`, which activates them). */
 int wr_qsnap_save(const struct wr_qsnap_qmp *q, int fd, uint64_t *bytes, wr_err *err);
+/* wr_qsnap_save into a new file at path (0600, never an existing one). */
+int wr_qsnap_save_file(const struct wr_qsnap_qmp *q, const char *path, uint64_t *bytes,
+		       wr_err *err);
 /* A QEMU started with -incoming defer loads the state in fd; returns once
  * it is loaded (the VM paused), or an error by deadline_ns (monotonic). */
 int wr_qsnap_load(const struct wr_qsnap_qmp *q, int fd, uint64_t deadline_ns, wr_err *err);

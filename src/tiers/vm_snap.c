@@ -68,15 +68,8 @@ int wr_fullvm_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *sizes, con
 		r = wr_fullvm_pause(vm, true, err);
 	snprintf(path, sizeof(path), "%s/state", dir);
 	snprintf(disk, sizeof(disk), "%s/disk", dir);
-	if (r == 0) {
-		int sfd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (sfd < 0)
-			r = wr_err_sys(err, "create %s", path);
-		else {
-			r = wr_qsnap_save(&q, sfd, &bytes, err);
-			close(sfd);
-		}
-	}
+	if (r == 0)
+		r = wr_qsnap_save_file(&q, path, &bytes, err);
 	uint64_t t1 = now_ns();
 	/* the overlay while the VM is stopped: a link (a suspend) or a copy
 	 * (a snapshot: the VM runs on and writes it) */
