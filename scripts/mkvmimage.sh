@@ -55,12 +55,18 @@ need_tools() {
 # complete only at the end; log next to it).
 debootstrap_tree() {
 	local root=$1
-	[ -f "$root/.complete" ] && return 0
+	# debootstrap's own log in the tree names the build host's paths (the
+	# build directory): a guest must not learn them (redteam a-log-hunt)
+	if [ -f "$root/.complete" ]; then
+		rm -f "$root/var/log/bootstrap.log"
+		return 0
+	fi
 	need_tools debootstrap
 	rm -rf "$root" "$root.tmp"
 	mkdir -p "$(dirname "$root")"
 	debootstrap --variant=minbase --include=$PKGS bookworm "$root.tmp" "$MIRROR" \
 		>"$root.debootstrap.log" 2>&1 || die "debootstrap failed; see $root.debootstrap.log"
+	rm -f "$root.tmp/var/log/bootstrap.log"
 	mv "$root.tmp" "$root"
 	touch "$root/.complete"
 }
