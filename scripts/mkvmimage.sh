@@ -106,6 +106,34 @@ IPv6AcceptRA=no
 	[ -L "$mnt/etc/resolv.conf" ] || put etc/resolv.conf $'nameserver 10.0.2.3\n'
 }
 
+# qemu-guest-agent must outlive what commands do to the guest (src/tiers/
+# vm_exec.c drives everything through it): the OOM killer leaves it alone
+# (a root memory bomb would otherwise take it with the bomb, and the
+# command in flight with it), and systemd starts it again whenever it ends,
+# without a start limit. An image brought its own drop-ins: ours comes last
+# (zz-), so these settings win. A user image made without `warren image
+# build-vm` needs the same (docs/SECURITY.md).
+configure_agent() {
+	local mnt=$1 unit=
+	for d in lib usr/lib; do
+		[ -f "$mnt/$d/systemd/system/qemu-guest-agent.service" ] && unit=y
+	done
+	[ -n "$unit" ] || return 0
+	local d
+	for d in etc/systemd etc/systemd/system etc/systemd/system/qemu-guest-agent.service.d; do
+		[ -e "$mnt/$d" ] || [ -L "$mnt/$d" ] || mkdir "$mnt/$d"
+		realdir "$d"
+	done
+	put etc/systemd/system/qemu-guest-agent.service.d/zz-warren.conf '[Unit]
+StartLimitIntervalSec=0
+
+[Service]
+OOMScoreAdjust=-1000
+Restart=always
+RestartSec=1
+'
+}
+
 # The guest's configuration, inside the mounted disk $1, with the kernel of
 # tree $2. Runs in the private mount namespace below.
 configure_guest() {
@@ -132,6 +160,7 @@ configure_guest() {
 	put etc/fstab "$rootdev / ext4 rw,errors=remount-ro 0 1
 "
 	configure_network "$mnt"
+	configure_agent "$mnt"
 	# the kernel, its initrd and modules (merged /usr: /lib is usr/lib)
 	[ -e "$mnt/boot" ] || [ -L "$mnt/boot" ] || mkdir "$mnt/boot"
 	realdir boot
@@ -199,7 +228,7 @@ make_disk() {
 	echo 'label: dos
 start=2048, type=83, bootable' | sfdisk -q "$raw"
 	dd if="$mbr" of="$raw" bs=440 count=1 conv=notrunc status=none
-	export -f die bad_image configure_guest configure_network
+	export -f die bad_image configure_guest configure_network configure_agent
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3
 		# the partition as its own loop device (offset 1 MiB): partition
@@ -237,7 +266,7 @@ make_disk_uefi() {
 	echo "label: gpt
 start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
 start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
-	export -f die bad_image configure_guest configure_network install_grub_efi
+	export -f die bad_image configure_guest configure_network configure_agent install_grub_efi
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3 rs=$4
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
