@@ -1,13 +1,24 @@
 /* warren-agent, command half: EXEC/STDIN/KILL/PING frames in, output and
  * EXIT frames out (protocol: src/common/frame.h).
  *
- * Each command runs in a cgroup of its own (/sys/fs/cgroup/cmd-<id>) as the
- * leader of a new session, so a kill or a timeout takes its whole tree with
- * cgroup.kill, however its processes detached. A command is over when its
- * first process has been reaped and its stdout and stderr reached EOF, or
- * 200 ms after that process went while background children still hold
- * them; background processes with their own output live on in the cgroup
- * until the VM ends, as in the container tier.
+ * Each command runs in a cgroup of its own (/sys/fs/cgroup/cmds/cmd-<id>)
+ * as the leader of a new session, so a kill or a timeout takes its whole
+ * tree with cgroup.kill, however its processes detached or were reparented
+ * to us. A command is over when its first process has been reaped and its
+ * stdout and stderr reached EOF, or 200 ms after that process went while
+ * background children still hold them. Background processes live on in the
+ * cgroup until the command's timeout (a command without one: until the VM
+ * ends, as in the container tier): the cgroup of a finished command with
+ * processes left "lingers" until its deadline, then goes with cgroup.kill,
+ * so a fork bomb that returned at once (`b() { b | b & }; b`) is still
+ * bounded by its timeout.
+ *
+ * Every command's cgroup sits in /sys/fs/cgroup/cmds, whose pids.max is
+ * half the kernel's threads-max (itself one task per 128 KiB of RAM), and
+ * the cpu controller shares the CPU by cgroup: the agent (PID 1, in the
+ * root cgroup) can always fork the next command, answer and kill, with
+ * half the CPU against all commands, whatever the commands did. A kernel without the pids
+ * controller gets the cgroups directly below /sys/fs/cgroup, unbounded.
  *
  * Backpressure: output frames are written blocking, so a host that stops
  * reading stalls this loop (and with it every command's output) rather than
@@ -46,14 +57,25 @@ struct cmd {
 	int out, err, in, timer, cg;
 	bool exited, timed_out, killed, draining;
 	char exec_error[256];
-	uint64_t start_ns;
-	char *pending; /* stdin bytes not yet taken by the pipe */
+	uint64_t start_ns, deadline_ns; /* 0: no timeout */
+	char *pending;			/* stdin bytes not yet taken by the pipe */
 	size_t npending;
 	bool in_eof; /* close stdin once pending is written */
 	bool pty;    /* out and in are the terminal's master */
 };
 
 static struct cmd *g_cmds[MAX_CMDS];
+static const char *g_cgbase = "/sys/fs/cgroup";
+
+/* The cgroup of a finished command with processes left, killed at the
+ * command's deadline (then removed once empty: retried every 50 ms, for
+ * up to 5 s, as the kill is asynchronous). */
+struct linger {
+	uint32_t id;
+	int cg, timer, tries;
+	bool killed;
+};
+static struct linger *g_linger[MAX_CMDS];
 static int g_chan = -1;
 static pthread_mutex_t g_wlock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -115,6 +137,11 @@ static void cg_kill(struct cmd *c)
 	}
 }
 
+static void cg_path(char *path, size_t n, uint32_t id)
+{
+	snprintf(path, n, "%s/cmd-%u", g_cgbase, id);
+}
+
 static void arm(int timer, uint64_t ms)
 {
 	struct itimerspec it = {
@@ -122,6 +149,114 @@ static void arm(int timer, uint64_t ms)
 	if (ms == 0)
 		it.it_value.tv_nsec = 1;
 	timerfd_settime(timer, 0, &it, NULL);
+}
+
+static void linger_free(int slot)
+{
+	struct linger *l = g_linger[slot];
+	closefd(&l->cg);
+	closefd(&l->timer);
+	free(l);
+	g_linger[slot] = NULL;
+}
+
+/* The lingering cgroup's timer (or now, when forced): kill at the
+ * deadline, then remove. */
+static void linger_tick(int slot, bool force)
+{
+	struct linger *l = g_linger[slot];
+	uint64_t ticks;
+	if (read(l->timer, &ticks, sizeof(ticks)) < 0 && !force)
+		return;
+	if (!l->killed) {
+		int fd = openat(l->cg, "cgroup.kill", O_WRONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			if (write(fd, "1", 1) < 0) {
+				/* emptied meanwhile: rmdir below */
+			}
+			close(fd);
+		}
+		l->killed = true;
+	}
+	char path[96];
+	cg_path(path, sizeof(path), l->id);
+	if (rmdir(path) == 0 || errno != EBUSY || ++l->tries > 100) {
+		linger_free(slot);
+		return;
+	}
+	arm(l->timer, 50);
+}
+
+/* Hands the cgroup of finished command c over to the linger list when
+ * processes are left in it and a deadline is still ahead; 0 if taken. */
+static int linger_take(struct cmd *c)
+{
+	if (c->deadline_ns == 0 || c->cg < 0 || c->timer < 0)
+		return -1;
+	int slot = -1;
+	for (int i = 0; i < MAX_CMDS && slot < 0; i++)
+		if (g_linger[i] == NULL)
+			slot = i;
+	struct linger *l = slot < 0 ? NULL : calloc(1, sizeof(*l));
+	if (l == NULL) {
+		cg_kill(c); /* no room to wait: the deadline comes now */
+		return -1;
+	}
+	*l = (struct linger){.id = c->id, .cg = c->cg, .timer = c->timer};
+	c->cg = c->timer = -1;
+	uint64_t now = now_ns();
+	arm(l->timer, c->deadline_ns > now ? (c->deadline_ns - now) / 1000000 : 0);
+	g_linger[slot] = l;
+	return 0;
+}
+
+/* The lingering cgroup of command id killed now (a KILL for it, or its id
+ * used again); 1 if there was one. */
+static int linger_kill_now(uint32_t id)
+{
+	for (int i = 0; i < MAX_CMDS; i++)
+		if (g_linger[i] && g_linger[i]->id == id) {
+			linger_tick(i, true);
+			return 1;
+		}
+	return 0;
+}
+
+static int put_str(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? write(fd, v, strlen(v)) : -1;
+	if (fd >= 0)
+		close(fd);
+	return n == (ssize_t)strlen(v) ? 0 : -1;
+}
+
+/* The parent of the commands' cgroups, with a pids.max that leaves the
+ * agent room to fork (see the top of the file). */
+static void cmds_cgroup_init(void)
+{
+	long tmax = 0;
+	FILE *f = fopen("/proc/sys/kernel/threads-max", "re");
+	if (f) {
+		if (fscanf(f, "%ld", &tmax) != 1)
+			tmax = 0;
+		fclose(f);
+	}
+	bool ok = put_str("/sys/fs/cgroup/cgroup.subtree_control", "+pids") == 0;
+	/* the CPU is shared by cgroup, not by task: the agent weighs as
+	 * much as all the commands together (a fork bomb's thousand tasks
+	 * would otherwise leave it a thousandth, too little to answer or
+	 * kill), and in cmds each command as much as another */
+	bool cpu = put_str("/sys/fs/cgroup/cgroup.subtree_control", "+cpu") == 0;
+	if (!ok || tmax <= 0 || (mkdir("/sys/fs/cgroup/cmds", 0755) < 0 && errno != EEXIST))
+		return;
+	char v[32];
+	snprintf(v, sizeof(v), "%ld", tmax / 2 > 64 ? tmax / 2 : 64);
+	if (put_str("/sys/fs/cgroup/cmds/pids.max", v) < 0)
+		return;
+	if (cpu)
+		put_str("/sys/fs/cgroup/cmds/cgroup.subtree_control", "+cpu");
+	g_cgbase = "/sys/fs/cgroup/cmds";
 }
 
 static void finish(struct cmd *c)
@@ -145,13 +280,15 @@ static void finish(struct cmd *c)
 	closefd(&c->out);
 	closefd(&c->err);
 	closefd(&c->in);
-	closefd(&c->timer);
 	if (c->cg >= 0) {
-		char path[64];
-		snprintf(path, sizeof(path), "/sys/fs/cgroup/cmd-%u", c->id);
-		closefd(&c->cg);
-		rmdir(path); /* EBUSY while background processes live: kept */
+		char path[96];
+		cg_path(path, sizeof(path), c->id);
+		/* EBUSY while background processes live: kept, and killed at
+		 * the command's deadline if it has one */
+		if (rmdir(path) == 0 || errno != EBUSY || linger_take(c) < 0)
+			closefd(&c->cg);
 	}
+	closefd(&c->timer);
 	free(c->pending);
 	free(c);
 	if (slot >= 0)
@@ -320,10 +457,11 @@ static void do_exec(uint32_t id, const uint8_t *p, uint32_t len)
 		json_decref(req);
 		return;
 	}
+	linger_kill_now(id); /* an id used again: the old one's leftovers go */
 	struct cmd *c = calloc(1, sizeof(*c));
 	int o[2] = {-1, -1}, e[2] = {-1, -1}, i[2] = {-1, -1}, ep[2] = {-1, -1};
-	char path[64];
-	snprintf(path, sizeof(path), "/sys/fs/cgroup/cmd-%u", id);
+	char path[96];
+	cg_path(path, sizeof(path), id);
 	if (c == NULL || pipe2(ep, O_CLOEXEC) < 0 || (mkdir(path, 0755) < 0 && errno != EEXIST)) {
 		send_error(id, "exec: out of resources");
 		goto out;
@@ -366,8 +504,10 @@ static void do_exec(uint32_t id, const uint8_t *p, uint32_t len)
 	if (c->in >= 0)
 		fcntl(c->in, F_SETFL, O_NONBLOCK);
 	json_int_t t = json_integer_value(json_object_get(req, "timeout_ms"));
-	if (t > 0)
+	if (t > 0) {
+		c->deadline_ns = c->start_ns + (uint64_t)t * 1000000ull;
 		arm(c->timer, (uint64_t)t);
+	}
 	g_cmds[slot] = c;
 	c = NULL;
 out:
@@ -498,7 +638,7 @@ static void on_frame(const struct wr_frame *f)
 		if (c) {
 			c->killed = true;
 			cg_kill(c);
-		} else {
+		} else if (!linger_kill_now(f->id)) {
 			ga_fs_abort(f->id); /* a file write the host gave up on */
 		}
 		break;
@@ -567,6 +707,7 @@ static void on_timer(struct cmd *c)
 void ga_serve(int chan)
 {
 	g_chan = chan;
+	cmds_cgroup_init();
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
@@ -576,11 +717,11 @@ void ga_serve(int chan)
 	wr_frame_reader_init(&rd);
 	static char buf[65536];
 	for (;;) {
-		struct pollfd pf[2 + 4 * MAX_CMDS + 64];
+		struct pollfd pf[2 + 5 * MAX_CMDS + 64];
 		struct {
 			struct cmd *c;
 			int what;
-		} who[2 + 4 * MAX_CMDS];
+		} who[2 + 5 * MAX_CMDS];
 		int n = 0;
 		pf[n++] = (struct pollfd){.fd = chan, .events = POLLIN};
 		pf[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
@@ -598,6 +739,13 @@ void ga_serve(int chan)
 							  .events = k == 3 ? POLLOUT : POLLIN};
 			}
 		}
+		for (int i = 0; i < MAX_CMDS; i++) {
+			if (g_linger[i] == NULL)
+				continue;
+			who[n].c = NULL;
+			who[n].what = 10 + i;
+			pf[n++] = (struct pollfd){.fd = g_linger[i]->timer, .events = POLLIN};
+		}
 		int nfs = ga_fs_poll_add(pf + n, 0);
 		if (poll(pf, (nfds_t)(n + nfs), -1) < 0)
 			continue;
@@ -607,6 +755,12 @@ void ga_serve(int chan)
 		for (int k = 2; k < n; k++) {
 			if (!pf[k].revents)
 				continue;
+			if (who[k].what >= 10) {
+				int i = who[k].what - 10;
+				if (g_linger[i] && g_linger[i]->timer == pf[k].fd)
+					linger_tick(i, false);
+				continue;
+			}
 			struct cmd *c = who[k].c;
 			bool live = false;
 			for (int i = 0; i < MAX_CMDS; i++)
