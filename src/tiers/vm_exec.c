@@ -6,7 +6,7 @@
  *
  *   mkdir /run/warren-exec (0700, root's) → create <id>.out and <id>.err
  *   (guest-file-open "w") → open both for reading → guest-exec of
- *     setsid sh -c 'exec >>"$1" 2>>"$2"; shift 2; exec "$@"' sh OUT ERR
+ *     setsid sh -c WRAP sh OUT ERR UNIT LIMIT
  *       [setpriv --reuid --regid --clear-groups --] sh -c 'cd "$1" ...' CMD...
  *   → poll: guest-file-read of both (a read at EOF is followed by a
  *     guest-file-seek of 0 from "cur", which clears stdio's sticky EOF so
@@ -14,15 +14,42 @@
  *     apart at first, backing off to 250 ms while nothing comes
  *   → exited: read both to their end → close, remove the files.
  *
+ * WRAP redirects the output, then, in a guest booted with systemd (the
+ * images warren builds; a user image without systemd falls back to the
+ * process group below), execs systemd-run --scope: the command runs in a
+ * transient scope warren-cmd-<id>.scope, its own cgroup, with TasksMax=25%
+ * of the guest's tasks, CPUWeight=100 (set, so systemd enables the cpu
+ * controller: the CPU is then shared by unit, and qemu-ga's service weighs
+ * as much as a fork bomb's thousand tasks), KillSignal=SIGKILL and
+ * RuntimeMaxSec = its timeout plus 2 s. So
+ *   - its processes are not qemu-ga's: a fork bomb fills its scope's
+ *     TasksMax, not qemu-guest-agent.service's, and the agent can still
+ *     fork the next command and the kill;
+ *   - its whole tree, however it detached (setsid, double fork, reparented
+ *     to PID 1), ends at the timeout: the host kills the scope at the
+ *     deadline (systemctl kill), and the guest's systemd does it by itself
+ *     2 s later, also after the first process exited early (a fork bomb's
+ *     shell returns at once) and when the host is gone. A kill or a
+ *     timeout also sends SIGKILL to the process group (setsid made the
+ *     command a session and group leader: it execs in place, qemu-ga's
+ *     child is no group leader, so the pid guest-exec returns is the
+ *     group's id), which is all an image without systemd gets.
+ *
+ * A guest agent that stops answering mid-command (a guest out of memory
+ * stalls it; Debian's OOM killer may take it, and systemd restarts it: the
+ * images warren builds give it OOMScoreAdjust=-1000 and Restart=always) is
+ * waited for; back, it either still knows the command (go on), or it
+ * restarted and lost it: the command then ends as `oom` when the guest's
+ * kernel log says the OOM killer took its pid, else as an `unavailable`
+ * error (503) saying so; an agent gone for good is the same error. A guest
+ * agent refusing to start the command for lack of processes or memory
+ * ("Failed to fork") is the guest's exhaustion, answered as EAGAIN
+ * (resource_exhausted, 429), never an internal error.
+ *
  * Only fixed script text reaches a shell; the command, cwd and file names
- * are positional arguments. setsid makes the command a session and
- * process-group leader (it execs in place: qemu-ga's child is no group
- * leader, so the pid guest-exec returns is the group's id): a timeout or a
- * kill is kill -KILL -- -PGID in the guest, the whole group at once (a
- * process that makes a session of its own escapes it, as it would a shell's
- * job control; the guest has no cgroup of ours). Output beyond the cap is
- * left unread in the guest's file (tmpfs: the guest's memory) and the file
- * removed at the end. Everything read back is the guest's word. */
+ * are positional arguments. Output beyond the cap is left unread in the
+ * guest's file (tmpfs: the guest's memory) and the file removed at the end.
+ * Everything read back is the guest's word. */
 #include "tiers/vm_exec.h"
 
 #include <errno.h>
@@ -42,7 +69,10 @@
 #define READ_CHUNK 65536
 #define QGA_MS 60000
 #define DIR_RUN "/run/warren-exec"
-#define GRACE_MS 10000 /* after a kill, for the guest to report the exit */
+#define GRACE_MS 10000	    /* after a kill, for the guest to report the exit */
+#define SCOPE_SLACK_MS 2000 /* the guest's own bound after the host's */
+#define LOST_MS 120000	    /* how long a silent guest agent is waited for */
+#define PROBE_MS 10000	    /* one try at reaching it */
 
 struct stream {
 	const char *path;
@@ -168,28 +198,126 @@ static bool ctl_killed(const struct wr_exec_spec *spec)
 	return k;
 }
 
-static void kill_group(struct wr_fullvm *vm, json_int_t pid)
+/* The command's scope (every process in its cgroup) and its process
+ * group, SIGKILL. */
+static void kill_group(struct wr_fullvm *vm, const char *unit, json_int_t pid)
 {
-	char pg[32];
+	char pg[32], scope[64];
 	snprintf(pg, sizeof(pg), "-%lld", (long long)pid);
-	const char *argv[] = {"/bin/kill", "-KILL", "--", pg, NULL};
+	snprintf(scope, sizeof(scope), "%s.scope", unit);
+	const char *argv[] = {"/bin/sh",
+			      "-c",
+			      "systemctl kill --signal=SIGKILL -- \"$1\" >/dev/null 2>&1; "
+			      "kill -KILL -- \"$2\" 2>/dev/null; exit 0",
+			      "sh",
+			      scope,
+			      pg,
+			      NULL};
 	wr_err e = NULL;
 	if (tool(vm, argv, &e) < 0)
-		wr_err_free(&e); /* gone already */
+		wr_err_free(&e); /* gone already, or the agent with it */
+}
+
+/* Whether the guest's OOM killer took process pid, by its kernel log. */
+static bool oom_killed(struct wr_fullvm *vm, json_int_t pid)
+{
+	static const char *const env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
+	char pat[48];
+	snprintf(pat, sizeof(pat), "Killed process %lld (", (long long)pid);
+	const char *argv[] = {"/bin/sh", "-c", "dmesg | grep -qF -- \"$1\"", "sh", pat, NULL};
+	struct wr_qga_exec x = {.argv = argv, .env = env, .timeout_ms = 30000, .output_cap = 4096};
+	struct wr_qga_result r = {0};
+	wr_err e = NULL;
+	bool yes = wr_fullvm_qga_run(vm, &x, &r, &e) == 0 && r.exited && r.exit_code == 0;
+	wr_err_free(&e);
+	wr_qga_result_free(&r);
+	return yes;
+}
+
+/* Whether err is the guest agent out of touch (no answer, its channel
+ * closed), as opposed to an answer. */
+static bool agent_silent(const wr_err err)
+{
+	return err && (err->errnum == ETIMEDOUT || err->errnum == EPIPE);
+}
+
+/* An error answer of the guest agent that is the guest's exhaustion (it
+ * could not fork or allocate): EAGAIN, resource_exhausted. */
+static void exhaustion_is_eagain(wr_err err)
+{
+	if (err && err->errnum == EIO && err->msg &&
+	    (strstr(err->msg, "Failed to fork") ||
+	     strstr(err->msg, "Resource temporarily unavailable") ||
+	     strstr(err->msg, "Cannot allocate memory")))
+		err->errnum = EAGAIN;
+}
+
+enum lost { LOST_BACK, LOST_EXITED, LOST_FORGOT, LOST_GONE };
+
+/* After a failed poll step: waits (up to LOST_MS) for the agent to answer
+ * guest-exec-status of pid again. BACK: it knows the command, still
+ * running; EXITED: it knows it, exited (*st its status); FORGOT: it
+ * answers but lost the command (restarted); GONE: no answer. */
+static enum lost agent_lost(struct wr_fullvm *vm, json_int_t pid, json_t **st)
+{
+	uint64_t until = now_ms() + LOST_MS;
+	for (;;) {
+		wr_err e = NULL;
+		json_t *ret = NULL;
+		json_t *args = json_pack("{s:I}", "pid", pid);
+		int r = wr_fullvm_qga_cmd(vm, "guest-exec-status", args, PROBE_MS, &ret, &e);
+		json_decref(args);
+		if (r == 0) {
+			if (!json_is_true(json_object_get(ret, "exited"))) {
+				json_decref(ret);
+				return LOST_BACK;
+			}
+			*st = ret;
+			return LOST_EXITED;
+		}
+		bool silent = agent_silent(e);
+		wr_err_free(&e);
+		if (!silent)
+			return LOST_FORGOT; /* "Invalid parameter 'pid'" */
+		if (now_ms() >= until)
+			return LOST_GONE;
+		sleep_ms(500);
+	}
 }
 
 /* The guest-exec request: the fixed wrappers, then the command. */
 static json_t *exec_args(const struct wr_exec_spec *spec, const char *out, const char *errp,
-			 const struct wr_buf *in)
+			 const char *unit, const struct wr_buf *in)
 {
-	char uid[24], gid[24];
+	char uid[24], gid[24], limit[32];
 	int user = spec->user > 0 ? spec->user : 0;
 	int group = spec->group > 0 ? spec->group : user;
+	if (spec->timeout_ms)
+		snprintf(limit, sizeof(limit), "%llums",
+			 (unsigned long long)spec->timeout_ms + SCOPE_SLACK_MS);
+	else
+		snprintf(limit, sizeof(limit), "infinity");
 	json_t *a = json_array();
-	const char *head[] = {"-c", "exec >>\"$1\" 2>>\"$2\"; shift 2; exec \"$@\"", "sh", out,
-			      errp};
+	/* the scope: see the top of the file. The command does not inherit
+	 * qemu-ga's OOMScoreAdjust=-1000 (the shell is still root here:
+	 * raising it is always allowed, lowering it again is not for uid 1000) */
+	const char *head[] = {
+	    "-c",
+	    "echo 0 >/proc/self/oom_score_adj 2>/dev/null\n"
+	    "exec >>\"$1\" 2>>\"$2\"; u=$3 t=$4; shift 4\n"
+	    "if [ -d /run/systemd/system ] && [ -x /usr/bin/systemd-run ]; then\n"
+	    "  exec /usr/bin/systemd-run --scope --quiet --collect --unit=\"$u\" "
+	    "-p TasksMax=25% -p CPUWeight=100 -p KillSignal=SIGKILL -p RuntimeMaxSec=\"$t\" "
+	    "-- \"$@\"\n"
+	    "fi\n"
+	    "exec \"$@\"",
+	    "sh",
+	    out,
+	    errp,
+	    unit,
+	    limit};
 	json_array_append_new(a, json_string("/bin/sh"));
-	for (size_t i = 0; i < 5; i++)
+	for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
 		json_array_append_new(a, json_string(head[i]));
 	if (user || group) {
 		snprintf(uid, sizeof(uid), "--reuid=%d", user);
@@ -258,9 +386,10 @@ int wr_fullvm_exec_stream(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
 		free(in.p);
 		return wr_err_sys(err, "getrandom");
 	}
-	char id[17], outp[64], errp[64];
+	char id[17], outp[64], errp[64], unit[40];
 	for (int i = 0; i < 8; i++)
 		snprintf(id + 2 * i, 3, "%02x", rnd[i]);
+	snprintf(unit, sizeof(unit), "warren-cmd-%s", id);
 	snprintf(outp, sizeof(outp), DIR_RUN "/%s.out", id);
 	snprintf(errp, sizeof(errp), DIR_RUN "/%s.err", id);
 	struct stream so = {.path = outp}, se = {.path = errp};
@@ -277,7 +406,7 @@ int wr_fullvm_exec_stream(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
 	}
 	json_t *ret = NULL;
 	if (r == 0 &&
-	    (r = qcmd(vm, "guest-exec", exec_args(spec, outp, errp, &in), &ret, err)) == 0) {
+	    (r = qcmd(vm, "guest-exec", exec_args(spec, outp, errp, unit, &in), &ret, err)) == 0) {
 		pid = json_integer_value(json_object_get(ret, "pid"));
 		if (pid <= 0)
 			r = wr_err_set(err, EPROTO, "guest-exec: no pid in the answer");
@@ -286,21 +415,58 @@ int wr_fullvm_exec_stream(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
 	free(in.p);
 	uint64_t cap = spec->output_cap ? spec->output_cap : WR_DEFAULT_OUTPUT_CAP;
 	uint64_t deadline = spec->timeout_ms ? start + spec->timeout_ms : UINT64_MAX;
-	bool exited = false, timed_out = false, killed = false, stop = false;
+	uint64_t user_deadline = deadline;
+	bool exited = false, timed_out = false, killed = false, stop = false, oom = false;
+	bool lost = false; /* the agent restarted: its file handles are gone */
 	json_t *st = NULL;
 	unsigned delay = 20;
 	while (r == 0 && !exited) {
 		int a = pull(vm, spec, 1, &so, cap, &stop, err);
 		int b = a < 0 ? -1 : pull(vm, spec, 2, &se, cap, &stop, err);
-		if (a < 0 || b < 0) {
-			r = -1;
-			break;
-		}
 		json_decref(st);
 		st = NULL;
-		if ((r = qcmd(vm, "guest-exec-status", json_pack("{s:I}", "pid", pid), &st, err)) <
-		    0)
+		if (a >= 0 && b >= 0)
+			r = qcmd(vm, "guest-exec-status", json_pack("{s:I}", "pid", pid), &st, err);
+		if (a < 0 || b < 0 || r < 0) {
+			/* a silent agent is waited for; an error answer from an
+			 * agent that still knows the command is the error */
+			bool silent = agent_silent(*err);
+			enum lost l = agent_lost(vm, pid, &st);
+			if (l == LOST_BACK && silent) {
+				wr_err_free(err);
+				r = 0;
+				continue;
+			}
+			if (l == LOST_BACK) {
+				r = -1;
+				break;
+			}
+			wr_err_free(err);
+			r = 0;
+			if (l == LOST_EXITED) {
+				exited = true;
+				break;
+			}
+			lost = true;
+			so.open = se.open = false; /* their handles went with it */
+			if (l == LOST_FORGOT && oom_killed(vm, pid)) {
+				oom = true;
+				break;
+			}
+			if (l == LOST_FORGOT)
+				kill_group(vm, unit, pid);
+			if (l == LOST_FORGOT)
+				r = wr_err_set(
+				    err, ESHUTDOWN,
+				    "the guest agent restarted and lost the command (its "
+				    "end is unknown; the guest may have run out of memory)");
+			else
+				r = wr_err_set(err, ESHUTDOWN,
+					       "the guest agent stopped answering (for %u s; the "
+					       "guest may be out of memory)",
+					       LOST_MS / 1000);
 			break;
+		}
 		if (json_is_true(json_object_get(st, "exited"))) {
 			exited = true;
 			break;
@@ -311,7 +477,7 @@ int wr_fullvm_exec_stream(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
 				timed_out = true;
 			else
 				killed = true;
-			kill_group(vm, pid);
+			kill_group(vm, unit, pid);
 			deadline = now + GRACE_MS;
 		} else if ((timed_out || killed) && now >= deadline) {
 			break; /* the guest did not report the exit: given up on */
@@ -344,17 +510,25 @@ int wr_fullvm_exec_stream(struct wr_fullvm *vm, const struct wr_exec_spec *spec,
 		json_decref(st);
 		free(so.buf.p);
 		free(se.buf.p);
+		exhaustion_is_eagain(*err);
 		return wr_err_wrap(err, "vm exec");
 	}
 	int sig = exited ? (int)json_integer_value(json_object_get(st, "signal")) : 9;
 	int code = (int)json_integer_value(json_object_get(st, "exitcode"));
 	json_decref(st);
+	/* the guest's own bound (RuntimeMaxSec) may beat our poll to it */
+	if (exited && sig == 9 && !killed && user_deadline != UINT64_MAX &&
+	    now_ms() >= user_deadline)
+		timed_out = true;
+	if (exited && sig == 9 && !timed_out && !killed && !lost)
+		oom = oom_killed(vm, pid);
 	res->signal = sig;
 	res->exit_code = sig ? 128 + sig : code;
 	if (res->exit_code < 0 || res->exit_code > 255)
 		res->exit_code = 255;
 	res->reason = timed_out ? WR_EXIT_TIMEOUT
 		      : killed	? WR_EXIT_KILLED
+		      : oom	? WR_EXIT_OOM
 		      : sig	? WR_EXIT_SIGNALED
 				: WR_EXIT_EXITED;
 	res->out_truncated = so.trunc;
