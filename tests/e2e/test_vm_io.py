@@ -106,6 +106,24 @@ def test_timeout_kills_the_process_tree(sb):
         time.sleep(0.5)
 
 
+def test_timeout_ends_what_the_command_left_behind(sb):
+    """The first process exits at once; what it detached (its own session,
+    reparented to the guest's init) still ends at the command's timeout
+    (microvm: the command's cgroup; vm: its systemd scope)."""
+    r = sb.commands.run("setsid sleep 304 </dev/null >/dev/null 2>&1 & "
+                        "for i in 1 2 3 4 5 6 7 8 9 10; do "
+                        "ps -eo args | grep -q '^sleep 304' && echo started && exit 0; "
+                        "sleep 0.2; done; exit 1", timeout=8)
+    assert r.exit_code == 0 and r.stdout == "started\n", r
+    deadline = time.time() + 60
+    while True:
+        out = sb.commands.run("ps -eo args | grep '^sleep 304' || echo none").stdout
+        if out.strip() == "none":
+            break
+        assert time.time() < deadline, f"still running after the timeout: {out}"
+        time.sleep(0.5)
+
+
 def test_terminal(tier, sandbox):
     p = Pty(tier.d, sandbox, "?rows=30&cols=100")
     if tier.name == "vm":

@@ -60,14 +60,7 @@ _NETNS_AUDIT = (
     "which this machine's /proc/1/ns/net does not let the daemon enter (EACCES): the "
     "socket() refusal is seccomp's (EPERM, no bpf-net sock_create event), its event is "
     "asserted in mode none (test_cd_resources_net.py)")
-_VM_OOM = (
-    "a root memory bomb of 2x RAM in the Debian guest stalls or takes qemu-guest-agent (its "
-    "OOM killer, no swap): the command in flight answers HTTP 500 (vm exec: 'guest agent: "
-    "no answer' / 'handle not found') instead of an oom result; the guest and host recover "
-    "(the uid-1000 column after it passes). vm_exec.c should report the lost agent as the "
-    "command's end (vm tier)")
 KNOWN_GAPS = {
-    ("c-membomb", "vm/uid0"): _VM_OOM,
     **{("d-egress-bypass", c): _NETNS_AUDIT for c in
        ("allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000")}}
 
