@@ -61,23 +61,7 @@ static int count_subdirs(const char *path)
 /* Sandbox cgroups under our base, summed over every hierarchy. */
 static int count_sandbox_cgroups(void)
 {
-	char cg[600], line[512];
-	int n = 0;
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *ctrl = strchr(line, ':') + 1;
-		char *path = strchr(ctrl, ':');
-		*path++ = 0;
-		path[strcspn(path, "\n")] = 0;
-		if (strncmp(ctrl, "name=", 5) == 0)
-			continue;
-		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
-			 g_base);
-		n += count_subdirs(cg);
-	}
-	if (f)
-		fclose(f);
-	return n;
+	return tierfx_each_base(g_base, count_subdirs);
 }
 
 /* Processes named warren-init in sandboxes of ours. */

@@ -16,14 +16,10 @@ static bool keep_none(const char *id, void *ctx)
 	return false;
 }
 
-int tierfx_teardown(const char *base, const char *tmp)
+int tierfx_each_base(const char *base, int (*fn)(const char *dir))
 {
-	wr_err err = NULL;
-	if (wr_container_sweep(keep_none, NULL, &err) < 0) {
-		fprintf(stderr, "sweep: %s\n", err->msg);
-		wr_err_free(&err);
-	}
 	char cg[600], line[512];
+	int n = 0;
 	FILE *f = fopen("/proc/self/cgroup", "r");
 	while (f && fgets(line, sizeof(line), f)) {
 		char *ctrl = strchr(line, ':') + 1;
@@ -34,10 +30,27 @@ int tierfx_teardown(const char *base, const char *tmp)
 			continue;
 		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
 			 base);
-		rmdir(cg);
+		n += fn(cg);
 	}
 	if (f)
 		fclose(f);
+	return n;
+}
+
+static int remove_dir(const char *dir)
+{
+	rmdir(dir);
+	return 0;
+}
+
+int tierfx_teardown(const char *base, const char *tmp)
+{
+	wr_err err = NULL;
+	if (wr_container_sweep(keep_none, NULL, &err) < 0) {
+		fprintf(stderr, "sweep: %s\n", err->msg);
+		wr_err_free(&err);
+	}
+	tierfx_each_base(base, remove_dir);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
 	return system(cmd) == 0 ? 0 : -1;
