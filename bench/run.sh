@@ -28,6 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 export PATH=$PATH:/usr/sbin:/sbin
+. "$ROOT/bench/lib.sh"
 
 N=${BENCH_N:-200}
 PAR=${BENCH_PAR:-2}
@@ -67,7 +68,7 @@ in_v1_ns() {
 }
 
 cleanup() {
-	local rc=$? id m d
+	local rc=$? id
 	trap - EXIT INT TERM HUP
 	# Containers crun/runc may have left running or half-made.
 	if [ -d "$CRUN_ROOT" ]; then
@@ -84,21 +85,8 @@ cleanup() {
 	# after this run, those cgroups, and mounts under $WORK.
 	# Then any cgroup named after this run that is still there: warren's
 	# base, or a container id of ours that crun/runc did not get to delete.
-	find /sys/fs/cgroup -mindepth 2 -type d \( -name "$CG_BASE" -o -name "$CID-*" \) \
-		-prune 2>/dev/null |
-		while read -r d; do
-			find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null |
-				while read -r m; do
-					kill -KILL "$m" 2>/dev/null || true
-				done
-			sleep 0.1
-			find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
-		done
-	awk -v w="$WORK/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-		while read -r m; do
-			umount -l "$m" 2>/dev/null || true
-		done
-	rm -rf --one-file-system "$WORK"
+	bench_reap_cgroups -name "$CG_BASE" -o -name "$CID-*"
+	bench_remove_work "$WORK"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -228,15 +216,12 @@ mkdir -p "$RESULTS"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 "$PY" - "$OUT" "$RESULTS" "$STAMP" "$ROOT/README.md" "$N" "$PAR" "$BENCH_WARMUP" \
 	"$WARREN_IMAGE" "$MODES" "$ROUNDS" <<'EOF'
-import json, os, platform, subprocess, sys, time
+import json, os, platform, sys, time
 out, results, stamp, readme, n, par, warmup, wimage, modes, rounds = sys.argv[1:]
+sys.path.insert(0, os.path.join(os.path.dirname(readme), "bench"))
+from reportlib import cpu_model, pct, replace_readme_section, version
 modes = modes.split()
 par = int(par)
-
-def pct(v, p):
-    """Nearest-rank percentile of sorted v, as bench_spawn computes it."""
-    rank = min(max(int(-(-p * len(v) // 100)), 1), len(v))
-    return v[rank - 1]
 
 def load(label, p):
     """Merge the rounds of one cell: raw samples (ns) and per-round summaries."""
@@ -267,19 +252,7 @@ def load(label, p):
             r[name + "_p50_us"] = pct(sorted(x[i] for x in raw), 50) / 1e3
     return r
 
-def version(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=10).stdout.splitlines()[0].strip()
-    except Exception:
-        return "?"
-
-cpu = "?"
-with open("/proc/cpuinfo") as f:
-    for line in f:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+cpu = cpu_model()
 git = version(["git", "-C", os.path.dirname(readme), "describe", "--always", "--dirty"])
 machine = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -403,23 +376,7 @@ sec = [start, "### Benchmark: container cold start", "",
 if verdict:
     sec += [verdict, ""]
 sec += [end]
-sec = "\n".join(sec)
-try:
-    with open(readme) as f:
-        text = f.read()
-except FileNotFoundError:
-    text = ""
-i, j = text.find(start), text.find(end)
-if i >= 0 and j > i:
-    text = text[:i] + sec + text[j + len(end):]
-else:
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += ("\n" if text else "") + sec + "\n"
-tmp = readme + ".bench.tmp"
-with open(tmp, "w") as f:
-    f.write(text)
-os.replace(tmp, readme)
+replace_readme_section(readme, start, end, "\n".join(sec), readme + ".bench.tmp")
 print("bench: wrote %s, container-%s.json and the README section"
       % (os.path.join(results, "container.md"), stamp), file=sys.stderr)
 EOF

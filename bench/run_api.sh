@@ -38,6 +38,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 export PATH=$PATH:/usr/sbin:/sbin
+. "$ROOT/bench/lib.sh"
 
 N=${BENCH_API_N:-192}
 ROUNDS=${BENCH_API_ROUNDS:-4}
@@ -121,7 +122,7 @@ EOF
 }
 
 cleanup() {
-	local rc=$? m d i
+	local rc=$? i
 	trap - EXIT INT TERM HUP
 	if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then
 		# Sandboxes survive a daemon stop (the next start adopts them):
@@ -137,20 +138,8 @@ cleanup() {
 	fi
 	# Whatever is still in a cgroup named after this run (a daemon that
 	# died, a killed bench_api): kill it, then remove the cgroups.
-	find /sys/fs/cgroup -mindepth 2 -type d -name "$CG-*" -prune 2>/dev/null |
-		while read -r d; do
-			find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null |
-				while read -r m; do
-					kill -KILL "$m" 2>/dev/null || true
-				done
-			sleep 0.1
-			find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
-		done
-	awk -v w="$WORK/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-		while read -r m; do
-			umount -l "$m" 2>/dev/null || true
-		done
-	rm -rf --one-file-system "$WORK"
+	bench_reap_cgroups -name "$CG-*"
+	bench_remove_work "$WORK"
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -297,16 +286,13 @@ mkdir -p "$RESULTS"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 "$PY" - "$OUT" "$RESULTS" "$STAMP" "$ROOT/README.md" "$N" "$ROUNDS" "$BENCH_WARMUP" \
 	"$CONC" "$MODES" "$((T1 - T0))" "$LEFT" "$UPTIME0" "$UPTIME1" "$PER_THREAD" <<'EOF'
-import json, os, platform, subprocess, sys, time
+import json, os, platform, sys, time
 (out, results, stamp, readme, n, rounds, warmup, conc, modes, wall,
  left, uptime0, uptime1, per_thread) = sys.argv[1:]
+sys.path.insert(0, os.path.join(os.path.dirname(readme), "bench"))
+from reportlib import cpu_model, pct, replace_readme_section, version
 conc = [int(c) for c in conc.split()]
 modes = modes.split()
-
-def pct(v, p):
-    """Nearest-rank percentile of sorted v, as bench_api computes it."""
-    rank = min(max(int(-(-p * len(v) // 100)), 1), len(v))
-    return v[rank - 1]
 
 def load(mode, c):
     """Merge the rounds of one cell: raw samples (ns) and per-round JSON."""
@@ -355,19 +341,7 @@ def load(mode, c):
         r[name + "_p50_us"] = pct(sorted(x[i] for x in raw), 50) / 1e3
     return r
 
-def version(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=10).stdout.splitlines()[0].strip()
-    except Exception:
-        return "?"
-
-cpu = "?"
-with open("/proc/cpuinfo") as f:
-    for line in f:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+cpu = cpu_model()
 machine = {
     "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     "nproc": os.cpu_count(),
@@ -574,23 +548,7 @@ sec = [start, "### Benchmark: API overhead", "",
        "[bench/README.md](bench/README.md), full results in "
        "[bench/results/api.md](bench/results/api.md)).", "",
        env_line, ""] + table + [""] + verdict + ["", end]
-sec = "\n".join(sec)
-try:
-    with open(readme) as f:
-        text = f.read()
-except FileNotFoundError:
-    text = ""
-i, j = text.find(start), text.find(end)
-if i >= 0 and j > i:
-    text = text[:i] + sec + text[j + len(end):]
-else:
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += ("\n" if text else "") + sec + "\n"
-tmp = readme + ".bench-api.tmp"
-with open(tmp, "w") as f:
-    f.write(text)
-os.replace(tmp, readme)
+replace_readme_section(readme, start, end, "\n".join(sec), readme + ".bench-api.tmp")
 print("bench-api: wrote %s, api-%s.json and the README section"
       % (os.path.join(results, "api.md"), stamp), file=sys.stderr)
 for line in verdict:

@@ -45,43 +45,6 @@ enum {
 	OPT_PYTHON,
 };
 
-static int read_whole(int fd, char **out, size_t *len, size_t max)
-{
-	size_t cap = 65536, n = 0;
-	char *buf = malloc(cap);
-	if (buf == NULL)
-		return -ENOMEM;
-	for (;;) {
-		if (n == cap) {
-			char *p = cap < max ? realloc(buf, cap * 2) : NULL;
-			if (p == NULL) {
-				free(buf);
-				return -EFBIG;
-			}
-			buf = p;
-			cap *= 2;
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			int e = errno;
-			free(buf);
-			return -e;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-		if (n > max) {
-			free(buf);
-			return -EFBIG;
-		}
-	}
-	*out = buf;
-	*len = n;
-	return 0;
-}
-
 static int add_file(char *arg, warren_call_file *f, char **data)
 {
 	char *colon = strchr(arg, ':');
@@ -99,7 +62,7 @@ static int add_file(char *arg, warren_call_file *f, char **data)
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0)
 		return cli_usage_error("--file", "%s: %s", src, strerror(errno));
-	int r = read_whole(fd, data, &f->len, CALL_MAX_INPUT);
+	int r = cli_read_whole(fd, data, &f->len, CALL_MAX_INPUT);
 	if (r < 0)
 		return cli_usage_error("--file", "%s: %s", src,
 				       r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
@@ -233,7 +196,7 @@ int cmd_call(int argc, char **argv)
 	co.env = env;
 	co.files = files;
 	if (want_stdin) {
-		int sr = read_whole(0, &input, &co.stdin_len, CALL_MAX_INPUT);
+		int sr = cli_read_whole(0, &input, &co.stdin_len, CALL_MAX_INPUT);
 		if (sr < 0) {
 			rc = cli_usage_error("--stdin", "cannot read standard input: %s",
 					     sr == -EFBIG ? "larger than 1 MiB" : strerror(-sr));

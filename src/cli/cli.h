@@ -41,6 +41,7 @@ const char *cli_init_path(void);
 
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "warren/warren.h"
 
@@ -81,6 +82,18 @@ int cli_bad_option(int c, char **argv);
 int cli_connect(struct cli_conn *cc, warren_client **out);
 /* Print a library error as one line and free it; returns 125. */
 int cli_fail(warren_error *err);
+/* Parse argv for the connection options and -h only (verbs with no options
+ * of their own). Returns -1 to go on with argv[optind..], else the exit
+ * status: 0 after printing usage(stdout) for -h, 125 on a bad option. */
+int cli_conn_only_opts(int argc, char **argv, struct cli_conn *cc, void (*usage)(FILE *));
+/* cli_connect, then connect to sandbox id. 0 with both set; else the
+ * error printed, nothing held (*cl and *sb NULL) and 125 returned. */
+int cli_open_sandbox(struct cli_conn *cc, const char *id, warren_client **cl, warren_sandbox **sb);
+/* -u/--user: a uid from 0 to 65535; 125 (usage error printed) or 0. */
+int cli_parse_user(const char *arg, int64_t *out);
+/* Read fd to its end into a malloc'd buffer of at most max bytes: 0, or
+ * -EFBIG past max, -errno on a read or allocation failure. */
+int cli_read_whole(int fd, char **out, size_t *len, size_t max);
 /* Parse "KEY=VALUE" in place for option opt; returns 125 on error, 0 ok. */
 int cli_parse_kv(const char *opt, char *arg, warren_kv *out);
 /* Parse a duration into whole seconds (rounded up); 125 on error. */

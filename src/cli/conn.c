@@ -1,9 +1,11 @@
 /* Shared plumbing of the verbs that talk to warrend: connection options,
  * error reporting, small parsers and output helpers. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/util.h"
@@ -85,6 +87,86 @@ int cli_connect(struct cli_conn *cc, warren_client **out)
 		}
 		return cli_fail(err);
 	}
+	return 0;
+}
+
+int cli_conn_only_opts(int argc, char **argv, struct cli_conn *cc, void (*usage)(FILE *))
+{
+	static const struct option opts[] = {CLI_CONN_OPTIONS, {0}};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (cli_conn_opt(cc, c, optarg))
+			continue;
+		if (c == 'h') {
+			usage(stdout);
+			return 0;
+		}
+		return cli_bad_option(c, argv);
+	}
+	return -1;
+}
+
+int cli_open_sandbox(struct cli_conn *cc, const char *id, warren_client **cl, warren_sandbox **sb)
+{
+	warren_error *err = NULL;
+	*cl = NULL;
+	*sb = NULL;
+	int r = cli_connect(cc, cl);
+	if (r)
+		return r;
+	if (warren_sandbox_connect(*cl, id, sb, &err) < 0) {
+		r = cli_fail(err);
+		warren_client_free(*cl);
+		*cl = NULL;
+		*sb = NULL;
+	}
+	return r;
+}
+
+int cli_parse_user(const char *arg, int64_t *out)
+{
+	uint64_t v;
+	if (wr_parse_u64(arg, 65535, &v) < 0)
+		return cli_usage_error("--user", "'%s' is not a uid between 0 and 65535", arg);
+	*out = (int64_t)v;
+	return 0;
+}
+
+int cli_read_whole(int fd, char **out, size_t *len, size_t max)
+{
+	size_t cap = 65536, n = 0;
+	char *buf = malloc(cap);
+	if (buf == NULL)
+		return -ENOMEM;
+	for (;;) {
+		if (n == cap) {
+			char *p = cap < max ? realloc(buf, cap * 2) : NULL;
+			if (p == NULL) {
+				free(buf);
+				return -EFBIG;
+			}
+			buf = p;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(buf);
+			return -e;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > max) {
+			free(buf);
+			return -EFBIG;
+		}
+	}
+	*out = buf;
+	*len = n;
 	return 0;
 }
 

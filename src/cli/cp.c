@@ -241,19 +241,10 @@ static int download(warren_sandbox *sb, const char *rpath, const char *local)
 
 int cmd_cp(int argc, char **argv)
 {
-	static const struct option opts[] = {CLI_CONN_OPTIONS, {0}};
 	struct cli_conn cc = {0};
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		if (cli_conn_opt(&cc, c, optarg))
-			continue;
-		if (c == 'h') {
-			cp_usage(stdout);
-			return 0;
-		}
-		return cli_bad_option(c, argv);
-	}
+	int r = cli_conn_only_opts(argc, argv, &cc, cp_usage);
+	if (r >= 0)
+		return r;
 	if (argc - optind != 2)
 		return cli_usage_error(NULL,
 				       "expected a source and a destination "
@@ -271,15 +262,12 @@ int cmd_cp(int argc, char **argv)
 		return cli_usage_error(src_remote ? src : dst, "has an empty path");
 	signal(SIGPIPE, SIG_IGN);
 
-	warren_client *cl = NULL;
-	warren_sandbox *sb = NULL;
-	warren_error *err = NULL;
-	int r = cli_connect(&cc, &cl);
+	warren_client *cl;
+	warren_sandbox *sb;
+	r = cli_open_sandbox(&cc, src_remote ? src_id : dst_id, &cl, &sb);
 	if (r)
 		return r;
-	if (warren_sandbox_connect(cl, src_remote ? src_id : dst_id, &sb, &err) < 0)
-		r = cli_fail(err);
-	else if (src_remote)
+	if (src_remote)
 		r = download(sb, src_path, dst);
 	else
 		r = upload(sb, src, dst_path);

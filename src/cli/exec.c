@@ -48,40 +48,6 @@ static int on_output(void *ctx, int stream, const char *data, size_t len)
 	return 0;
 }
 
-/* Read all of stdin (the API takes it whole in the request). */
-static int slurp_stdin(char **out, size_t *len)
-{
-	size_t cap = 65536, n = 0;
-	char *buf = malloc(cap);
-	if (buf == NULL)
-		return -ENOMEM;
-	for (;;) {
-		if (n == cap) {
-			char *p = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
-			if (p == NULL) {
-				free(buf);
-				return -EFBIG;
-			}
-			buf = p;
-			cap *= 2;
-		}
-		ssize_t r = read(0, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			int e = errno;
-			free(buf);
-			return -e;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	*out = buf;
-	*len = n;
-	return 0;
-}
-
 /* The status this program exits with for a command's result. */
 static int exit_status(const warren_exec_result *res, double timeout)
 {
@@ -138,10 +104,8 @@ int cmd_exec(int argc, char **argv)
 			break;
 		case 'w': eo.cwd = optarg; break;
 		case 'u':
-			if (wr_parse_u64(optarg, 65535, &v) < 0)
-				return cli_usage_error(
-				    "--user", "'%s' is not a uid between 0 and 65535", optarg);
-			eo.user = (int64_t)v;
+			if (cli_parse_user(optarg, &eo.user))
+				return WR_EXIT_WARREN;
 			eo.user_set = true;
 			break;
 		case 'i': want_stdin = true; break;
@@ -173,7 +137,8 @@ int cmd_exec(int argc, char **argv)
 	eo.env = env;
 	eo.binary = !text && !cc.json; /* --json prints the API's text */
 	if (want_stdin) {
-		int r = slurp_stdin(&input, &eo.stdin_len);
+		/* the API takes it whole in the request */
+		int r = cli_read_whole(0, &input, &eo.stdin_len, 64u << 20);
 		if (r < 0)
 			return cli_usage_error("--stdin", "cannot read standard input: %s",
 					       strerror(-r));
@@ -186,15 +151,14 @@ int cmd_exec(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 
-	warren_client *cl = NULL;
-	warren_sandbox *sb = NULL;
+	warren_client *cl;
+	warren_sandbox *sb;
 	warren_exec_result *res = NULL;
 	warren_error *err = NULL;
-	int r = cli_connect(&cc, &cl);
+	int r = cli_open_sandbox(&cc, id, &cl, &sb);
 	if (r)
 		return r;
-	if (warren_sandbox_connect(cl, id, &sb, &err) < 0 ||
-	    warren_sandbox_exec(sb, &eo, &res, &err) < 0) {
+	if (warren_sandbox_exec(sb, &eo, &res, &err) < 0) {
 		r = cli_fail(err);
 	} else {
 		if (cc.json)

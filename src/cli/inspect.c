@@ -55,33 +55,21 @@ static void print_info(const warren_sandbox_info *in)
 
 int cmd_inspect(int argc, char **argv)
 {
-	static const struct option opts[] = {CLI_CONN_OPTIONS, {0}};
 	struct cli_conn cc = {0};
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		if (cli_conn_opt(&cc, c, optarg))
-			continue;
-		if (c == 'h') {
-			inspect_usage(stdout);
-			return 0;
-		}
-		return cli_bad_option(c, argv);
-	}
+	int r = cli_conn_only_opts(argc, argv, &cc, inspect_usage);
+	if (r >= 0)
+		return r;
 	if (optind >= argc)
 		return cli_usage_error(NULL, "no sandbox given (warren inspect SANDBOX)");
 	if (optind + 1 < argc)
 		return cli_usage_error(argv[optind + 1], "unexpected argument");
 
-	warren_client *cl = NULL;
-	warren_sandbox *sb = NULL;
-	warren_error *err = NULL;
-	int r = cli_connect(&cc, &cl);
+	warren_client *cl;
+	warren_sandbox *sb;
+	r = cli_open_sandbox(&cc, argv[optind], &cl, &sb);
 	if (r)
 		return r;
-	if (warren_sandbox_connect(cl, argv[optind], &sb, &err) < 0) {
-		r = cli_fail(err);
-	} else if (cc.json) {
+	if (cc.json) {
 		cli_print_json(warren_sandbox_last_info(sb)->json);
 	} else {
 		print_info(warren_sandbox_last_info(sb));

@@ -190,7 +190,6 @@ int cmd_shell(int argc, char **argv)
 	warren_pty_opts po = WARREN_PTY_OPTS_INIT;
 	_cleanup_free_ warren_kv *env = calloc((size_t)argc + 1, sizeof(*env));
 	bool term_set = false;
-	uint64_t v;
 	int c;
 	if (env == NULL)
 		return cli_usage_error(NULL, "out of memory");
@@ -207,10 +206,8 @@ int cmd_shell(int argc, char **argv)
 			break;
 		case 'w': po.cwd = optarg; break;
 		case 'u':
-			if (wr_parse_u64(optarg, 65535, &v) < 0)
-				return cli_usage_error(
-				    "--user", "'%s' is not a uid between 0 and 65535", optarg);
-			po.user = (int64_t)v;
+			if (cli_parse_user(optarg, &po.user))
+				return WR_EXIT_WARREN;
 			po.user_set = true;
 			break;
 		case 'h': shell_usage(stdout); return 0;
@@ -236,16 +233,15 @@ int cmd_shell(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 
-	warren_client *cl = NULL;
-	warren_sandbox *sb = NULL;
+	warren_client *cl;
+	warren_sandbox *sb;
 	warren_pty *pty = NULL;
 	warren_exec_result *res = NULL;
 	warren_error *err = NULL;
-	int r = cli_connect(&cc, &cl);
+	int r = cli_open_sandbox(&cc, id, &cl, &sb);
 	if (r)
 		return r;
-	if (warren_sandbox_connect(cl, id, &sb, &err) < 0 ||
-	    warren_sandbox_pty_open(sb, &po, &pty, &err) < 0) {
+	if (warren_sandbox_pty_open(sb, &po, &pty, &err) < 0) {
 		r = cli_fail(err);
 		goto out;
 	}

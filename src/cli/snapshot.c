@@ -17,32 +17,22 @@ static void snapshot_usage(FILE *f)
 
 int cmd_snapshot(int argc, char **argv)
 {
-	static const struct option opts[] = {CLI_CONN_OPTIONS, {0}};
 	struct cli_conn cc = {0};
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		if (cli_conn_opt(&cc, c, optarg))
-			continue;
-		if (c == 'h') {
-			snapshot_usage(stdout);
-			return 0;
-		}
-		return cli_bad_option(c, argv);
-	}
+	int r = cli_conn_only_opts(argc, argv, &cc, snapshot_usage);
+	if (r >= 0)
+		return r;
 	if (optind >= argc || argc - optind > 2)
 		return cli_usage_error(NULL,
 				       "expected SANDBOX [NAME] (warren snapshot SANDBOX NAME)");
-	warren_client *cl = NULL;
-	int r = cli_connect(&cc, &cl);
+	warren_client *cl;
+	warren_sandbox *sb;
+	r = cli_open_sandbox(&cc, argv[optind], &cl, &sb);
 	if (r)
 		return r;
-	warren_sandbox *sb = NULL;
 	warren_image *img = NULL;
 	warren_error *err = NULL;
-	if (warren_sandbox_connect(cl, argv[optind], &sb, &err) < 0 ||
-	    warren_sandbox_snapshot(sb, optind + 1 < argc ? argv[optind + 1] : NULL, &img, &err) <
-		0)
+	if (warren_sandbox_snapshot(sb, optind + 1 < argc ? argv[optind + 1] : NULL, &img, &err) <
+	    0)
 		r = cli_fail(err);
 	else if (cc.json)
 		cli_print_json(img->json);
@@ -115,15 +105,14 @@ int cmd_fork(int argc, char **argv)
 	if (cpu > 0)
 		snprintf(over + n, sizeof(over) - (size_t)n, "%s\"cpu\":%g", mem ? "," : "", cpu);
 	strcat(over, "}");
-	warren_client *cl = NULL;
-	int r = cli_connect(&cc, &cl);
+	warren_client *cl;
+	warren_sandbox *sb;
+	int r = cli_open_sandbox(&cc, argv[optind], &cl, &sb);
 	if (r)
 		return r;
-	warren_sandbox *sb = NULL;
 	warren_error *err = NULL;
 	char **ids = NULL, *json = NULL;
-	if (warren_sandbox_connect(cl, argv[optind], &sb, &err) < 0 ||
-	    warren_sandbox_fork(sb, (int)count, over, &ids, &json, &err) < 0) {
+	if (warren_sandbox_fork(sb, (int)count, over, &ids, &json, &err) < 0) {
 		r = cli_fail(err);
 	} else if (cc.json) {
 		cli_print_json(json);

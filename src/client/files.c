@@ -47,20 +47,28 @@ int warren_file_read(warren_sandbox *sb, const char *path, void **data, size_t *
 	return wc_finish(&c, r < 0 ? r : 0, errp, "read %s", path ? path : "(null)");
 }
 
-int warren_file_read_fd(warren_sandbox *sb, const char *path, int fd, warren_error **errp)
+/* GET the files route (suffix "" or "/tar") of path, the answer streamed
+ * into fd; what names the operation in an error ("read /x: ..."). */
+static int get_to_fd(warren_sandbox *sb, const char *suffix, const char *path, int fd,
+		     const char *what, warren_error **errp)
 {
 	struct wc_call c = {.client = sb->client};
 	int r = check_path(&c, "path", path);
 	if (r >= 0 && fd < 0)
 		r = wc_fail_field(&c, "fd", "fd: %d is not a file descriptor", fd);
 	if (r >= 0) {
-		_cleanup_free_ char *route = files_path(sb, "", path, NULL);
+		_cleanup_free_ char *route = files_path(sb, suffix, path, NULL);
 		struct wc_req rq = WC_REQ_INIT("GET", route);
 		rq.long_running = true;
 		rq.out_fd = fd;
 		r = wc_do(&c, &rq, NULL);
 	}
-	return wc_finish(&c, r < 0 ? r : 0, errp, "read %s", path ? path : "(null)");
+	return wc_finish(&c, r < 0 ? r : 0, errp, "%s %s", what, path ? path : "(null)");
+}
+
+int warren_file_read_fd(warren_sandbox *sb, const char *path, int fd, warren_error **errp)
+{
+	return get_to_fd(sb, "", path, fd, "read", errp);
 }
 
 static int write_common(warren_sandbox *sb, const char *path, const void *data, size_t len, int fd,
@@ -301,16 +309,5 @@ int warren_tar_upload(warren_sandbox *sb, const char *dest, int fd, int64_t *fil
 
 int warren_tar_download(warren_sandbox *sb, const char *path, int fd, warren_error **errp)
 {
-	struct wc_call c = {.client = sb->client};
-	int r = check_path(&c, "path", path);
-	if (r >= 0 && fd < 0)
-		r = wc_fail_field(&c, "fd", "fd: %d is not a file descriptor", fd);
-	if (r >= 0) {
-		_cleanup_free_ char *route = files_path(sb, "/tar", path, NULL);
-		struct wc_req rq = WC_REQ_INIT("GET", route);
-		rq.long_running = true;
-		rq.out_fd = fd;
-		r = wc_do(&c, &rq, NULL);
-	}
-	return wc_finish(&c, r < 0 ? r : 0, errp, "download tar of %s", path ? path : "(null)");
+	return get_to_fd(sb, "/tar", path, fd, "download tar of", errp);
 }

@@ -87,6 +87,16 @@ static struct wrd_sbx *fs_begin(struct wrd_req *r, struct wr_fs *fs)
 	return sb;
 }
 
+/* fs_begin for the routes whose one parameter is ?path=, after checking
+ * the query. NULL when a reply went out. */
+static struct wrd_sbx *path_begin(struct wrd_req *r, struct wr_fs *fs, const char **path)
+{
+	static const char *const allowed[] = {"path", NULL};
+	if (wrd_query_check(r, allowed) < 0 || (*path = wrd_query_path(r, "path")) == NULL)
+		return NULL;
+	return fs_begin(r, fs);
+}
+
 static void reply_entry(struct wrd_req *r, const struct wr_fs *fs, const char *path,
 			unsigned status)
 {
@@ -114,12 +124,9 @@ static bool link_unreadable(const struct wr_fs *fs, const char *path, wr_err *er
 
 void wrd_api_fs_read(struct wrd_req *r)
 {
-	static const char *const allowed[] = {"path", NULL};
 	const char *path;
-	if (wrd_query_check(r, allowed) < 0 || (path = wrd_query_path(r, "path")) == NULL)
-		return;
 	struct wr_fs fs;
-	struct wrd_sbx *sb = fs_begin(r, &fs);
+	struct wrd_sbx *sb = path_begin(r, &fs, &path);
 	if (sb == NULL)
 		return;
 	/* Errors before the first byte get their status; the read then
@@ -178,12 +185,9 @@ void wrd_api_fs_write(struct wrd_req *r)
 
 void wrd_api_fs_stat(struct wrd_req *r)
 {
-	static const char *const allowed[] = {"path", NULL};
 	const char *path;
-	if (wrd_query_check(r, allowed) < 0 || (path = wrd_query_path(r, "path")) == NULL)
-		return;
 	struct wr_fs fs;
-	struct wrd_sbx *sb = fs_begin(r, &fs);
+	struct wrd_sbx *sb = path_begin(r, &fs, &path);
 	if (sb == NULL)
 		return;
 	reply_entry(r, &fs, path, 200);
@@ -192,12 +196,9 @@ void wrd_api_fs_stat(struct wrd_req *r)
 
 void wrd_api_fs_exists(struct wrd_req *r)
 {
-	static const char *const allowed[] = {"path", NULL};
 	const char *path;
-	if (wrd_query_check(r, allowed) < 0 || (path = wrd_query_path(r, "path")) == NULL)
-		return;
 	struct wr_fs fs;
-	struct wrd_sbx *sb = fs_begin(r, &fs);
+	struct wrd_sbx *sb = path_begin(r, &fs, &path);
 	if (sb == NULL)
 		return;
 	bool exists = false;

@@ -47,6 +47,14 @@ static struct wrd_cmd *req_cmd(struct wrd_req *r, struct wrd_sbx **psb)
 	return c;
 }
 
+/* req_cmd for the routes that take no query parameter. */
+static struct wrd_cmd *req_cmd_noquery(struct wrd_req *r, struct wrd_sbx **psb)
+{
+	if (wrd_query_check(r, NULL) < 0)
+		return NULL;
+	return req_cmd(r, psb);
+}
+
 /* A client waiting on a command that still runs: a paused sandbox is
  * resumed and is not idle meanwhile (lifecycle.c). True: unwatch later. */
 static bool wake_for(struct wrd_sbx *sb, struct wrd_cmd *c)
@@ -88,10 +96,8 @@ void wrd_api_cmd_list(struct wrd_req *r)
 
 void wrd_api_cmd_get(struct wrd_req *r)
 {
-	if (wrd_query_check(r, NULL) < 0)
-		return;
 	struct wrd_sbx *sb;
-	struct wrd_cmd *c = req_cmd(r, &sb);
+	struct wrd_cmd *c = req_cmd_noquery(r, &sb);
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&c->lock);
@@ -140,10 +146,8 @@ void wrd_api_cmd_wait(struct wrd_req *r)
 
 void wrd_api_cmd_stream(struct wrd_req *r)
 {
-	if (wrd_query_check(r, NULL) < 0)
-		return;
 	struct wrd_sbx *sb;
-	struct wrd_cmd *c = req_cmd(r, &sb);
+	struct wrd_cmd *c = req_cmd_noquery(r, &sb);
 	if (c == NULL)
 		return;
 	bool watching = wake_for(sb, c); /* a paused sandbox's command would never end */
@@ -313,10 +317,8 @@ out:
 
 void wrd_api_cmd_kill(struct wrd_req *r)
 {
-	if (wrd_query_check(r, NULL) < 0)
-		return;
 	struct wrd_sbx *sb;
-	struct wrd_cmd *c = req_cmd(r, &sb);
+	struct wrd_cmd *c = req_cmd_noquery(r, &sb);
 	if (c == NULL)
 		return;
 	/* Sticky: a command that has not started yet never will. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "tier_fixture.h"
 
 static char g_tmp[256];
 static char g_base[64];
@@ -168,36 +169,7 @@ int fx_count_cgroups(void)
 	return each_base(one, false);
 }
 
-static bool keep_none(const char *id, void *ctx)
-{
-	(void)id;
-	(void)ctx;
-	return false;
-}
-
 int fx_teardown(void)
 {
-	wr_err err = NULL;
-	if (wr_container_sweep(keep_none, NULL, &err) < 0) {
-		fprintf(stderr, "sweep: %s\n", err->msg);
-		wr_err_free(&err);
-	}
-	char cg[600], line[512];
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *ctrl = strchr(line, ':') + 1;
-		char *path = strchr(ctrl, ':');
-		*path++ = 0;
-		path[strcspn(path, "\n")] = 0;
-		if (strncmp(ctrl, "name=", 5) == 0)
-			continue;
-		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
-			 g_base);
-		rmdir(cg);
-	}
-	if (f)
-		fclose(f);
-	char cmd[300];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", g_tmp);
-	return system(cmd) == 0 ? 0 : -1;
+	return tierfx_teardown(g_base, g_tmp);
 }

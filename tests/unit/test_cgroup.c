@@ -32,9 +32,9 @@
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 
-#define MiB (1024ull * 1024ull)
+#include "cgroup_fixture.h"
 
-enum flavour { HYBRID, V1, V2 };
+#define MiB (1024ull * 1024ull)
 
 struct fx {
 	enum flavour flavour;
@@ -319,41 +319,8 @@ static int setup_any(void **state, enum flavour fl)
 	snprintf(fx->base, sizeof(fx->base), "warren-test-%d", (int)getpid());
 	*state = fx;
 	_cleanup_err_ wr_err e = NULL;
-	if (fl == HYBRID) {
-		if (wr_cgroup_root_open(fx->base, &fx->root, &e) < 0) {
-			print_error("root open: %s\n", e->msg);
-			return -1;
-		}
-		return 0;
-	}
-	struct wr_cgroup_layout lay;
-	if (wr_cgroup_layout_detect(&lay, 0, &e) < 0) {
-		print_error("layout: %s\n", e->msg);
-		return -1;
-	}
-	if (fl == V1) {
-		if (lay.mode != WR_CG_V1) { /* no v1 here: the test skips */
-			wr_cgroup_layout_free(&lay);
-			return 0;
-		}
-		free(lay.v2_dir); /* hide the unified hierarchy */
-		lay.v2_dir = NULL;
-	} else {
-		if (lay.v2_dir == NULL) {
-			wr_cgroup_layout_free(&lay);
-			return 0;
-		}
-		for (int c = 0; c < WR_CG_NCTRL; c++) {
-			free(lay.v1_dir[c]);
-			lay.v1_dir[c] = NULL;
-		}
-		lay.mode = WR_CG_V2;
-		lay.require_v2_controllers = false;
-	}
-	int r = wr_cgroup_root_open_at(&lay, fx->base, &fx->root, &e);
-	wr_cgroup_layout_free(&lay);
-	if (r < 0) {
-		print_error("root open: %s\n", e->msg);
+	if (cgfx_root_open(fx->base, fl, WR_CG_NCTRL, &fx->root, &e) < 0) {
+		print_error("%s\n", e->msg);
 		return -1;
 	}
 	return 0;
@@ -402,14 +369,6 @@ static int teardown(void **state)
 	free(fx);
 	return ret;
 }
-
-#define NEED_ROOT(fx)                                                                              \
-	do {                                                                                       \
-		if ((fx)->root == NULL) {                                                          \
-			print_message("no such hierarchy here\n");                                 \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
 
 /* ---- tests ------------------------------------------------------------ */
 

@@ -26,7 +26,7 @@
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 
-enum flavour { HYBRID, V1, V2 };
+#include "cgroup_fixture.h"
 
 struct fx {
 	char base[64];
@@ -46,33 +46,8 @@ static int setup_any(void **state, enum flavour fl)
 		return -1;
 	*state = fx;
 	_cleanup_err_ wr_err e = NULL;
-	if (fl == HYBRID)
-		return wr_cgroup_root_open(fx->base, &fx->root, &e) < 0 ? -1 : 0;
-	struct wr_cgroup_layout lay;
-	if (wr_cgroup_layout_detect(&lay, 0, &e) < 0)
-		return -1;
-	if (fl == V1) {
-		if (lay.mode != WR_CG_V1 || lay.v1_dir[WR_CG_FREEZER] == NULL) {
-			wr_cgroup_layout_free(&lay);
-			return 0; /* no v1 freezer here: the tests skip */
-		}
-		free(lay.v2_dir);
-		lay.v2_dir = NULL;
-	} else {
-		if (lay.v2_dir == NULL) {
-			wr_cgroup_layout_free(&lay);
-			return 0;
-		}
-		for (int c = 0; c < WR_CG_NCTRL; c++) {
-			free(lay.v1_dir[c]);
-			lay.v1_dir[c] = NULL;
-		}
-		lay.mode = WR_CG_V2;
-		lay.require_v2_controllers = false;
-	}
-	int r = wr_cgroup_root_open_at(&lay, fx->base, &fx->root, &e);
-	wr_cgroup_layout_free(&lay);
-	return r < 0 ? -1 : 0;
+	/* V1: the tests skip where there is no v1 freezer */
+	return cgfx_root_open(fx->base, fl, WR_CG_FREEZER, &fx->root, &e);
 }
 
 static int setup_hybrid(void **state)
@@ -107,14 +82,6 @@ static int teardown(void **state)
 	free(fx);
 	return ret;
 }
-
-#define NEED_ROOT(fx)                                                                              \
-	do {                                                                                       \
-		if ((fx)->root == NULL) {                                                          \
-			print_message("no such hierarchy here\n");                                 \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
 
 static struct wr_cgroup *mk(struct fx *fx, const char *name)
 {

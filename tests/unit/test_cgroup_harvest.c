@@ -31,6 +31,8 @@
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 
+#include "cgroup_fixture.h"
+
 /* ---- fake v2 cgroup directory ------------------------------------------ */
 
 struct fake {
@@ -164,8 +166,6 @@ static void test_fake_v2_reclaim_and_cpu_time(void **state)
 
 /* ---- real hierarchies -------------------------------------------------- */
 
-enum flavour { HYBRID, V1 };
-
 struct fx {
 	char base[64];
 	struct wr_cgroup_root *root;
@@ -181,20 +181,7 @@ static int setup_any(void **state, enum flavour fl)
 	snprintf(fx->base, sizeof(fx->base), "warren-hv-%d", (int)getpid());
 	*state = fx;
 	_cleanup_err_ wr_err e = NULL;
-	if (fl == HYBRID)
-		return wr_cgroup_root_open(fx->base, &fx->root, &e) < 0 ? -1 : 0;
-	struct wr_cgroup_layout lay;
-	if (wr_cgroup_layout_detect(&lay, 0, &e) < 0)
-		return -1;
-	if (lay.mode != WR_CG_V1) {
-		wr_cgroup_layout_free(&lay);
-		return 0; /* no v1 here: the tests skip */
-	}
-	free(lay.v2_dir);
-	lay.v2_dir = NULL;
-	int r = wr_cgroup_root_open_at(&lay, fx->base, &fx->root, &e);
-	wr_cgroup_layout_free(&lay);
-	return r < 0 ? -1 : 0;
+	return cgfx_root_open(fx->base, fl, WR_CG_NCTRL, &fx->root, &e);
 }
 
 static int setup_hybrid(void **state)

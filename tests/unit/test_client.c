@@ -205,6 +205,18 @@ static warren_sandbox *connect_sb(struct fake *f)
 	return sb;
 }
 
+/* A client of a daemon that is not there: requests fail in the transport,
+ * what the library checks before sending fails first. */
+static warren_client *offline_client(void)
+{
+	warren_client *cl = NULL;
+	warren_error *err = NULL;
+	warren_client_opts co = WARREN_CLIENT_OPTS_INIT;
+	co.socket_path = "/nonexistent/warren.sock";
+	assert_int_equal(warren_client_new(&co, &cl, &err), 0);
+	return cl;
+}
+
 static void test_create_and_info(void **state)
 {
 	(void)state;
@@ -264,11 +276,8 @@ static void test_create_request_body(void **state)
 static void test_create_needs_image(void **state)
 {
 	(void)state;
-	warren_client *cl = NULL;
+	warren_client *cl = offline_client();
 	warren_error *err = NULL;
-	warren_client_opts co = WARREN_CLIENT_OPTS_INIT;
-	co.socket_path = "/nonexistent/warren.sock";
-	assert_int_equal(warren_client_new(&co, &cl, &err), 0);
 	warren_sandbox_opts o = WARREN_SANDBOX_OPTS_INIT;
 	warren_sandbox *sb = NULL;
 	assert_true(warren_sandbox_create(cl, &o, &sb, &err) < 0);
@@ -361,11 +370,8 @@ static void test_protocol_error(void **state)
 static void test_transport_error(void **state)
 {
 	(void)state;
-	warren_client *cl = NULL;
+	warren_client *cl = offline_client();
 	warren_error *err = NULL;
-	warren_client_opts co = WARREN_CLIENT_OPTS_INIT;
-	co.socket_path = "/nonexistent/warren.sock";
-	assert_int_equal(warren_client_new(&co, &cl, &err), 0);
 	warren_health *h = NULL;
 	assert_true(warren_health_get(cl, &h, &err) < 0);
 	assert_string_equal(warren_error_code(err), "transport");

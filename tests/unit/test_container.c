@@ -24,6 +24,8 @@
 #include "common/util.h"
 #include "tiers/container.h"
 
+#include "tier_fixture.h"
+
 static char g_tmp[256];
 static char g_base[64];
 static const char *g_image;
@@ -59,23 +61,7 @@ static int count_subdirs(const char *path)
 /* Sandbox cgroups under our base, summed over every hierarchy. */
 static int count_sandbox_cgroups(void)
 {
-	char cg[600], line[512];
-	int n = 0;
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *ctrl = strchr(line, ':') + 1;
-		char *path = strchr(ctrl, ':');
-		*path++ = 0;
-		path[strcspn(path, "\n")] = 0;
-		if (strncmp(ctrl, "name=", 5) == 0)
-			continue;
-		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
-			 g_base);
-		n += count_subdirs(cg);
-	}
-	if (f)
-		fclose(f);
-	return n;
+	return tierfx_each_base(g_base, count_subdirs);
 }
 
 /* Processes named warren-init in sandboxes of ours. */
@@ -160,41 +146,12 @@ static int group_setup(void **state)
 	return 0;
 }
 
-static bool keep_none(const char *id, void *ctx)
-{
-	(void)id;
-	(void)ctx;
-	return false;
-}
-
 /* Remove every sandbox a failed test left, then our base in every
  * hierarchy, then the temp dir. */
 static int group_teardown(void **state)
 {
 	(void)state;
-	wr_err err = NULL;
-	if (wr_container_sweep(keep_none, NULL, &err) < 0) {
-		fprintf(stderr, "sweep: %s\n", err->msg);
-		wr_err_free(&err);
-	}
-	char cg[600], line[512];
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	while (f && fgets(line, sizeof(line), f)) {
-		char *ctrl = strchr(line, ':') + 1;
-		char *path = strchr(ctrl, ':');
-		*path++ = 0;
-		path[strcspn(path, "\n")] = 0;
-		if (strncmp(ctrl, "name=", 5) == 0)
-			continue;
-		snprintf(cg, sizeof(cg), "/sys/fs/cgroup/%s%s/%s", *ctrl ? ctrl : "unified", path,
-			 g_base);
-		rmdir(cg);
-	}
-	if (f)
-		fclose(f);
-	char cmd[300];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", g_tmp);
-	return system(cmd) == 0 ? 0 : -1;
+	return tierfx_teardown(g_base, g_tmp);
 }
 
 static struct wr_sandbox *mk(uint64_t memory)

@@ -83,8 +83,11 @@ def _interval(info: Optional[LeaseInfo], interval: Optional[float]) -> float:
     return max(0.05, grace / 3)
 
 
-class Lease:
-    """A lease, driven synchronously (see the module's documentation)."""
+class _LeaseBase:
+    """What :class:`Lease` and :class:`AsyncLease` share: the connection,
+    the lease's id and its last known state."""
+
+    _HTTP: Any = None  # the HTTP client class of the subclass
 
     def __init__(self, lease_id: str, *, socket: Optional[str] = None,
                  base_url: Optional[str] = None, api_key: Optional[str] = None,
@@ -94,13 +97,15 @@ class Lease:
         cfg = _config or ConnectionConfig.resolve(socket=socket, base_url=base_url,
                                                   api_key=api_key,
                                                   request_timeout=request_timeout)
-        self._http = SyncHTTP(cfg)
+        self._http = self._HTTP(cfg)
         self._id = lease_id
         self._info = _info
-        self._thread: Optional[threading.Thread] = None
-        self._stop = threading.Event()
         #: the last error of the background heartbeat (None when it is fine)
         self.heartbeat_error: Optional[BaseException] = None
+        self._init_heartbeat()
+
+    def _init_heartbeat(self) -> None:
+        """The subclass's background heartbeat state (a thread or a task)."""
 
     @property
     def lease_id(self) -> str:
@@ -111,6 +116,16 @@ class Lease:
     @property
     def info(self) -> Optional[LeaseInfo]:
         return self._info
+
+
+class Lease(_LeaseBase):
+    """A lease, driven synchronously (see the module's documentation)."""
+
+    _HTTP = SyncHTTP
+
+    def _init_heartbeat(self) -> None:
+        self._thread: Optional[threading.Thread] = None
+        self._stop = threading.Event()
 
     def __repr__(self) -> str:
         return f"Lease(lease_id={self._id!r})"
@@ -228,32 +243,13 @@ class Lease:
         self.stop_heartbeat()
 
 
-class AsyncLease:
+class AsyncLease(_LeaseBase):
     """A lease with coroutines; the background heartbeat is an asyncio task."""
 
-    def __init__(self, lease_id: str, *, socket: Optional[str] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 request_timeout: Optional[float] = None,
-                 _config: Optional[ConnectionConfig] = None,
-                 _info: Optional[LeaseInfo] = None) -> None:
-        cfg = _config or ConnectionConfig.resolve(socket=socket, base_url=base_url,
-                                                  api_key=api_key,
-                                                  request_timeout=request_timeout)
-        self._http = AsyncHTTP(cfg)
-        self._id = lease_id
-        self._info = _info
+    _HTTP = AsyncHTTP
+
+    def _init_heartbeat(self) -> None:
         self._task: Optional["asyncio.Task[None]"] = None
-        self.heartbeat_error: Optional[BaseException] = None
-
-    @property
-    def lease_id(self) -> str:
-        return self._id
-
-    id = lease_id
-
-    @property
-    def info(self) -> Optional[LeaseInfo]:
-        return self._info
 
     @classmethod
     async def create(cls, lease_id: Optional[str] = None, *, grace_s: Optional[float] = None,

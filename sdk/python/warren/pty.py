@@ -17,8 +17,8 @@ import socket
 import ssl
 import struct
 import threading
-from typing import (Any, Awaitable, Callable, List, Mapping, Optional, Sequence, Tuple,
-                    Union)
+from typing import (Any, Awaitable, Callable, Generator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 from urllib.parse import urlencode, urlsplit
 
 from ._http import ConnectionConfig, seg
@@ -41,12 +41,16 @@ AsyncDataCallback = Callable[[bytes], Union[Any, Awaitable[Any]]]
 
 # ---- the request and the frames (shared) ------------------------------------
 
-def _request(cfg: ConnectionConfig, sandbox_id: str, cmd: Union[str, Sequence[str], None],
-             cols: int, rows: int, cwd: Optional[str], envs: Optional[Mapping[str, str]],
-             user: Optional[int]) -> bytes:
+def _check_size(cols: int, rows: int) -> None:
     for name, v in (("cols", cols), ("rows", rows)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
             raise ValueError(f"{name} must be an integer from 1 to 65535")
+
+
+def _request(cfg: ConnectionConfig, sandbox_id: str, cmd: Union[str, Sequence[str], None],
+             cols: int, rows: int, cwd: Optional[str], envs: Optional[Mapping[str, str]],
+             user: Optional[int]) -> bytes:
+    _check_size(cols, rows)
     q: List[Tuple[str, str]] = []
     if cmd is not None:
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
@@ -86,6 +90,36 @@ def _parse_head(head: bytes) -> Tuple[int, dict]:
     return int(parts[1]), headers
 
 
+def _handshake() -> Generator[int, bytes, bytes]:
+    """The answer to the upgrade request, without I/O (the sync and async
+    sides drive it): yields how many bytes to read at most, is sent what the
+    read returned (b"" at the end); returns what followed a 101's head, and
+    raises the typed exception for any other answer."""
+    buf = bytearray()
+    while b"\r\n\r\n" not in buf:
+        if len(buf) > HEAD_MAX:
+            raise WarrenError("pty: answer head too large", code="bad_response")
+        chunk = yield 4096
+        if not chunk:
+            raise WarrenConnectionError("pty: the daemon closed the connection before answering")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    status, headers = _parse_head(head)
+    if status == 101:
+        if PROTO not in headers.get("upgrade", "").lower():
+            raise WarrenError("pty: the daemon switched to another protocol",
+                              code="bad_response")
+        return rest
+    body = bytearray(rest)
+    n = int(headers.get("content-length", "0") or 0)
+    while len(body) < min(n, ERROR_BODY_MAX):
+        chunk = yield 65536
+        if not chunk:
+            break
+        body += chunk
+    raise error_from_response(status, bytes(body[:n]))
+
+
 def _frame(ftype: int, payload: bytes = b"") -> bytes:
     return struct.pack(">BI", ftype, len(payload)) + payload
 
@@ -96,9 +130,7 @@ def _data_frames(data: Union[str, bytes]) -> List[bytes]:
 
 
 def _resize_frame(cols: int, rows: int) -> bytes:
-    for name, v in (("cols", cols), ("rows", rows)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
-            raise ValueError(f"{name} must be an integer from 1 to 65535")
+    _check_size(cols, rows)
     return _frame(FR_RESIZE, struct.pack(">HH", rows, cols))
 
 
@@ -293,29 +325,13 @@ class PtyHandle:
 
 def _handshake_sync(sock: socket.socket, req: bytes) -> bytes:
     sock.sendall(req)
-    buf = bytearray()
-    while b"\r\n\r\n" not in buf:
-        if len(buf) > HEAD_MAX:
-            raise WarrenError("pty: answer head too large", code="bad_response")
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise WarrenConnectionError("pty: the daemon closed the connection before answering")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    status, headers = _parse_head(head)
-    if status == 101:
-        if PROTO not in headers.get("upgrade", "").lower():
-            raise WarrenError("pty: the daemon switched to another protocol",
-                              code="bad_response")
-        return rest
-    body = bytearray(rest)
-    n = int(headers.get("content-length", "0") or 0)
-    while len(body) < min(n, ERROR_BODY_MAX):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    raise error_from_response(status, bytes(body[:n]))
+    steps = _handshake()
+    try:
+        want = next(steps)
+        while True:
+            want = steps.send(sock.recv(want))
+    except StopIteration as done:
+        return done.value
 
 
 class Pty:
@@ -508,29 +524,13 @@ async def _handshake_async(r: asyncio.StreamReader, w: asyncio.StreamWriter,
                            req: bytes) -> bytes:
     w.write(req)
     await w.drain()
-    buf = bytearray()
-    while b"\r\n\r\n" not in buf:
-        if len(buf) > HEAD_MAX:
-            raise WarrenError("pty: answer head too large", code="bad_response")
-        chunk = await r.read(4096)
-        if not chunk:
-            raise WarrenConnectionError("pty: the daemon closed the connection before answering")
-        buf += chunk
-    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
-    status, headers = _parse_head(head)
-    if status == 101:
-        if PROTO not in headers.get("upgrade", "").lower():
-            raise WarrenError("pty: the daemon switched to another protocol",
-                              code="bad_response")
-        return rest
-    body = bytearray(rest)
-    n = int(headers.get("content-length", "0") or 0)
-    while len(body) < min(n, ERROR_BODY_MAX):
-        chunk = await r.read(65536)
-        if not chunk:
-            break
-        body += chunk
-    raise error_from_response(status, bytes(body[:n]))
+    steps = _handshake()
+    try:
+        want = next(steps)
+        while True:
+            want = steps.send(await r.read(want))
+    except StopIteration as done:
+        return done.value
 
 
 class AsyncPty:
