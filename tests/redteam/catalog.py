@@ -52,14 +52,9 @@ NOT_APPLICABLE = {
 # Closed: open-mode DNS to other resolvers (the filter's DNS rule,
 # netfilter.bpf.c, reason dns_resolver) and raw/packet sockets without an
 # event (seccomp's socket rules: the event is asserted in the mode-none
-# columns, container and function). What is left is the networked node's
-# seccomp events: see _NETNS_AUDIT.
-_NETNS_AUDIT = (
-    "the networked node's warrend runs in a network namespace the test made, and the "
-    "kernel multicasts audit records (seccomp's, Landlock's) only to the initial one, "
-    "which this machine's /proc/1/ns/net does not let the daemon enter (EACCES): the "
-    "socket() refusal is seccomp's (EPERM, no bpf-net sock_create event), its event is "
-    "asserted in mode none (test_cd_resources_net.py)")
+# columns, container and function), and the networked node's seccomp and
+# Landlock events (its warrend runs in a network namespace; it makes its
+# audit socket in the initial one, src/daemon/audit_netns.c).
 _VM_OOM = (
     "a root memory bomb of 2x RAM in the Debian guest stalls or takes qemu-guest-agent (its "
     "OOM killer, no swap): the command in flight answers HTTP 500 (vm exec: 'guest agent: "
@@ -67,9 +62,7 @@ _VM_OOM = (
     "(the uid-1000 column after it passes). vm_exec.c should report the lost agent as the "
     "command's end (vm tier)")
 KNOWN_GAPS = {
-    ("c-membomb", "vm/uid0"): _VM_OOM,
-    **{("d-egress-bypass", c): _NETNS_AUDIT for c in
-       ("allowlist/uid0", "allowlist/uid1000", "open/uid0", "open/uid1000")}}
+    ("c-membomb", "vm/uid0"): _VM_OOM}
 
 # (row, column) -> PASS | FAIL | KNOWN-GAP | n/a, filled by conftest's hook
 RESULTS = {}
