@@ -363,7 +363,8 @@ int wr_audit_start(const struct wrd_config *cfg, wr_err *err)
 	a->writer_running = true;
 	wr_audit_global = a;
 	if (strcmp(mode, "off") != 0 &&
-	    wra_kernel_start(cfg->state_dir, mode, a->cfg.ignore_clone3_enosys, err) < 0) {
+	    wra_kernel_start(cfg->state_dir, mode, a->cfg.ignore_clone3_enosys, a->cfg.init_netns,
+			     err) < 0) {
 		if (strcmp(mode, "auto") != 0)
 			return wr_err_wrap(err, "audit");
 		/* "auto" on a host without audit (CONFIG_AUDIT=n, no

@@ -98,6 +98,7 @@ struct wr_audit_config {
 	unsigned retention_check_s; /* 60: how often retention runs */
 	char *rules_path;	    /* detection rules (JSON), NULL = none */
 	char *kernel_audit;	    /* "auto" | "listen" | "off" (see audit_kernel.c) */
+	char *init_netns;	    /* NULL: found; else the initial netns's path (audit_netns.c) */
 	bool ignore_clone3_enosys;  /* true: glibc's clone3 probe is not a refusal */
 	unsigned cgroup_poll_ms;    /* 1000: OOM and pids.max counters */
 };

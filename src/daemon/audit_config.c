@@ -3,7 +3,8 @@
  *   {"enabled": true, "window": 10, "rows_per_second": 20, "burst": 200,
  *    "max_open": 8192, "retention": 604800, "max_per_sandbox": 10000,
  *    "max_rows": 1000000, "retention_check": 60, "rules": "/etc/warren/audit-rules.json",
- *    "kernel_audit": "auto", "ignore_clone3_enosys": true, "cgroup_poll_ms": 1000}
+ *    "kernel_audit": "auto", "ignore_clone3_enosys": true, "cgroup_poll_ms": 1000,
+ *    "init_netns": "/run/warren/init-netns"}
  *
  * Every key is optional; an unknown key or a bad value fails the start
  * with the key named ("audit.window"). */
@@ -35,8 +36,10 @@ void wr_audit_config_clear(struct wr_audit_config *c)
 {
 	free(c->rules_path);
 	free(c->kernel_audit);
+	free(c->init_netns);
 	c->rules_path = NULL;
 	c->kernel_audit = NULL;
+	c->init_netns = NULL;
 }
 
 int wr_audit_config_parse(json_t *obj, struct wr_audit_config *c, wr_err *err)
@@ -102,6 +105,13 @@ int wr_audit_config_parse(json_t *obj, struct wr_audit_config *c, wr_err *err)
 				if (strcmp(s, "auto") && strcmp(s, "listen") && strcmp(s, "off"))
 					r = wr_err_field(err, f, "%s: one of auto, listen, off", f);
 				else if ((c->kernel_audit = strdup(s)) == NULL)
+					r = wr_err_set(err, ENOMEM, "out of memory");
+			}
+		} else if (strcmp(k, "init_netns") == 0) {
+			if ((r = wrd_j_str(v, f, 4096, false, &s, err)) == 0) {
+				if (*s != '/')
+					r = wr_err_field(err, f, "%s: an absolute path", f);
+				else if ((c->init_netns = strdup(s)) == NULL)
 					r = wr_err_set(err, ENOMEM, "out of memory");
 			}
 		} else if (strcmp(k, "ignore_clone3_enosys") == 0) {

@@ -152,8 +152,14 @@ void wr_audit_kernel_lost(uint64_t n);
 /* ---- sources ------------------------------------------------------------ */
 
 /* audit_kernel.c: the NETLINK_AUDIT reader thread. state_dir locates the
- * uid-range slot files (owner = sandbox id). */
-int wra_kernel_start(const char *state_dir, const char *mode, bool ignore_clone3, wr_err *err);
+ * uid-range slot files (owner = sandbox id); init_netns: audit.init_netns
+ * (NULL: found, see audit_netns.c). */
+int wra_kernel_start(const char *state_dir, const char *mode, bool ignore_clone3,
+		     const char *init_netns, wr_err *err);
+/* audit_netns.c: a NETLINK_AUDIT socket of the initial network namespace
+ * (the only one the kernel multicasts records to), made from whichever
+ * namespace warrend runs in. Returns the fd or negative. */
+int wra_audit_socket(const char *init_netns, wr_err *err);
 void wra_kernel_stop(void);
 /* audit_cgroup.c: the cgroup counter poller. */
 int wra_cgroup_start(unsigned interval_ms, wr_err *err);

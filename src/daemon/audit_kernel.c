@@ -124,11 +124,11 @@ static int audit_status(int fd, struct audit_status *st)
 }
 
 /* "auto": audit off and no auditd -> on, with the task,never rule. */
-static int enable_audit(wr_err *err)
+static int enable_audit(const char *init_netns, wr_err *err)
 {
-	_cleanup_close_ int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT);
+	_cleanup_close_ int fd = wra_audit_socket(init_netns, err);
 	if (fd < 0)
-		return wr_err_sys(err, "audit netlink socket");
+		return fd;
 	struct audit_status st;
 	int r = audit_status(fd, &st);
 	if (r < 0)
@@ -785,16 +785,19 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-int wra_kernel_start(const char *state_dir, const char *mode, bool ignore_clone3, wr_err *err)
+int wra_kernel_start(const char *state_dir, const char *mode, bool ignore_clone3,
+		     const char *init_netns, wr_err *err)
 {
 	g_ignore_clone3 = ignore_clone3;
 	if ((g_state_dir = strdup(state_dir)) == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	if (strcmp(mode, "auto") == 0 && enable_audit(err) < 0)
+	if (strcmp(mode, "auto") == 0 && enable_audit(init_netns, err) < 0)
 		return wr_err_wrap(err, "kernel audit (set audit.kernel_audit to listen or off)");
-	g_sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT);
+	/* Made in the initial network namespace whatever ours is: the
+	 * kernel multicasts records only there (audit_netns.c). */
+	g_sock = wra_audit_socket(init_netns, err);
 	if (g_sock < 0)
-		return wr_err_sys(err, "kernel audit: socket");
+		return wr_err_wrap(err, "kernel audit");
 	int sz = 32 << 20;
 	if (setsockopt(g_sock, SOL_SOCKET, SO_RCVBUFFORCE, &sz, sizeof(sz)) < 0)
 		setsockopt(g_sock, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));

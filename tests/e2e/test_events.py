@@ -347,6 +347,7 @@ def test_audit_config_errors_name_the_key(build, tmp_path):
     for audit, key in [({"window": -1}, "audit.window"),
                        ({"windw": 1}, "audit.windw"),
                        ({"kernel_audit": "maybe"}, "audit.kernel_audit"),
+                       ({"init_netns": "proc/1/ns/net"}, "audit.init_netns"),
                        ({"max_per_sandbox": 0}, "audit.max_per_sandbox"),
                        ({"rules": "/nonexistent/rules.json"}, "audit.rules"),
                        ({"rules": str(bad_rules)}, "rules[0].severity"),

@@ -3,7 +3,8 @@
  * cgroup (see netfilter_abi.h for the maps, src/isolate/netfilter.c for
  * the loader and docs/ARCHITECTURE.md, "Network enforcement").
  *
- *   cgroup/sock_create   SOCK_RAW refused unless the policy allows it
+ *   cgroup/sock_create   SOCK_RAW refused unless the policy allows it;
+ *                        ICMPv6 ping sockets refused (no IPv6 for sandboxes)
  *   cgroup/connect4,6    TCP and connected UDP/ICMP: new connections
  *   cgroup/sendmsg4,6    unconnected UDP (sendto with an address)
  *   cgroup_skb/egress    every IP packet a sandbox socket sends: ICMP,
@@ -486,6 +487,26 @@ int wr_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sock_create")
 int wr_sock_create(struct bpf_sock *sk)
 {
+	if (sk->family == AF_INET6_ && sk->protocol == IPPROTO_ICMPV6_ && sk->type != SOCK_RAW) {
+		/* An ICMPv6 ping socket. Sandboxes get no IPv6 (the deny set
+		 * holds all of it), and an unconnected ICMPv6 send could not
+		 * be refused later with an errno: the kernel has no sendmsg
+		 * hook for ping sockets and its ICMPv6 send path discards the
+		 * egress verdict (ipv6/ping.c), while without a route the send
+		 * ends at the route lookup (ENETUNREACH) unseen. So the socket
+		 * itself is refused and recorded, in every mode: EPERM, like
+		 * a connect to an IPv6 destination. */
+		struct dest d6 = {};
+		d6.family = 6;
+		d6.proto = NF_P_ICMP;
+		d6.layer = NF_L_SOCK_CREATE;
+		struct nf_local *l6 = bpf_get_local_storage(&local, 0);
+		__u64 cgid = l6->cgid;
+		if (!(l6->flags & NF_F_FLAT))
+			find_trie(&cgid, 0);
+		refuse_event(cgid, &d6, NF_R_DENYSET);
+		return 0;
+	}
 	if (sk->type != SOCK_RAW)
 		return 1;
 	struct dest d = {};
