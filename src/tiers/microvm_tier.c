@@ -36,6 +36,7 @@ struct mvm_sandbox {
 	 * the resolver line of its jail. */
 	int netns_fd;
 	char *resolv;
+	bool start_pending; /* restored from a snapshot, not run yet */
 };
 
 /* The NIC a new QEMU of m gets (a resume, a restore). */
@@ -249,10 +250,10 @@ static int mvm_from_saved(struct mvm_sandbox *m, const char *dir, wr_err *err)
 	vs.net = mvm_net(m, &net);
 	if (wr_vm_restore(&vs, dir, &m->vm, err) < 0)
 		return -1;
-	if (wr_vm_restore_run(m->vm, NULL, err) < 0) {
-		wr_vm_destroy(&m->vm, NULL);
-		return wr_err_wrap(err, "create microvm from a snapshot");
-	}
+	/* loaded and stopped: its guest (the snapshot's processes, which may
+	 * connect at once) runs in mvm_start, after warrend attached the
+	 * filter to QEMU's cgroup */
+	m->start_pending = true;
 	m->vs.memory_bytes = m->vm->memory_bytes;
 	m->vs.disk_bytes = m->vm->disk_bytes;
 	m->vs.cpus = m->vm->cpus;
@@ -497,6 +498,17 @@ static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
 }
 
+static int mvm_start(struct wr_sandbox *sb, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	if (!m->start_pending)
+		return 0;
+	m->start_pending = false;
+	if (wr_vm_restore_run(m->vm, NULL, err) < 0)
+		return wr_err_wrap(err, "create microvm from a snapshot");
+	return 0;
+}
+
 /* A suspended VM adopted after a restart: its namespace died with the
  * previous daemon; the resume's QEMU goes into this new one (NULL: none). */
 static int mvm_set_net(struct wr_sandbox *sb, const struct wr_sandbox_net *net, wr_err *err)
@@ -535,4 +547,5 @@ const struct wr_tier_ops wr_microvm_tier = {
     .cgroup_v2_fd = mvm_cgroup_v2_fd,
     .port = mvm_port,
     .set_net = mvm_set_net,
+    .start = mvm_start,
 };
