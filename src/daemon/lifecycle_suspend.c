@@ -32,6 +32,8 @@
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "daemon/netpolicy.h"
+#include "daemon/network.h"
 
 bool wrd_sbx_suspended(const struct wrd_sbx *sb)
 {
@@ -135,6 +137,9 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 			close(sb->pidfd);
 			sb->pidfd = -1;
 		}
+		/* its filter's links before its cgroup goes (the VM is stopped);
+		 * the policy stays for the resume */
+		wrd_nf_suspend(sb);
 		_cleanup_err_ wr_err e2 = NULL;
 		if (sb->ops->suspend(sb->tsb, WR_SUSPEND_END, &e2) < 0)
 			wr_warn("sandbox %s: suspend: %s", sb->rec.id, e2->msg);
@@ -166,15 +171,29 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 int wrd_life_resume_disk(struct wrd_sbx *sb, int64_t left, int64_t *now_out, wr_err *err)
 {
 	uint64_t t0 = wr_now_ns();
-	int r = sb->ops->suspend(sb->tsb, WR_SUSPEND_LOAD, err);
+	/* a namespace again when the previous daemon's died with it (the
+	 * sandbox was suspended across a restart: network.c) */
+	int r = wrd_net_resume(sb, err);
+	if (r == 0)
+		r = sb->ops->suspend(sb->tsb, WR_SUSPEND_LOAD, err);
 	if (r < 0)
 		return -1;
+	/* Ordering: the filter on the new QEMU's cgroup after the load (QEMU
+	 * stopped, its guest never ran) and before the guest runs; a policy
+	 * that cannot be attached leaves it suspended. */
+	if (wrd_nf_resume(sb, wrd_sbx_cgroup_v2_fd(sb), err) < 0) {
+		_cleanup_err_ wr_err e2 = NULL;
+		if (sb->ops->suspend(sb->tsb, WR_SUSPEND_UNLOAD, &e2) < 0)
+			wr_warn("sandbox %s: %s", sb->rec.id, e2->msg);
+		return -1;
+	}
 	pid_t pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
 	int64_t now = wrd_now_ms();
 	struct run_upd u = {sb->rec.id, now + left, pid};
 	if (wrd_db_write("UPDATE sandboxes SET state = 'running', expires_ms = ?2, paused_ms = 0,"
 			 " remaining_ms = 0, pause_reason = '', init_pid = ?3 WHERE id = ?1",
 			 "resume sandbox", bind_run, &u, err) < 0) {
+		wrd_nf_suspend(sb);
 		_cleanup_err_ wr_err e2 = NULL;
 		if (sb->ops->suspend(sb->tsb, WR_SUSPEND_UNLOAD, &e2) < 0)
 			wr_warn("sandbox %s: %s", sb->rec.id, e2->msg);

@@ -352,6 +352,8 @@ int wrd_mgr_create(struct wrd_record *rec, struct wrd_sbx **out, wr_err *err)
 	 * (the first sandbox code that could use the network) runs before. */
 	if (r == 0 && netted)
 		r = wrd_nf_attach(sb, wrd_sbx_cgroup_v2_fd(sb), err);
+	if (r == 0 && sb->ops->start) /* filtered first: a restored VM runs now */
+		r = sb->ops->start(sb->tsb, err);
 	if (r == 0) {
 		sb->rec.init_pid = sb->ops->main_pid ? sb->ops->main_pid(sb->tsb) : 0;
 		sb->rec.state = WRD_RUNNING;

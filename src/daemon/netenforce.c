@@ -33,6 +33,9 @@ struct wrd_nf {
 	struct wrd_sbx *sb; /* owner; the list entry goes before sb does */
 	uint64_t cgid;
 	struct wr_netfilter_att *att;
+	/* a VM tier's sandbox with its state on disk: no QEMU, no cgroup, no
+	 * links; the policy is attached when QEMU comes back (wrd_nf_resume) */
+	bool pending;
 	struct wrd_netpolicy pol;
 	bool has_gw4, has_gw6, has_self4;
 	uint8_t gw4[4], gw6[16], self4[4];
@@ -46,6 +49,11 @@ struct wrd_nf {
  * order: g_lock, then a sandbox's lock (wrd_sbx_event). Never held across
  * a database write. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One PATCH at a time: read, merge and apply under it, so two concurrent
+ * PATCHes of a sandbox never lose one another's edits (and a
+ * resume's attach, wrd_nf_resume, never attaches a policy a PATCH just
+ * replaced). Lock order: g_patch, then g_lock. */
+static pthread_mutex_t g_patch = PTHREAD_MUTEX_INITIALIZER;
 static struct wr_netfilter *g_nf;
 static struct wrd_nf *g_list;
 static struct wr_net_rule g_deny[WR_NET_MAX_RULES];
@@ -346,6 +354,76 @@ static void to_filter(const struct wrd_nf *n, const struct wrd_netpolicy *p,
 	memcpy(np->self4, n->self4, 4);
 }
 
+/* Recorded suspended to disk (lifecycle_suspend.c): a tier with the
+ * suspend op, paused, no process. */
+static bool suspended_rec(const struct wrd_sbx *sb)
+{
+	return sb->ops && sb->ops->suspend && sb->rec.state == WRD_PAUSED && sb->rec.init_pid == 0;
+}
+
+/* The sandbox's own address from its record (the plumbing's; a resume
+ * after a restart may have taken a new one). */
+static void self_from_record(struct wrd_sbx *sb, struct wrd_nf *n)
+{
+	json_t *rec = json_object_get(sb->rec.spec, "network");
+	const char *self = json_string_value(json_object_get(rec, "address"));
+	uint8_t self4[4];
+	pthread_mutex_lock(&g_lock);
+	n->has_self4 = self && inet_pton(AF_INET, self, self4) == 1;
+	if (n->has_self4)
+		memcpy(n->self4, self4, 4);
+	pthread_mutex_unlock(&g_lock);
+}
+
+void wrd_nf_suspend(struct wrd_sbx *sb)
+{
+	struct wrd_nf *n = sb->nf;
+	if (!n || !g_nf)
+		return;
+	pthread_mutex_lock(&g_lock);
+	for (struct wrd_nf **pp = &g_list; *pp; pp = &(*pp)->next)
+		if (*pp == n) {
+			*pp = n->next;
+			break;
+		}
+	n->pending = true;
+	pthread_mutex_unlock(&g_lock);
+	if (n->att)
+		wr_netfilter_detach(g_nf, &n->att);
+}
+
+int wrd_nf_resume(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
+{
+	struct wrd_nf *n = sb->nf;
+	if (!n || !n->pending || !g_nf)
+		return 0;
+	if (cgroup_fd < 0)
+		return wr_err_set(err, ENOTSUP, "network filter: the sandbox has no v2 cgroup");
+	self_from_record(sb, n);
+	/* under g_patch: a PATCH meanwhile either wrote n->pol before (it is
+	 * attached here) or waits and swaps the attached filter after */
+	pthread_mutex_lock(&g_patch);
+	struct wr_net_policy np;
+	pthread_mutex_lock(&g_lock);
+	to_filter(n, &n->pol, &np);
+	pthread_mutex_unlock(&g_lock);
+	struct wr_netfilter_att *att = NULL;
+	int r = wr_netfilter_attach_pinned(g_nf, cgroup_fd, &np, sb->rec.id, &att, err);
+	if (r == 0) {
+		pthread_mutex_lock(&g_lock);
+		n->att = att;
+		n->cgid = wr_netfilter_att_cgid(att);
+		n->pending = false;
+		n->next = g_list;
+		g_list = n;
+		pthread_mutex_unlock(&g_lock);
+		/* the forwarder's names (a renewed namespace re-registered) */
+		dns_push(sb->rec.tenant, sb->rec.id, &n->pol);
+	}
+	pthread_mutex_unlock(&g_patch);
+	return r < 0 ? wr_err_wrap(err, "network") : 0;
+}
+
 int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 {
 	/* spec.network holds the policy and, for a networked sandbox, what the
@@ -382,6 +460,14 @@ int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err)
 	if (!n) {
 		wrd_netpolicy_clear(&p);
 		return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	if (g_nf && cgroup_fd < 0 && suspended_rec(sb)) {
+		/* no QEMU (its state on disk): nothing runs that could use the
+		 * network; wrd_nf_resume attaches before it runs again */
+		n->pol = p;
+		n->pending = true;
+		dns_push(sb->rec.tenant, sb->rec.id, &n->pol);
+		return 0;
 	}
 	if (!g_nf || (cgroup_fd < 0 && p.mode == WR_NET_NONE)) {
 		/* no filter, or no v2 cgroup to hang it on (v1-only host):
@@ -456,19 +542,33 @@ void wrd_nf_detach(struct wrd_sbx *sb)
 	sb->nf = NULL;
 }
 
+/* A policy's record keeps what the plumbing recorded beside it (address,
+ * gateway, veth: a restart adopts the lease by them). */
+static json_t *keep_plumbing(const struct wrd_sbx *sb, json_t *j)
+{
+	static const char *const keys[] = {"address", "gateway", "host_veth"};
+	json_t *rn = json_object_get(sb->rec.spec, "network");
+	for (size_t i = 0; j && i < sizeof(keys) / sizeof(keys[0]); i++) {
+		json_t *v = json_object_get(rn, keys[i]);
+		if (v)
+			json_object_set(j, keys[i], v);
+	}
+	return j;
+}
+
 int wrd_nf_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err)
 {
 	struct wrd_nf *n = sb->nf;
 	if (!n)
 		return wr_err_set(err, ESRCH, "sandbox %s has no network state", sb->rec.id);
-	if (!n->att && p->mode != WR_NET_NONE)
+	if (!n->att && !n->pending && p->mode != WR_NET_NONE)
 		return wr_err_field(err, "mode",
 				    "mode: this sandbox has no network filter (%s); only \"none\"",
 				    g_nf ? "no v2 cgroup" : g_why);
 	struct wrd_netpolicy copy;
 	if (wrd_netpolicy_copy(p, &copy) < 0)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	json_t *j = wrd_netpolicy_json(p);
+	json_t *j = keep_plumbing(sb, wrd_netpolicy_json(p));
 	_cleanup_free_ char *js = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	/* Durable first: a crash after the write re-attaches the new policy
@@ -484,7 +584,7 @@ int wrd_nf_update(struct wrd_sbx *sb, const struct wrd_netpolicy *p, wr_err *err
 		pthread_mutex_unlock(&g_lock);
 		if (wr_netfilter_update(g_nf, n->att, &np, err) < 0) {
 			/* put the record back to what is in force */
-			json_t *oj = wrd_netpolicy_json(&n->pol);
+			json_t *oj = keep_plumbing(sb, wrd_netpolicy_json(&n->pol));
 			_cleanup_free_ char *os = json_dumps(oj, JSON_COMPACT);
 			json_decref(oj);
 			_cleanup_err_ wr_err e2 = NULL;
@@ -530,7 +630,8 @@ json_t *wrd_nf_json(struct wrd_sbx *sb)
 	pthread_mutex_lock(&g_lock);
 	struct wrd_netpolicy none = {0};
 	json_t *o = wrd_netpolicy_json(n ? &n->pol : &none);
-	json_object_set_new(o, "enforced", json_boolean(n && n->att));
+	/* pending: no QEMU runs (its state on disk); attached before it does */
+	json_object_set_new(o, "enforced", json_boolean(n && (n->att || n->pending)));
 	json_t *rf = json_object();
 	json_object_set_new(rf, "total", json_integer((json_int_t)c.refused));
 	json_object_set_new(rf, "reported", json_integer(n ? (json_int_t)n->reported : 0));
@@ -558,9 +659,26 @@ json_t *wrd_nf_json(struct wrd_sbx *sb)
 	return o;
 }
 
-/* One PATCH at a time: read, merge and apply under it, so two concurrent
- * PATCHes of a sandbox never lose one another's edits. */
-static pthread_mutex_t g_patch = PTHREAD_MUTEX_INITIALIZER;
+/* Has the sandbox a pooled namespace (made networked)? A VM's NIC and
+ * slirp exist only then: QEMU cannot move into another namespace, and
+ * microvm has no hot-plug (docs/ARCH-NETWORK.md, "The VM tiers' network"). */
+static bool plumbed(const struct wrd_sbx *sb)
+{
+	json_t *net = json_object_get(sb->rec.spec, "network");
+	return strcmp(sb->ops->name, "container") == 0 || json_object_get(net, "address") != NULL;
+}
+
+static int no_nic(const struct wrd_sbx *sb, wr_err *err)
+{
+	wr_err_field(err, "mode",
+		     "mode: this %s sandbox was created offline (network mode \"none\"): it has no "
+		     "network device and no network namespace to give one, so a policy change "
+		     "cannot connect it; create it with the mode it will need (a policy of mode "
+		     "\"none\" at first, then PATCHed, works on a sandbox created networked)",
+		     sb->ops->name);
+	(*err)->errnum = ECHILD; /* 409: the sandbox's state, not the request */
+	return -1;
+}
 
 int wrd_nf_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err)
 {
@@ -572,6 +690,8 @@ int wrd_nf_patch(struct wrd_sbx *sb, json_t *patch, wr_err *err)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	}
 	r = wrd_netpolicy_patch(&cur, patch, &next, err);
+	if (r == 0 && next.mode != WR_NET_NONE && !plumbed(sb))
+		r = no_nic(sb, err);
 	if (r == 0)
 		r = wrd_nf_update(sb, &next, err);
 	wrd_netpolicy_clear(&cur);

@@ -77,6 +77,12 @@ int wrd_nf_deny_add(const char *cidr, wr_err *err);
 /* From sb->rec.spec "network": attach to the sandbox's cgroup. Before the
  * sandbox runs any command (create) or before it is served (adoption). */
 int wrd_nf_attach(struct wrd_sbx *sb, int cgroup_fd, wr_err *err);
+/* A VM tier's pause to disk: its links go before its QEMU (and cgroup)
+ * does; the policy stays, and so does a suspended sandbox's at adoption
+ * (wrd_nf_attach with no cgroup). wrd_nf_resume attaches it to the new
+ * QEMU's cgroup, before the guest runs. */
+void wrd_nf_suspend(struct wrd_sbx *sb);
+int wrd_nf_resume(struct wrd_sbx *sb, int cgroup_fd, wr_err *err);
 /* Detach and free (destroy; also for a create that failed). */
 void wrd_nf_detach(struct wrd_sbx *sb);
 /* hookwarm.c: the filter (mode none) on an empty cgroup of the daemon's,

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <net/if.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "daemon/api.h"
+#include "daemon/db.h"
 #include "daemon/dns.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
@@ -180,6 +182,8 @@ int wrd_net_start(const struct wrd_config *cfg, wr_err *err)
 				pthread_mutex_init(&n->lock, NULL);
 				n->lease = wr_netpool_adopted(s->pool, addr);
 				n->addr = addr;
+				/* no process held its namespace but the dead daemon */
+				n->stale = wrd_sbx_suspended(snap[i]);
 				snap[i]->net = n;
 			}
 		}
@@ -371,6 +375,80 @@ void wrd_net_created(struct wrd_sbx *sb)
 		close(n->lease->sysfs_fd);
 	n->lease->netns_fd = n->lease->sysfs_fd = -1;
 	dns_register(sb);
+}
+
+struct addr_upd {
+	const char *id, *addr, *veth;
+};
+
+static void bind_addr(sqlite3_stmt *st, const void *ctx)
+{
+	const struct addr_upd *u = ctx;
+	sqlite3_bind_text(st, 1, u->id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, u->addr, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, u->veth, -1, SQLITE_STATIC);
+}
+
+int wrd_net_resume(struct wrd_sbx *sb, wr_err *err)
+{
+	struct wrd_net *n = sb->net;
+	if (n == NULL || !n->stale || sb->ops->set_net == NULL)
+		return 0;
+	struct wrd_netstate *s = &wrd_netst;
+	if (s->pool == NULL)
+		return wr_err_field(err, "network.mode", "network.mode: networking is disabled");
+	struct wr_netns_lease *fresh = NULL;
+	if (wr_netpool_take(s->pool, &fresh, err) < 0)
+		return wr_err_wrap(err, "network");
+	char a[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &fresh->addr, a, sizeof(a));
+	struct in_addr g = wr_netpool_gateway(s->pool);
+	char gw[INET_ADDRSTRLEN];
+	inet_ntop(AF_INET, &g, gw, sizeof(gw));
+	snprintf(n->resolv, sizeof(n->resolv), "nameserver %s\n", gw);
+	snprintf(n->hosts, sizeof(n->hosts),
+		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", a,
+		 sb->rec.id);
+	struct wr_sandbox_net tnet = {.netns_fd = fresh->netns_fd,
+				      .sysfs_fd = fresh->sysfs_fd,
+				      .resolv_conf = n->resolv,
+				      .hosts = n->hosts};
+	/* Write ordering: the tier holds the namespace, then the record names
+	 * the new address and veth (a crash before the commit leaves the old
+	 * ones recorded: the next start reserves those, and the new veth,
+	 * no record's, is swept), then the old lease goes. */
+	struct addr_upd u = {sb->rec.id, a, fresh->veth};
+	int r = sb->ops->set_net(sb->tsb, &tnet, err);
+	if (r == 0 &&
+	    (r = wrd_db_write("UPDATE sandboxes SET spec = json_set(spec, '$.network.address', ?2, "
+			      "'$.network.host_veth', ?3) WHERE id = ?1",
+			      "record the sandbox's new address", bind_addr, &u, err)) < 0) {
+		_cleanup_err_ wr_err e2 = NULL;
+		sb->ops->set_net(sb->tsb, NULL, &e2);
+	}
+	if (r < 0) {
+		wr_netpool_release(s->pool, fresh);
+		return wr_err_wrap(err, "network");
+	}
+	json_t *net = json_object_get(sb->rec.spec, "network");
+	json_object_set_new(net, "address", json_string(a));
+	json_object_set_new(net, "host_veth", json_string(fresh->veth));
+	if (fresh->netns_fd >= 0)
+		close(fresh->netns_fd);
+	if (fresh->sysfs_fd >= 0)
+		close(fresh->sysfs_fd);
+	fresh->netns_fd = fresh->sysfs_fd = -1;
+	pthread_mutex_lock(&n->lock);
+	struct wr_netns_lease *old = n->lease;
+	n->lease = fresh;
+	n->addr = fresh->addr;
+	n->stale = false;
+	pthread_mutex_unlock(&n->lock);
+	wrd_dns_unregister(sb->rec.id); /* the old address; names come back at attach */
+	dns_register(sb);
+	if (old)
+		wr_netpool_release(s->pool, old);
+	return 0;
 }
 
 void wrd_net_release(struct wrd_sbx *sb)

@@ -51,6 +51,11 @@ int wrd_net_request(struct wrd_req *r, json_t *body, json_t *spec);
 int wrd_net_prepare(struct wrd_sbx *sb, struct wr_sandbox_spec *spec, wr_err *err);
 void wrd_net_created(struct wrd_sbx *sb);
 void wrd_net_release(struct wrd_sbx *sb);
+/* Before a suspended sandbox's process starts again (resume from disk):
+ * when its namespace died with a previous daemon, a new one from the pool
+ * for the tier (op set_net), its address and veth in the record, the DNS
+ * forwarder told; 0 and nothing done otherwise. */
+int wrd_net_resume(struct wrd_sbx *sb, wr_err *err);
 /* The sandbox's struct goes (last reference): release if not yet, free. */
 void wrd_net_free(struct wrd_sbx *sb);
 

@@ -41,6 +41,9 @@ struct wrd_net {
 	pthread_mutex_t lock;
 	struct wrd_port *ports;
 	bool dead; /* released: no new ports */
+	/* adopted suspended (no process): its namespace and veth died with
+	 * the previous daemon; wrd_net_resume takes a new one */
+	bool stale;
 };
 
 /* Unpublish every port of n (sandbox gone). */

@@ -479,6 +479,7 @@ int wr_vm_launch(struct wr_vm *vm, const struct wr_vm_spec *spec, const struct v
 	vm->memory_bytes = spec->memory_bytes;
 	vm->disk_bytes = spec->disk_bytes;
 	vm->cpus = spec->cpus;
+	vm->nic = spec->net != NULL;
 	/* QEMU's fds in the order of FD_AGENT.. */
 	int fds[N_FDS] = {ag, qm, co, image, rw, rw_ro};
 	int r = spawn_qemu(vm, spec, boot, fds, log, mem_fd, err);
@@ -570,10 +571,10 @@ int wr_vm_create(const struct wr_vm_spec *in, struct wr_vm **out, wr_err *err)
 		return wr_err_wrap(err, "create microvm");
 	snprintf((*out)->tmpl_note, sizeof((*out)->tmpl_note), "%s", note);
 	/* what a restarted daemon needs to adopt it (wr_vm_adopt) */
-	json_t *extra =
-	    json_pack("{s:b, s:I, s:I, s:b}", "restored", (*out)->restored, "boot_ms",
-		      (json_int_t)(*out)->boot_ms, "ready_ms",
-		      (json_int_t)((*out)->ready_ns / 1000000), "ram_backend", (*out)->ram_backend);
+	json_t *extra = json_pack("{s:b, s:I, s:I, s:b, s:b}", "restored", (*out)->restored,
+				  "boot_ms", (json_int_t)(*out)->boot_ms, "ready_ms",
+				  (json_int_t)((*out)->ready_ns / 1000000), "ram_backend",
+				  (*out)->ram_backend, "nic", (*out)->nic);
 	int r = wr_qemu_save(&(*out)->qp, extra, err);
 	json_decref(extra);
 	if (r < 0) {
@@ -613,6 +614,7 @@ int wr_vm_adopt(const char *id, pid_t pid_hint, struct wr_vm **out, wr_err *err)
 	vm->restored = json_is_true(json_object_get(st, "restored"));
 	json_t *rb = json_object_get(st, "ram_backend");
 	vm->ram_backend = rb ? json_is_true(rb) : vm->restored;
+	vm->nic = json_is_true(json_object_get(st, "nic"));
 	vm->boot_ms = (uint64_t)json_integer_value(json_object_get(st, "boot_ms"));
 	vm->ready_ns = (uint64_t)json_integer_value(json_object_get(st, "ready_ms")) * 1000000ull;
 	/* the guest said hello to the previous daemon */

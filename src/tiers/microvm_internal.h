@@ -81,6 +81,9 @@ struct wr_vm {
 	bool ram_backend;
 	uint64_t memory_bytes, disk_bytes;
 	unsigned cpus;
+	/* a virtio-net NIC (qemu_net.h): its device state is in every save,
+	 * so a restore must have it too (meta.json "nic") */
+	bool nic;
 };
 
 /* How QEMU starts: a cold boot, a boot that makes a template (RAM in a

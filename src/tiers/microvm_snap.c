@@ -21,6 +21,7 @@
 
 #include "common/cleanup.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/qmp.h"
 
@@ -102,6 +103,7 @@ int wr_vm_save(struct wr_vm *vm, const char *dir, bool compact, json_t **meta_ou
 		json_object_set_new(meta, "state_bytes", json_integer((json_int_t)bytes));
 		json_object_set_new(meta, "saved_at", json_integer((json_int_t)rt.tv_sec));
 		json_object_set_new(meta, "source", json_string(vm->id));
+		json_object_set_new(meta, "nic", json_boolean(vm->nic));
 		json_object_set_new(meta, "save_ms", json_real((double)(t1 - t0) / 1e6));
 		json_object_set_new(meta, "disk_ms", json_real((double)(now_ns() - t1) / 1e6));
 		r = wr_qsnap_write_meta(dir, meta, err);
@@ -146,6 +148,20 @@ int wr_vm_restore(const struct wr_vm_spec *in, const char *dir, struct wr_vm **o
 	if (spec.memory_bytes == 0 || spec.cpus == 0 || wr_qsnap_check(meta, now, err) < 0)
 		return *err ? wr_err_wrap(err, "restore microvm")
 			    : wr_err_set(err, EINVAL, "restore microvm: saved sizes missing");
+	/* The NIC follows the saved state (its device state is in the
+	 * stream): with the sandbox's namespace when it is networked, else in
+	 * an empty one of QEMU's own (the NIC is there, nothing reachable; a
+	 * later PATCH cannot reach it either). A state without a NIC cannot
+	 * give a networked sandbox one. */
+	bool nic = json_is_true(json_object_get(meta, "nic"));
+	struct wr_qemu_net none = {.netns_fd = -1};
+	if (nic && spec.net == NULL)
+		spec.net = &none;
+	else if (!nic && spec.net)
+		return wr_err_field(
+		    err, "network.mode",
+		    "network.mode: this microVM state was saved without a network "
+		    "device (its sandbox was offline); restore it with mode \"none\"");
 	struct wr_vm *vm = NULL;
 	/* before the first goto fail: its cleanup runs on every path */
 	_cleanup_close_ int sfd = -1;
@@ -186,9 +202,9 @@ int wr_vm_restore(const struct wr_vm_spec *in, const char *dir, struct wr_vm **o
 	    (r = wr_qsnap_load(&q, sfd, deadline, err)) < 0)
 		goto fail;
 	vm->ready_ns = now_ns() - start;
-	json_t *extra =
-	    json_pack("{s:b, s:I, s:I, s:b}", "restored", 0, "boot_ms", (json_int_t)0, "ready_ms",
-		      (json_int_t)(vm->ready_ns / 1000000), "ram_backend", ram_backend);
+	json_t *extra = json_pack("{s:b, s:I, s:I, s:b, s:b}", "restored", 0, "boot_ms",
+				  (json_int_t)0, "ready_ms", (json_int_t)(vm->ready_ns / 1000000),
+				  "ram_backend", ram_backend, "nic", vm->nic);
 	r = wr_qemu_save(&vm->qp, extra, err);
 	json_decref(extra);
 	if (r < 0)

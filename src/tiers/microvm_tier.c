@@ -3,10 +3,12 @@
  * command as in the container tier. The handle is our own struct, passed
  * through the ops as the opaque struct wr_sandbox pointer. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
 
@@ -28,7 +30,23 @@ struct mvm_sandbox {
 	char **strs;
 	char *workdir;
 	int user, group;
+	/* Its network namespace, held while the sandbox lives (also while its
+	 * QEMU is gone: a pause to disk), so a resume starts QEMU in it again
+	 * with the NIC, the same address and veth (-1: QEMU's own, empty);
+	 * the resolver line of its jail. */
+	int netns_fd;
+	char *resolv;
+	bool start_pending; /* restored from a snapshot, not run yet */
 };
+
+/* The NIC a new QEMU of m gets (a resume, a restore). */
+static const struct wr_qemu_net *mvm_net(const struct mvm_sandbox *m, struct wr_qemu_net *buf)
+{
+	if (m->netns_fd < 0)
+		return NULL;
+	*buf = (struct wr_qemu_net){.netns_fd = m->netns_fd, .resolv_conf = m->resolv};
+	return buf;
+}
 
 static struct mvm_sandbox *of(struct wr_sandbox *sb)
 {
@@ -43,6 +61,9 @@ static void mvm_free(struct mvm_sandbox *m)
 	free(m->env);
 	free(m->workdir);
 	free(m->saved);
+	free(m->resolv);
+	if (m->netns_fd >= 0)
+		close(m->netns_fd);
 	free((char *)m->vs.image);
 	free(m);
 }
@@ -103,6 +124,7 @@ static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 	struct mvm_sandbox *m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
+	m->netns_fd = -1;
 	m->user = (int)spec->user;
 	m->group = (int)(spec->group ? spec->group : spec->user);
 	m->n_env = spec->n_env;
@@ -128,9 +150,18 @@ static int mvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 				.id = spec->id,
 				.net = wr_qemu_net_of(spec, &net)};
 	m->vs = vs;
-	/* the pooled namespace is the create's only (warrend closes its fds
-	 * after it): nothing later starts QEMU again from m->vs with it */
+	/* warrend closes its fds of the pooled namespace after the create:
+	 * ours keeps it (and its veth) for a QEMU started again later */
 	m->vs.net = NULL;
+	if (vs.net && vs.net->netns_fd >= 0) {
+		m->netns_fd = fcntl(vs.net->netns_fd, F_DUPFD_CLOEXEC, 3);
+		if (m->netns_fd < 0) {
+			mvm_free(m);
+			return wr_err_sys(err, "microvm: hold the network namespace");
+		}
+		if (vs.net->resolv_conf && (m->resolv = strdup(vs.net->resolv_conf)) == NULL)
+			goto nomem;
+	}
 	snprintf(m->id, sizeof(m->id), "%s", spec->id ? spec->id : "");
 	m->vs.id = spec->id ? m->id : NULL;
 	if ((m->vs.image = strdup(image)) == NULL)
@@ -195,6 +226,15 @@ static int mvm_adopt_running(struct mvm_sandbox *m, const char *id, pid_t pid, w
 	if (wr_vm_adopt(id, pid, &m->vm, err) < 0)
 		return -1;
 	vm_sizes(m);
+	/* QEMU's namespace (the sandbox's pooled one when networked), held
+	 * for a QEMU started again after a pause to disk */
+	char ns[64];
+	snprintf(ns, sizeof(ns), "/proc/%d/ns/net", (int)wr_vm_qemu_pid(m->vm));
+	if (m->netns_fd < 0 && m->vm->nic && (m->netns_fd = open(ns, O_RDONLY | O_CLOEXEC)) < 0) {
+		wr_err_sys(err, "microvm: hold %s", ns);
+		wr_vm_destroy(&m->vm, NULL);
+		return -1;
+	}
 	_cleanup_free_ char *dir = saved_dir(id, "");
 	if (dir)
 		saved_remove(dir);
@@ -205,12 +245,15 @@ static int mvm_adopt_running(struct mvm_sandbox *m, const char *id, pid_t pid, w
  * daemon into dir). */
 static int mvm_from_saved(struct mvm_sandbox *m, const char *dir, wr_err *err)
 {
-	if (wr_vm_restore(&m->vs, dir, &m->vm, err) < 0)
+	struct wr_vm_spec vs = m->vs;
+	struct wr_qemu_net net;
+	vs.net = mvm_net(m, &net);
+	if (wr_vm_restore(&vs, dir, &m->vm, err) < 0)
 		return -1;
-	if (wr_vm_restore_run(m->vm, NULL, err) < 0) {
-		wr_vm_destroy(&m->vm, NULL);
-		return wr_err_wrap(err, "create microvm from a snapshot");
-	}
+	/* loaded and stopped: its guest (the snapshot's processes, which may
+	 * connect at once) runs in mvm_start, after warrend attached the
+	 * filter to QEMU's cgroup */
+	m->start_pending = true;
 	m->vs.memory_bytes = m->vm->memory_bytes;
 	m->vs.disk_bytes = m->vm->disk_bytes;
 	m->vs.cpus = m->vm->cpus;
@@ -317,6 +360,16 @@ static pid_t mvm_main_pid(const struct wr_sandbox *sb)
 	return m->vm ? wr_vm_qemu_pid(m->vm) : 0;
 }
 
+/* A new QEMU from the saved state, stopped, with the NIC in the
+ * sandbox's namespace when the state has one. */
+static int mvm_load(struct mvm_sandbox *m, wr_err *err)
+{
+	struct wr_vm_spec vs = m->vs;
+	struct wr_qemu_net net;
+	vs.net = mvm_net(m, &net);
+	return wr_vm_restore(&vs, m->saved, &m->vm, err);
+}
+
 /* keep_memory=false: the VM's state into <state>/microvm/saved/<id>
  * (qemu_snap.h; the disk a hard link of the stopped VM's), QEMU ended once
  * the daemon recorded it; resume starts a new QEMU from it. */
@@ -370,7 +423,7 @@ static int mvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err 
 			return 0;
 		if (m->saved == NULL)
 			return wr_err_set(err, ENOENT, "microvm %s has no saved state", id);
-		return wr_vm_restore(&m->vs, m->saved, &m->vm, err);
+		return mvm_load(m, err);
 	case WR_SUSPEND_RUN:
 		if (m->vm == NULL)
 			return wr_err_set(err, ENOENT, "microvm %s is not loaded", id);
@@ -445,6 +498,38 @@ static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
 }
 
+static int mvm_start(struct wr_sandbox *sb, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	if (!m->start_pending)
+		return 0;
+	m->start_pending = false;
+	if (wr_vm_restore_run(m->vm, NULL, err) < 0)
+		return wr_err_wrap(err, "create microvm from a snapshot");
+	return 0;
+}
+
+/* A suspended VM adopted after a restart: its namespace died with the
+ * previous daemon; the resume's QEMU goes into this new one (NULL: none). */
+static int mvm_set_net(struct wr_sandbox *sb, const struct wr_sandbox_net *net, wr_err *err)
+{
+	struct mvm_sandbox *m = of(sb);
+	int fd = -1;
+	char *resolv = NULL;
+	if (net && (fd = fcntl(net->netns_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		return wr_err_sys(err, "microvm: hold the network namespace");
+	if (net && net->resolv_conf && (resolv = strdup(net->resolv_conf)) == NULL) {
+		close(fd);
+		return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	if (m->netns_fd >= 0)
+		close(m->netns_fd);
+	free(m->resolv);
+	m->netns_fd = fd;
+	m->resolv = resolv;
+	return 0;
+}
+
 const struct wr_tier_ops wr_microvm_tier = {
     .name = "microvm",
     .create = mvm_create,
@@ -461,4 +546,6 @@ const struct wr_tier_ops wr_microvm_tier = {
     .save = mvm_save,
     .cgroup_v2_fd = mvm_cgroup_v2_fd,
     .port = mvm_port,
+    .set_net = mvm_set_net,
+    .start = mvm_start,
 };

@@ -219,6 +219,15 @@ struct wr_tier_ops {
 	 * NULL: nothing to do (a container listens in that namespace itself;
 	 * a VM's guest is behind QEMU's user-mode network). */
 	int (*port)(struct wr_sandbox *sb, const char *addr, unsigned port, bool add, wr_err *err);
+	/* A new network namespace for the next start of the sandbox's
+	 * process (the tier dups what it keeps): a VM suspended to disk across
+	 * a daemon restart lost its namespace with the previous daemon.
+	 * NULL: the tier never starts its process again. */
+	int (*set_net)(struct wr_sandbox *sb, const struct wr_sandbox_net *net, wr_err *err);
+	/* After create and the network filter's attach, before the record:
+	 * runs what create left stopped (a VM restored from a snapshot, whose
+	 * processes may use the network at once). NULL: nothing to run. */
+	int (*start)(struct wr_sandbox *sb, wr_err *err);
 	/* Finds a sandbox a previous daemon left running again (spec from its
 	 * record, pid its recorded main_pid); one that cannot be adopted is
 	 * killed and cleaned. NULL: the daemon's own path (container).

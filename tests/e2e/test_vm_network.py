@@ -253,6 +253,111 @@ def test_microvm_filter_again_after_kill9(mvd):
         api.close()
 
 
+NET8080 = {"mode": "allowlist",
+           "allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080", "protocol": "tcp"}]}
+
+
+def allowed_and_refused(api, sid, port):
+    """The allowed host through the NIC, and a refused port with its
+    refusal event (bpf-net, connect4) of this sandbox."""
+    assert body(http_get(api, sid, INET_ADDR, 8080)) == "198.18.0.1"
+    out = api.run(sid, ["wr-probe", "connect-tcp", INET_ADDR, str(port)])["stdout"]
+    assert not out.startswith("connect-tcp ok"), out
+    deadline = time.time() + 15
+    while True:
+        ev = api.get(f"/v1/sandboxes/{sid}/events?layer=bpf-net").json()["events"]
+        if any(e["subject"] == f"{INET_ADDR}:{port}/tcp" for e in ev) or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert any(e["sandbox"] == sid and e["subject"] == f"{INET_ADDR}:{port}/tcp"
+               for e in ev), ev
+
+
+def test_microvm_nic_after_pause_to_disk_and_restart(mvd):
+    """keep_memory=false ends QEMU; the resume's QEMU gets the NIC again in
+    the sandbox's namespace (held by warrend while the state is on disk),
+    with the filter on its new cgroup before the guest runs. Suspended
+    across a daemon restart (the namespace died with the daemon): adopted
+    with its policy pending, and the resume takes a new pooled namespace
+    and attaches the policy to the new QEMU."""
+    api = Client(mvd, timeout=300)
+    sid = create_patiently(api, network=NET8080, **MVM)
+    try:
+        addr = api.get(f"/v1/sandboxes/{sid}").json()["network"]["address"]
+        allowed_and_refused(api, sid, 9101)
+        r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        n = api.get(f"/v1/sandboxes/{sid}/network").json()
+        assert n["mode"] == "allowlist" and n["enforced"] is True, n
+        r = api.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        assert sh(api, sid, "cat /sys/class/net/eth0/operstate")["stdout"] == "up\n"
+        allowed_and_refused(api, sid, 9102)
+        assert api.get(f"/v1/sandboxes/{sid}").json()["network"]["address"] == addr
+
+        # suspended while warrend restarts
+        r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        api.close()
+        mvd.kill9()
+        mvd.start()
+        api = Client(mvd, timeout=300)
+        info = api.get(f"/v1/sandboxes/{sid}").json()
+        assert info["state"] == "paused", info
+        # a PATCH while suspended is recorded and applies at the resume
+        r = api.request("PATCH", f"/v1/sandboxes/{sid}/network",
+                        json_body={"allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080",
+                                              "protocol": "tcp"},
+                                             {"cidr": f"{INET_ADDR}/32", "ports": "80",
+                                              "protocol": "tcp"}]})
+        assert r.status == 200 and r.json()["enforced"] is True, r
+        r = api.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200 and r.json()["state"] == "running", r
+        allowed_and_refused(api, sid, 9103)
+        assert body(http_get(api, sid, INET_ADDR, 80)) == "port80"
+        assert api.get(f"/v1/sandboxes/{sid}").json()["network"]["address"].startswith("10.201.")
+    finally:
+        api.kill(sid)
+        api.close()
+
+
+def test_microvm_snapshot_restores_nic_under_new_policy(mapi):
+    """A networked microVM's snapshot restored into a new sandbox: the NIC
+    is there, in the new sandbox's namespace, under the new sandbox's
+    policy. A PATCH of a microVM created offline to a networked mode is a
+    409 naming the field (it has no NIC and no namespace to give one)."""
+    import os
+    sid = create_patiently(mapi, network=NET8080, **MVM)
+    name = f"mvnetsnap{os.getpid()}:1"
+    sid2 = None
+    try:
+        r = mapi.request("PATCH", f"/v1/sandboxes/{sid}/network", json_body={"mode": "none"})
+        assert r.status == 200, r
+        r = mapi.post(f"/v1/sandboxes/{sid}/snapshot", {"name": name})
+        assert r.status == 201, r
+        mapi.kill(sid)
+        sid = None
+        sid2 = create_patiently(mapi, image=name, tier="microvm", network={
+            "mode": "allowlist",
+            "allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080", "protocol": "tcp"}]})
+        allowed_and_refused(mapi, sid2, 9104)
+        mapi.kill(sid2)
+        sid2 = None
+        # offline: a 409 for a networked PATCH, nothing changed
+        sid2 = create_patiently(mapi, **MVM)
+        r = mapi.request("PATCH", f"/v1/sandboxes/{sid2}/network",
+                         json_body={"mode": "allowlist"})
+        assert r.status == 409 and r.error == ("conflict", "mode"), r
+        assert "created offline" in r.json()["error"]["message"], r
+        assert mapi.get(f"/v1/sandboxes/{sid2}/network").json()["mode"] == "none"
+    finally:
+        for s in (sid, sid2):
+            if s:
+                mapi.kill(s)
+        import urllib.parse
+        mapi.request("DELETE", f"/v1/images/{urllib.parse.quote(name, safe='')}")
+
+
 # ---- the vm tier: a whole Debian, DHCP by systemd-networkd ---------------------
 
 BASH_GET = ("exec 3<>/dev/tcp/{a}/{p} || exit 7; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; "
