@@ -1,13 +1,13 @@
 #!/bin/bash
-# The vm tier (issue 10): boot to ready, restore to ready (where the node
-# offers snapshots of the tier), host memory per idle VM (RSS and PSS of
+# The vm tier (issue 10): boot to ready, restore to ready from a snapshot
+# (both tiers), host memory per idle VM (RSS and PSS of
 # QEMU), side by side with the microVM tier in one run of one warrend
 # (bench/bench_vm.py). Run by `make bench`-style invocations by hand: a TCG
 # boot of a whole Debian takes minutes.
 #
 #   bench/run_vm.sh BUILD_DIR
 #
-# Environment: BENCH_VM_N, BENCH_VM_MVM_N, BENCH_VM_IDLE,
+# Environment: BENCH_VM_N, BENCH_VM_MVM_N, BENCH_VM_IDLE, BENCH_VM_RESTORE_N,
 # BENCH_VM_MEMORY_MB (see bench/bench_vm.py).
 #
 # Writes bench/results/vm.md and bench/results/vm-<UTC time>.json. The

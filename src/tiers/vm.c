@@ -458,13 +458,14 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 		goto fail;
 	if ((r = connect_all(vm, dfd, 30000, err)) < 0)
 		goto fail;
+	/* a restore's QEMU runs -vnc too: its endpoint before the state loads */
+	if (s.vnc && (r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, true, s.vnc_password,
+					  &vm->vnc, err)) < 0)
+		goto fail;
 	if (s.incoming) { /* vm_snap.c loads its state */
 		*out = vm;
 		return 0;
 	}
-	if (s.vnc &&
-	    (r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, true, &vm->vnc, err)) < 0)
-		goto fail;
 	if ((r = wr_qga_sync(vm->qga, (int)s.boot_timeout_ms, err)) < 0) {
 		wr_err_wrap(err, "boot (does the image run qemu-guest-agent?)");
 		goto fail;
@@ -509,8 +510,8 @@ int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullv
 	if ((r = connect_all(vm, dfd, 10000, err)) < 0)
 		goto fail;
 	/* its VNC endpoint again, when it was made with one */
-	if ((r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, false, &vm->vnc, err)) < 0 &&
-	    r != -ENOENT)
+	r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, false, NULL, &vm->vnc, err);
+	if (r < 0 && r != -ENOENT)
 		goto fail;
 	int paused = wr_fullvm_paused(vm, err);
 	if ((r = paused) < 0 || (!paused && (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0))

@@ -58,6 +58,9 @@ struct wr_fullvm_spec {
 	const char *overlay_from;
 	bool uefi; /* OVMF instead of SeaBIOS */
 	bool vnc;  /* a VNC endpoint (vm_vnc.h); never by default */
+	/* with vnc: the password to set (a VM restored for the same sandbox
+	 * keeps the one its user has); NULL: a new random one */
+	const char *vnc_password;
 	/* a virtio-net NIC (user-mode networking in net's namespace,
 	 * qemu_net.h; the image configures it by DHCP); NULL: no NIC */
 	const struct wr_qemu_net *net;

@@ -41,6 +41,9 @@ struct fvm_sandbox {
 	struct wr_fullvm_spec vs; /* what a restore starts again (image owned) */
 	char id[65];
 	char *saved; /* suspended (or being): its saved directory */
+	/* the VNC password, kept when QEMU ends for a suspend so that the
+	 * restored VM's endpoint takes the one its user has (vs.vnc_password) */
+	char vnc_pass[16];
 };
 
 static struct fvm_sandbox *of(struct wr_sandbox *sb)
@@ -57,6 +60,7 @@ static void fvm_free(struct fvm_sandbox *m)
 	free(m->workdir);
 	free(m->saved);
 	free((char *)m->vs.image);
+	explicit_bzero(m->vnc_pass, sizeof(m->vnc_pass));
 	free(m);
 }
 
@@ -384,7 +388,15 @@ static int fvm_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err 
 		m->saved = dir;
 		return 0;
 	}
-	case WR_SUSPEND_END: m->fsx.vm = NULL; return wr_fullvm_destroy(&m->vm, err);
+	case WR_SUSPEND_END: {
+		const char *sock, *pass;
+		if (m->vm && wr_fullvm_vnc(m->vm, &sock, &pass) == 0) {
+			snprintf(m->vnc_pass, sizeof(m->vnc_pass), "%s", pass);
+			m->vs.vnc_password = m->vnc_pass;
+		}
+		m->fsx.vm = NULL;
+		return wr_fullvm_destroy(&m->vm, err);
+	}
 	case WR_SUSPEND_UNDO:
 		if (m->saved) {
 			fvm_saved_remove(m->saved);

@@ -87,7 +87,7 @@ static int save_password(int dfd, const char *pass, wr_err *err)
 }
 
 int wr_vm_vnc_start(const char *dir, struct wr_qmp *qmp, pthread_mutex_t *qmp_lock, bool fresh,
-		    struct wr_vm_vnc **out, wr_err *err)
+		    const char *pass, struct wr_vm_vnc **out, wr_err *err)
 {
 	_cleanup_close_ int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -102,8 +102,15 @@ int wr_vm_vnc_start(const char *dir, struct wr_qmp *qmp, pthread_mutex_t *qmp_lo
 	if (fresh) {
 		/* the password is set before anyone can connect */
 		json_t *a = NULL;
-		if ((r = new_password(v->pass, err)) < 0 ||
-		    (r = save_password(dfd, v->pass, err)) < 0)
+		if (pass && strlen(pass) != PASS_LEN) {
+			r = wr_err_set(err, EINVAL, "vnc: a password has %d characters", PASS_LEN);
+			goto fail;
+		}
+		if (pass)
+			memcpy(v->pass, pass, PASS_LEN + 1);
+		else if ((r = new_password(v->pass, err)) < 0)
+			goto fail;
+		if ((r = save_password(dfd, v->pass, err)) < 0)
 			goto fail;
 		a = json_pack("{s:s, s:s}", "protocol", "vnc", "password", v->pass);
 		pthread_mutex_lock(qmp_lock);

@@ -24,11 +24,13 @@ struct wr_vm_vnc;
 #define WR_VM_VNC_ARG "none,password=on"
 
 /* Starts the endpoint of a VM whose QEMU runs with WR_VM_VNC_ARG: fresh, a
- * new password set through qmp (under qmp_lock, which the accept thread
- * takes too) and saved in dir; else (adoption) the saved one, -ENOENT when
- * the VM has none (it was made without VNC). */
+ * password set through qmp (under qmp_lock, which the accept thread takes
+ * too) and saved in dir: pass (8 characters, a restored VM's, which its
+ * user already has) or a new random one when NULL; else (adoption) the
+ * saved one, -ENOENT when the VM has none (it was made without VNC). A
+ * restore's QEMU (-incoming) takes the password before its state loads. */
 int wr_vm_vnc_start(const char *dir, struct wr_qmp *qmp, pthread_mutex_t *qmp_lock, bool fresh,
-		    struct wr_vm_vnc **out, wr_err *err);
+		    const char *pass, struct wr_vm_vnc **out, wr_err *err);
 /* Stops accepting, removes the socket; before the QMP connection closes. */
 void wr_vm_vnc_stop(struct wr_vm_vnc **v);
 const char *wr_vm_vnc_socket(const struct wr_vm_vnc *v);

@@ -155,3 +155,53 @@ def test_vnc_when_asked(api, user_vm, tier):
         == 400
     assert api.post("/v1/sandboxes", {"image": tier.image, "tier": "vm",
                                       "display": {"vnc": 1}}).status == 400
+
+
+def test_vnc_on_a_restored_vm(api, user_vm, tier):
+    """A VM asked with VNC has it after a restore too: paused to disk and
+    resumed (QEMU started again), its endpoint is back with the password
+    its user already has; a new VM restored from its snapshot gets an
+    endpoint of its own (a new password) when its create asks, none when it
+    does not. The restores load saved states: no boot."""
+    sid = user_vm
+    before = api.get(f"/v1/sandboxes/{sid}").json()["display"]["vnc"]
+    r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+    assert r.status == 200 and r.json()["state"] == "paused", r
+    # no QEMU while the state is on disk: no endpoint either
+    assert "display" not in api.get(f"/v1/sandboxes/{sid}").json()
+    assert not os.path.exists(before["socket"])
+    r = api.post(f"/v1/sandboxes/{sid}/resume", None)
+    assert r.status == 200 and r.json()["state"] == "running", r
+    after = api.get(f"/v1/sandboxes/{sid}").json()["display"]["vnc"]
+    assert after["password"] == before["password"], (before, after)
+    assert vnc_session(after["socket"], "wrongpw1")[1] != 0
+    types, result, w, h = vnc_session(after["socket"], after["password"])
+    assert types == [2] and result == 0 and w >= 640, (types, result, w, h)
+    assert api.run(sid, "id -u; echo restored > /tmp/vnc-mark")["stdout"] == "1000\n"
+
+    name = f"vncsnap{os.getpid()}:1"
+    r = api.post(f"/v1/sandboxes/{sid}/snapshot", {"name": name})
+    assert r.status == 201, r
+    made = []
+    try:
+        r = api.post("/v1/sandboxes", {"image": name, "timeout": 600,
+                                       "display": {"vnc": True}})
+        assert r.status == 201 and r.json()["tier"] == "vm", r
+        made.append(r.json()["id"])
+        vnc = api.get(f"/v1/sandboxes/{made[0]}").json()["display"]["vnc"]
+        assert vnc["socket"] != after["socket"] and vnc["password"] != after["password"]
+        assert len(vnc["password"]) == 8
+        assert vnc_session(vnc["socket"], after["password"])[1] != 0
+        assert vnc_session(vnc["socket"], vnc["password"])[1] == 0
+        assert api.run(made[0], "cat /tmp/vnc-mark")["stdout"] == "restored\n"
+        api.kill(made.pop())
+        r = api.post("/v1/sandboxes", {"image": name, "timeout": 600})
+        assert r.status == 201, r
+        made.append(r.json()["id"])
+        assert "display" not in api.get(f"/v1/sandboxes/{made[0]}").json()
+        d = api.get(f"/v1/sandboxes/{made[0]}").json()
+        assert d["state"] == "running", d
+    finally:
+        for s in made:
+            api.kill(s)
+        api.delete(f"/v1/images/{name}")

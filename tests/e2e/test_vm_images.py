@@ -336,6 +336,69 @@ def test_unsafe_disks_are_refused(vmd, tmp_path):
         c.close()
 
 
+def test_sdk_vm_parameters_reach_the_daemon(vmd, tmp_path):
+    """The SDK's vm parameters (firmware at import and build-vm, display at
+    create, keep_memory at pause), sync and async, as the daemon reads
+    them: taken where they apply, refused naming the field where they do
+    not. No VM boots (the vm tier's own tests boot the few there are)."""
+    import asyncio
+    from warren import AsyncSandbox, Sandbox
+    from warren.exceptions import InvalidArgumentError
+    from warren.images import AsyncImages
+    pid = os.getpid()
+    sock = str(vmd.sock)
+    mbr = raw_disk(tmp_path / f"sdk-{pid}.raw", size=10 << 20)
+    imgs = Images(socket=sock)
+    info = imgs.import_vm_disk(mbr.read_bytes(), ref="disk:sdkfw", firmware="uefi")
+    assert info.kind == "vm-disk" and info.disk["firmware"] == "uefi", info
+    uefi = gpt_disk(tmp_path / f"sdk-uefi-{pid}.raw", ESP, LINUX, size=10 << 20)
+    info = imgs.import_vm_disk(str(uefi), ref="disk:sdkfw2", node_path=True, firmware="bios")
+    assert info.disk["firmware"] == "bios", info
+    # (the refusals by path: a refused upload's body is cut short)
+    with pytest.raises(InvalidArgumentError) as e:
+        imgs.import_vm_disk(str(mbr), node_path=True, firmware="efi")
+    assert e.value.field == "firmware", e.value
+    with pytest.raises(InvalidArgumentError) as e:
+        imgs.build_vm("busybox", ref="vm:sdk", firmware="coreboot")
+    assert e.value.field == "firmware", e.value
+    # display: the vm tier's; a container has none, and the shape is checked
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create("busybox", display={"vnc": True}, socket=sock, timeout=60)
+    assert e.value.field == "display", e.value
+    with pytest.raises(InvalidArgumentError) as e:
+        Sandbox.create("disk:sdkfw", tier="vm", display={"vnc": 1}, socket=sock, timeout=60)
+    assert e.value.field == "display", e.value
+    # keep_memory=false is for the VM tiers: a container refuses it and
+    # stays running; keep_memory=true is the plain pause
+    sb = Sandbox.create("busybox", socket=sock, timeout=120)
+    try:
+        with pytest.raises(InvalidArgumentError) as e:
+            sb.pause(keep_memory=False)
+        assert e.value.field == "keep_memory", e.value
+        assert sb.get_info().state == "running"
+        assert sb.pause(keep_memory=True).state == "paused"
+        sb.resume()
+
+        async def go():
+            a = AsyncImages(socket=sock)
+            with pytest.raises(InvalidArgumentError) as e:
+                await a.import_vm_disk(str(mbr), node_path=True, firmware="efi")
+            assert e.value.field == "firmware"
+            got = await a.import_vm_disk(str(uefi), node_path=True, firmware="bios")
+            assert got.disk["firmware"] == "bios", got
+            with pytest.raises(InvalidArgumentError) as e:
+                await AsyncSandbox.create("busybox", display={"vnc": True}, socket=sock,
+                                          timeout=60)
+            assert e.value.field == "display"
+            asb = await AsyncSandbox.connect(sb.sandbox_id, socket=sock)
+            with pytest.raises(InvalidArgumentError) as e:
+                await asb.pause(keep_memory=False)
+            assert e.value.field == "keep_memory"
+        asyncio.run(go())
+    finally:
+        sb.kill()
+
+
 def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
     raw = raw_disk(tmp_path / f"k-{os.getpid()}.raw")
     c = vmd.client()

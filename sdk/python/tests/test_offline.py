@@ -468,3 +468,70 @@ def test_stream_read_errors_early_and_closes(fake):
         st = await af.read("/f", format="stream")
         return b"".join([c async for c in st])
     assert asyncio.run(main()) == b"abcdef"
+
+
+# ---------------------------------------------------------------- vm tier
+
+VM = dict(SB, tier="vm", image="debian-vm",
+          display={"vnc": {"socket": "/run/warren/vm/x/vnc.sock", "password": "abcdEFG2"}})
+
+
+def test_vm_parameters_sync(fake):
+    """display at create, keep_memory at pause, firmware at import and
+    build-vm: the API's names and shapes, and nothing sent when not given."""
+    def handler(req):
+        if req.url.path.startswith("/v1/images"):
+            return httpx.Response(201, json={"digest": "sha256:" + "a" * 64, "kind": "vm-disk",
+                                             "disk": {"format": "raw", "firmware": "uefi"}})
+        return httpx.Response(201 if req.url.path == "/v1/sandboxes" else 200, json=VM)
+    rec = fake(handler)
+    sb = warren.Sandbox.create("debian-vm", tier="vm", display={"vnc": True},
+                               socket="/nonexistent")
+    assert json.loads(rec.requests[-1].content) == {"tier": "vm", "image": "debian-vm",
+                                                    "display": {"vnc": True}}
+    assert sb.info.display["vnc"]["password"] == "abcdEFG2"
+    sb.pause(keep_memory=False)
+    assert rec.requests[-1].url.path == f"/v1/sandboxes/{SB['id']}/pause"
+    assert json.loads(rec.requests[-1].content) == {"keep_memory": False}
+    sb.pause()
+    assert rec.requests[-1].content == b""
+    with pytest.raises(TypeError, match="keep_memory"):
+        sb.pause(keep_memory="no")
+    with pytest.raises(TypeError, match="display"):
+        warren.Sandbox.create("debian-vm", tier="vm", display=True, socket="/nonexistent")
+    imgs = warren.images.Images(socket="/nonexistent")
+    info = imgs.import_vm_disk(b"disk", ref="d:1", firmware="uefi")
+    q = rec.requests[-1].url.params
+    assert q["format"] == "vm-disk" and q["firmware"] == "uefi" and q["ref"] == "d:1"
+    assert info.disk["firmware"] == "uefi"
+    imgs.import_vm_disk(b"disk")
+    assert "firmware" not in rec.requests[-1].url.params
+    imgs.import_vm_disk("/srv/disk.raw", node_path=True, firmware="bios")
+    assert json.loads(rec.requests[-1].content) == {"path": "/srv/disk.raw",
+                                                    "format": "vm-disk", "firmware": "bios"}
+    imgs.build_vm("debian:12", ref="vm:1", size="8G", firmware="uefi")
+    assert json.loads(rec.requests[-1].content) == {"image": "debian:12", "ref": "vm:1",
+                                                    "size": "8G", "firmware": "uefi"}
+
+
+def test_vm_parameters_async(fake):
+    def handler(req):
+        if req.url.path.startswith("/v1/images"):
+            return httpx.Response(201, json={"digest": "sha256:" + "b" * 64, "kind": "vm-disk"})
+        return httpx.Response(201 if req.url.path == "/v1/sandboxes" else 200, json=VM)
+    rec = fake(handler)
+
+    async def go():
+        sb = await warren.AsyncSandbox.create("debian-vm", tier="vm", display={"vnc": True},
+                                              socket="/nonexistent")
+        assert json.loads(rec.requests[-1].content)["display"] == {"vnc": True}
+        assert sb.info.display["vnc"]["socket"].endswith("/vnc.sock")
+        await sb.pause(keep_memory=False)
+        assert json.loads(rec.requests[-1].content) == {"keep_memory": False}
+        imgs = warren.images.AsyncImages(socket="/nonexistent")
+        await imgs.import_vm_disk(b"disk", firmware="bios")
+        assert rec.requests[-1].url.params["firmware"] == "bios"
+        await imgs.build_vm("debian:12", firmware="uefi")
+        assert json.loads(rec.requests[-1].content) == {"image": "debian:12",
+                                                        "firmware": "uefi"}
+    asyncio.run(go())

@@ -41,7 +41,8 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 registry_auth: Optional[Mapping[str, str]] = None,
                 on_idle: Optional[str] = None, lease: Any = None,
                 network: Optional[Mapping[str, Any]] = None,
-                cpu_max: Optional[float] = None) -> Dict[str, Any]:
+                cpu_max: Optional[float] = None,
+                display: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -61,7 +62,29 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         "lease": getattr(lease, "lease_id", lease),
         "network": dict(network) if network is not None else None,
         "cpu_max": cpu_max,
+        "display": display_value(display),
     })
+
+
+def display_value(display: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The vm tier's display: ``{"vnc": True}`` asks for a VNC endpoint
+    (never made otherwise). The daemon checks the shape; a bool here would
+    be ambiguous, so it is refused before any request."""
+    if display is None:
+        return None
+    if not isinstance(display, Mapping):
+        raise TypeError(f'display must be a mapping like {{"vnc": True}} (got {display!r})')
+    return dict(display)
+
+
+def pause_body(keep_memory: Optional[bool]) -> Optional[Dict[str, Any]]:
+    """``keep_memory=False`` (microvm and vm tiers): the VM's state goes to
+    disk and QEMU ends; resume restores it."""
+    if keep_memory is None:
+        return None
+    if not isinstance(keep_memory, bool):
+        raise TypeError(f"keep_memory must be a bool (got {keep_memory!r})")
+    return {"keep_memory": keep_memory}
 
 
 def layers_value(layers: Optional[Sequence[str]]) -> Optional[List[str]]:

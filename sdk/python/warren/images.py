@@ -85,8 +85,8 @@ def _where(ref: str) -> Tuple[str, Dict[str, Optional[str]]]:
 
 
 def _import_request(source: Source, ref: Optional[str], format: Optional[str],
-                    node_path: bool) -> Dict[str, Any]:
-    params = {"ref": ref, "format": format}
+                    node_path: bool, firmware: Optional[str] = None) -> Dict[str, Any]:
+    params = {"ref": ref, "format": format, "firmware": firmware}
     if isinstance(source, (bytes, bytearray)):
         return {"params": params, "content": bytes(source)}
     if hasattr(source, "read"):
@@ -98,14 +98,18 @@ def _import_request(source: Source, ref: Optional[str], format: Optional[str],
             body["format"] = format
         if ref:
             body["ref"] = ref
+        if firmware is not None:
+            body["firmware"] = firmware
         return {"params": None, "content": _json.dumps(body).encode(),
                 "headers": {"Content-Type": "application/json"}}
     return {"params": params, "path": path}
 
 
-def _build_vm_body(image: str, ref: Optional[str],
-                   size: Optional[Union[int, str]]) -> Dict[str, Any]:
+def _build_vm_body(image: str, ref: Optional[str], size: Optional[Union[int, str]],
+                   firmware: Optional[str] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"image": image}
+    if firmware is not None:
+        body["firmware"] = firmware
     if ref is not None:
         body["ref"] = ref
     if size is not None:
@@ -128,12 +132,14 @@ class Images(RegistryOps):
         return [ImageInfo.from_json(x) for x in d["images"]]
 
     def import_(self, source: Source, *, ref: Optional[str] = None,
-                format: Optional[str] = None, node_path: bool = False) -> ImageInfo:
+                format: Optional[str] = None, node_path: bool = False,
+                firmware: Optional[str] = None) -> ImageInfo:
         """Import a tar (plain/gz/zstd), a ``docker save``/``podman save``
         archive (path, bytes or a binary file object, streamed), or, read on
         the daemon's node (Unix socket only), a directory: a rootfs or an OCI
-        layout (``node_path=True`` sends any path that way)."""
-        rq = _import_request(source, ref, format, node_path)
+        layout (``node_path=True`` sends any path that way). ``firmware``:
+        see :meth:`import_vm_disk`."""
+        rq = _import_request(source, ref, format, node_path, firmware)
         if "path" in rq:
             with open(rq["path"], "rb") as f:
                 d = self._http.json("POST", "/images/import", params=rq["params"], content=f,
@@ -145,10 +151,13 @@ class Images(RegistryOps):
         return ImageInfo.from_json(d)
 
     def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
-                       node_path: bool = False) -> ImageInfo:
+                       node_path: bool = False, firmware: Optional[str] = None) -> ImageInfo:
         """Import a bootable disk (raw or qcow2) for ``tier="vm"``: the
-        same as ``import_(..., format="vm-disk")``."""
-        return self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
+        same as ``import_(..., format="vm-disk")``. ``firmware``: how its
+        VMs boot, ``"bios"`` (SeaBIOS) or ``"uefi"`` (OVMF); default:
+        detected from the disk (an EFI system partition means UEFI)."""
+        return self.import_(source, ref=ref, format="vm-disk", node_path=node_path,
+                            firmware=firmware)
 
     def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
@@ -159,13 +168,17 @@ class Images(RegistryOps):
         return ImageInfo.from_json(self._call("GET", ref))
 
     def build_vm(self, image: str, *, ref: Optional[str] = None,
-                 size: Optional[Union[int, str]] = None) -> ImageInfo:
+                 size: Optional[Union[int, str]] = None,
+                 firmware: Optional[str] = None) -> ImageInfo:
         """Build a bootable disk (a ``vm-disk`` image for ``tier="vm"``) on
         the node from the rootfs image ``image`` (it must bring systemd and
         qemu-guest-agent) and Debian's cloud kernel; ``size`` in bytes or
-        like ``"20G"`` (default 4G). Takes minutes."""
+        like ``"20G"`` (default 4G); ``firmware`` ``"bios"`` (default:
+        an MBR disk with GRUB for SeaBIOS) or ``"uefi"`` (a GPT disk with
+        an EFI system partition, booted with OVMF). Takes minutes."""
         return ImageInfo.from_json(self._http.json(
-            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size, firmware),
+            timeout=None))
 
     def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(self._call("POST", ref, "/tag", json={"ref": new_ref}))
@@ -209,8 +222,9 @@ class AsyncImages(AsyncRegistryOps):
         return [ImageInfo.from_json(x) for x in d["images"]]
 
     async def import_(self, source: Source, *, ref: Optional[str] = None,
-                      format: Optional[str] = None, node_path: bool = False) -> ImageInfo:
-        rq = _import_request(source, ref, format, node_path)
+                      format: Optional[str] = None, node_path: bool = False,
+                      firmware: Optional[str] = None) -> ImageInfo:
+        rq = _import_request(source, ref, format, node_path, firmware)
         if "path" in rq:
             with open(rq["path"], "rb") as f:
                 content = f.read()
@@ -223,9 +237,11 @@ class AsyncImages(AsyncRegistryOps):
         return ImageInfo.from_json(d)
 
     async def import_vm_disk(self, source: Source, *, ref: Optional[str] = None,
-                             node_path: bool = False) -> ImageInfo:
+                             node_path: bool = False,
+                             firmware: Optional[str] = None) -> ImageInfo:
         """See :meth:`Images.import_vm_disk`."""
-        return await self.import_(source, ref=ref, format="vm-disk", node_path=node_path)
+        return await self.import_(source, ref=ref, format="vm-disk", node_path=node_path,
+                                  firmware=firmware)
 
     async def _call(self, method: str, ref: str, suffix: str = "", **kw: Any) -> Any:
         s, q = _where(ref)
@@ -236,10 +252,12 @@ class AsyncImages(AsyncRegistryOps):
         return ImageInfo.from_json(await self._call("GET", ref))
 
     async def build_vm(self, image: str, *, ref: Optional[str] = None,
-                       size: Optional[Union[int, str]] = None) -> ImageInfo:
+                       size: Optional[Union[int, str]] = None,
+                       firmware: Optional[str] = None) -> ImageInfo:
         """See :meth:`Images.build_vm`."""
         return ImageInfo.from_json(await self._http.json(
-            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size), timeout=None))
+            "POST", "/images/build-vm", json=_build_vm_body(image, ref, size, firmware),
+            timeout=None))
 
     async def tag(self, ref: str, new_ref: str) -> ImageInfo:
         return ImageInfo.from_json(await self._call("POST", ref, "/tag",
@@ -274,8 +292,10 @@ def list(**conn: Any) -> List[ImageInfo]:  # noqa: A001 (the API's verb)
 
 
 def import_(source: Source, *, ref: Optional[str] = None, format: Optional[str] = None,
-            node_path: bool = False, **conn: Any) -> ImageInfo:
-    return Images(**conn).import_(source, ref=ref, format=format, node_path=node_path)
+            node_path: bool = False, firmware: Optional[str] = None,
+            **conn: Any) -> ImageInfo:
+    return Images(**conn).import_(source, ref=ref, format=format, node_path=node_path,
+                                  firmware=firmware)
 
 
 def get(ref: str, **conn: Any) -> ImageInfo:

@@ -63,6 +63,10 @@ class SandboxInfo:
     timeout_remaining: Optional[float] = None
     #: a live sandbox's use: cpu_s, memory_bytes, memory_peak_bytes, pids
     usage: Optional[Dict[str, Any]] = None
+    #: the vm tier's display when asked for at create: ``{"vnc": {"socket":
+    #: path on the node, "password": ...}}`` (absent while the VM's state
+    #: is on disk)
+    display: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -106,6 +110,7 @@ class SandboxInfo:
             paused_at=_dt(d.get("paused_at")),
             timeout_remaining=d.get("timeout_remaining"),
             usage=d.get("usage"),
+            display=d.get("display"),
             raw=d,
         )
 

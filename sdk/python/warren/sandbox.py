@@ -7,7 +7,8 @@ from typing import (IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, 
                     Sequence, Tuple, Union)
 
 from ._common import (Cmd, StreamState, create_body, drop_none, is_running_state,
-                      list_params, mode_str, run_body, sync_write_content, text)
+                      list_params, mode_str, pause_body, run_body, sync_write_content,
+                      text)
 from ._http import ConnectionConfig, SyncHTTP, seg
 from ._ndjson import NDJSONDecoder
 from ._tar import IterReader, build_tar, iter_file, safe_extract
@@ -495,7 +496,8 @@ class Sandbox:
                registry_auth: Optional[Mapping[str, str]] = None,
                on_idle: Optional[str] = None, lease: Any = None,
                network: Optional[Mapping[str, Any]] = None,
-               cpu_max: Optional[float] = None) -> "Sandbox":
+               cpu_max: Optional[float] = None,
+               display: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
@@ -530,6 +532,9 @@ class Sandbox:
                 ``{"mode": "allowlist", "allow": [{"cidr": "10.0.0.0/8",
                 "ports": "443", "protocol": "tcp"}], "services": ["pypi"]}``;
                 default mode ``"none"`` (loopback only). See :attr:`network`.
+            display: the vm tier's screen: ``{"vnc": True}`` gives the VM a
+                VNC endpoint (never made unless asked for); its Unix socket
+                and password are in ``get_info().display["vnc"]``.
         Raises:
             InvalidArgumentError: a value is out of range (``.field`` names it).
             ResourceExhaustedError: the node is full.
@@ -542,7 +547,7 @@ class Sandbox:
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
                            on_idle=on_idle, lease=lease, network=network,
-                           cpu_max=cpu_max)
+                           cpu_max=cpu_max, display=display)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -634,12 +639,17 @@ class Sandbox:
         """The screen of a VM sandbox (tier ``"vm"``) as PNG bytes."""
         return screenshot(self)
 
-    def pause(self) -> SandboxInfo:
+    def pause(self, *, keep_memory: Optional[bool] = None) -> SandboxInfo:
         """Freeze every process of the sandbox (memory and files kept; its
         lifetime stops counting). Any call that needs it running (commands,
-        files, pty) resumes it, so :meth:`resume` is optional."""
+        files, pty) resumes it, so :meth:`resume` is optional.
+
+        ``keep_memory=False`` (microvm and vm tiers): the VM's whole state
+        (memory, devices, disk) goes to a file on the node and its QEMU
+        ends, freeing the memory; resume restores it. Other tiers refuse it
+        (:class:`InvalidArgumentError` naming ``keep_memory``)."""
         self._info = SandboxInfo.from_json(self._http.json(
-            "POST", f"/sandboxes/{seg(self._id)}/pause"))
+            "POST", f"/sandboxes/{seg(self._id)}/pause", json=pause_body(keep_memory)))
         return self._info
 
     def resume(self, timeout: Optional[int] = None) -> SandboxInfo:

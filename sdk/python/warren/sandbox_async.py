@@ -11,7 +11,7 @@ from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, Lis
                     Mapping, Optional, Sequence, Tuple, Union)
 
 from ._common import (Cmd, StreamState, async_write_content, create_body, drop_none,
-                      is_running_state, list_params, mode_str, run_body, text)
+                      is_running_state, list_params, mode_str, pause_body, run_body, text)
 from ._http import AsyncHTTP, ConnectionConfig, seg
 from ._ndjson import NDJSONDecoder
 from ._tar import build_tar, safe_extract
@@ -441,7 +441,8 @@ class AsyncSandbox:
                      registry_auth: Optional[Mapping[str, str]] = None,
                      on_idle: Optional[str] = None, lease: Any = None,
                      network: Optional[Mapping[str, Any]] = None,
-                     cpu_max: Optional[float] = None) -> "AsyncSandbox":
+                     cpu_max: Optional[float] = None,
+                     display: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
@@ -451,7 +452,7 @@ class AsyncSandbox:
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
                            on_idle=on_idle, lease=lease, network=network,
-                           cpu_max=cpu_max)
+                           cpu_max=cpu_max, display=display)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -526,10 +527,10 @@ class AsyncSandbox:
         except (ConflictError, NotFoundError):
             return False
 
-    async def pause(self) -> SandboxInfo:
+    async def pause(self, *, keep_memory: Optional[bool] = None) -> SandboxInfo:
         """Freeze the sandbox; see :meth:`warren.Sandbox.pause`."""
         self._info = SandboxInfo.from_json(await self._http.json(
-            "POST", f"/sandboxes/{seg(self._id)}/pause"))
+            "POST", f"/sandboxes/{seg(self._id)}/pause", json=pause_body(keep_memory)))
         return self._info
 
     async def snapshot(self, name: Optional[str] = None) -> "ImageInfo":
