@@ -38,6 +38,8 @@ struct wrd_harvest_cfg {
 	double interval_s;   /* sampling period (1) */
 	double idle_after_s; /* no CPU use for this long: idle (10) */
 	double idle_cpu;     /* "no use": at most this share of one CPU (0.01) */
+	double vm_idle_cpu;  /* the same for a VM tier's QEMU (0.05: an idle TCG
+				guest's QEMU uses 1-3%, docs/API-LIFECYCLE.md) */
 	bool reclaim;	     /* reclaim an idle sandbox's memory (true) */
 };
 

@@ -14,6 +14,7 @@
 #include "tiers/microvm.h"
 #include "tiers/microvm_files.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_harvest.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 
@@ -445,6 +446,29 @@ static int mvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 	return wr_qemu_net_hostfwd(vm->qmp, &vm->qmp_lock, addr, port, add, err);
 }
 
+/* CPU and memory harvesting on QEMU's cgroup (qemu_harvest.h: no
+ * balloon in this tier, its template restores map RAM from a shared file).
+ * The harvester samples running sandboxes only: vm is set. */
+static int mvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_time(&vm->qp, ns, err) : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int mvm_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_share(&vm->qp, weight, idle, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int64_t mvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_idle_memory(&vm->qp, NULL, idle, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
 const struct wr_tier_ops wr_microvm_tier = {
     .name = "microvm",
     .create = mvm_create,
@@ -461,4 +485,7 @@ const struct wr_tier_ops wr_microvm_tier = {
     .save = mvm_save,
     .cgroup_v2_fd = mvm_cgroup_v2_fd,
     .port = mvm_port,
+    .cpu_time = mvm_cpu_time,
+    .cpu_share = mvm_cpu_share,
+    .idle_memory = mvm_idle_memory,
 };

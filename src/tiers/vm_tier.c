@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "tiers/qemu_harvest.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/vm.h"
@@ -474,6 +475,33 @@ static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 	return wr_fullvm_hostfwd(of(sb)->vm, addr, port, add, err);
 }
 
+/* CPU and memory harvesting on QEMU's cgroup and the VM's balloon
+ * (qemu_harvest.h). The harvester samples running sandboxes only: vm is
+ * set. */
+static int fvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_time(wr_fullvm_qemu(vm), ns, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int fvm_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_share(wr_fullvm_qemu(vm), weight, idle, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int64_t fvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	struct wr_qsnap_qmp m;
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_idle_memory(wr_fullvm_qemu(vm), &m, idle, err);
+}
+
 const struct wr_tier_ops wr_vm_tier = {
     .name = "vm",
     .no_pty = NO_PTY,
@@ -490,4 +518,7 @@ const struct wr_tier_ops wr_vm_tier = {
     .save = fvm_save,
     .cgroup_v2_fd = fvm_cgroup_v2_fd,
     .port = fvm_port,
+    .cpu_time = fvm_cpu_time,
+    .cpu_share = fvm_cpu_share,
+    .idle_memory = fvm_idle_memory,
 };
