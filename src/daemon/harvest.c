@@ -44,7 +44,7 @@
 
 #define HV_DEFAULTS                                                                                \
 	{                                                                                          \
-		true, 1.0, 10.0, 0.01, 0.05, true                                                  \
+		true, 1.0, 10.0, 0.01, 0.1, true                                                  \
 	}
 
 static struct wrd_harvest_cfg g_cfg = HV_DEFAULTS;
@@ -197,7 +197,7 @@ void wrd_harvest_wake(struct wrd_sbx *sb)
 /* A VM tier's sandbox is its QEMU process: an idle guest still costs its
  * emulator a little CPU (timer ticks; under TCG 1-3% of a CPU, measured by
  * tests/e2e/test_vm_harvest.py), so it has a threshold of its own. */
-static double idle_cpu(const struct wrd_sbx *sb)
+double wrd_harvest_idle_cpu(const struct wrd_sbx *sb)
 {
 	const char *t = sb->ops->name;
 	bool vm = t && (strcmp(t, "microvm") == 0 || strcmp(t, "vm") == 0);
@@ -235,7 +235,7 @@ static void sample(struct wrd_sbx *sb, int64_t now)
 			double dt = (double)(now - sb->hv.sample_ms) / 1000.0;
 			double rate = dt > 0 ? (double)(ns - sb->hv.cpu_ns) / 1e9 / dt : 0;
 			atomic_store(&sb->hv.rate_mcpu, (uint64_t)(rate * 1000.0 + 0.5));
-			if (rate > idle_cpu(sb))
+			if (rate > wrd_harvest_idle_cpu(sb))
 				quiet = now;
 		}
 		atomic_store(&sb->hv.quiet_since_ms, quiet);
