@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "isolate/cgroup.h"
 #include "tiers/qemu_harvest.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
@@ -478,6 +479,20 @@ static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 /* CPU and memory harvesting on QEMU's cgroup and the VM's balloon
  * (qemu_harvest.h). The harvester samples running sandboxes only: vm is
  * set. */
+/* What QEMU's cgroup uses (GET's usage; the idle policy's CPU check). */
+static int fvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	if (vm == NULL) {
+		memset(st, 0, sizeof(*st)); /* suspended: nothing in use */
+		return 0;
+	}
+	struct wr_qemu *q = wr_fullvm_qemu(vm);
+	if (q->cg == NULL)
+		return wr_err_set(err, ENOENT, "vm: QEMU has no cgroup");
+	return wr_cgroup_stats(q->cg, st, err);
+}
+
 static int fvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
 {
 	struct wr_fullvm *vm = of(sb)->vm;
@@ -518,6 +533,7 @@ const struct wr_tier_ops wr_vm_tier = {
     .save = fvm_save,
     .cgroup_v2_fd = fvm_cgroup_v2_fd,
     .port = fvm_port,
+    .usage = fvm_usage,
     .cpu_time = fvm_cpu_time,
     .cpu_share = fvm_cpu_share,
     .idle_memory = fvm_idle_memory,
