@@ -44,7 +44,7 @@
 
 #define HV_DEFAULTS                                                                                \
 	{                                                                                          \
-		true, 1.0, 10.0, 0.01, 0.1, true                                                  \
+		true, 1.0, 10.0, 0.01, 0.1, true                                                   \
 	}
 
 static struct wrd_harvest_cfg g_cfg = HV_DEFAULTS;
