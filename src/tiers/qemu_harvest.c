@@ -77,11 +77,9 @@ static int balloon_sizes(const struct wr_qsnap_qmp *m, int64_t *actual, int64_t 
 
 /* What the guest has available now (bytes), or -1 when it answers no
  * statistics within ~3 s (a guest without the driver, or a busy host).
- * QEMU reports a statistic the guest never sent as 2^64-1, above what
- * JSON parsers take as an integer (the answer is then refused as
- * malformed, the stream stays in step): until the guest's first report
- * a read fails, and a report is fresh when its last-update (QEMU's wall
- * clock, seconds) is not before the request. */
+ * QEMU reports a statistic the guest never sent as 2^64-1 (qmp.c reads
+ * it as -1); a report is fresh when its last-update (QEMU's wall clock,
+ * seconds) is not before the request. */
 static int64_t guest_available(const struct wr_qsnap_qmp *m, wr_err *err)
 {
 	time_t asked = time(NULL);
