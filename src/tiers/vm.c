@@ -26,8 +26,7 @@
 #include "tiers/qga.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_proc.h"
-#include "tiers/qemu_snap.h"
-#include "tiers/qemu_harvest.h"
+#include "tiers/qemu_harvest.h" /* and qemu_snap.h */
 #include "tiers/qmp.h"
 #include "tiers/vm_vnc.h"
 
@@ -603,12 +602,7 @@ bool wr_fullvm_uses_kvm(void)
 
 void wr_fullvm_qsnap(struct wr_fullvm *vm, struct wr_qsnap_qmp *q)
 {
-	*q = (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock};
-}
-
-struct wr_qemu *wr_fullvm_qemu(struct wr_fullvm *vm)
-{
-	return &vm->qp;
+	*q = (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock, &vm->qp};
 }
 
 const char *wr_fullvm_overlay(const struct wr_fullvm *vm)

@@ -132,9 +132,6 @@ int wr_fullvm_destroy(struct wr_fullvm **vm, wr_err *err);
 struct wr_qsnap_qmp;
 bool wr_fullvm_uses_kvm(void);
 void wr_fullvm_qsnap(struct wr_fullvm *vm, struct wr_qsnap_qmp *q);
-/* Its QEMU process and cgroup (harvesting: qemu_harvest.h). */
-struct wr_qemu;
-struct wr_qemu *wr_fullvm_qemu(struct wr_fullvm *vm);
 const char *wr_fullvm_overlay(const struct wr_fullvm *vm);
 /* The agent resynced (after a restore: qemu-ga waited for a host). */
 int wr_fullvm_sync(struct wr_fullvm *vm, int timeout_ms, wr_err *err);

@@ -487,7 +487,9 @@ static int fvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *
 		memset(st, 0, sizeof(*st)); /* suspended: nothing in use */
 		return 0;
 	}
-	struct wr_qemu *q = wr_fullvm_qemu(vm);
+	struct wr_qsnap_qmp m;
+	wr_fullvm_qsnap(vm, &m);
+	struct wr_qemu *q = m.qemu;
 	if (q->cg == NULL)
 		return wr_err_set(err, ENOENT, "vm: QEMU has no cgroup");
 	return wr_cgroup_stats(q->cg, st, err);
@@ -496,15 +498,21 @@ static int fvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *
 static int fvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
 {
 	struct wr_fullvm *vm = of(sb)->vm;
-	return vm ? wr_qemu_hv_cpu_time(wr_fullvm_qemu(vm), ns, err)
-		  : wr_err_set(err, ENOENT, "no QEMU");
+	struct wr_qsnap_qmp m;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_cpu_time(m.qemu, ns, err);
 }
 
 static int fvm_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
 {
 	struct wr_fullvm *vm = of(sb)->vm;
-	return vm ? wr_qemu_hv_cpu_share(wr_fullvm_qemu(vm), weight, idle, err)
-		  : wr_err_set(err, ENOENT, "no QEMU");
+	struct wr_qsnap_qmp m;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_cpu_share(m.qemu, weight, idle, err);
 }
 
 static int64_t fvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
@@ -514,7 +522,7 @@ static int64_t fvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
 		return wr_err_set(err, ENOENT, "no QEMU");
 	struct wr_qsnap_qmp m;
 	wr_fullvm_qsnap(vm, &m);
-	return wr_qemu_hv_idle_memory(wr_fullvm_qemu(vm), &m, idle, err);
+	return wr_qemu_hv_idle_memory(m.qemu, &m, idle, err);
 }
 
 const struct wr_tier_ops wr_vm_tier = {
