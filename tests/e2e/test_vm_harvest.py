@@ -3,12 +3,10 @@ microVM is its QEMU's cgroup vm-<id>: its CPU weight follows the request,
 the sampler marks an idle VM (QEMU's CPU use and API calls) idle with the
 lowest weight and its cgroup's memory reclaimed first, and an API call or
 CPU use makes it active again. One microVM boot (TCG is slow)."""
-import os
 import time
 from pathlib import Path
 
-from conftest import Client
-from vmtiers import guest, vm_image
+from vmtiers import guest
 from test_vm_lifecycle import qemu_of
 
 # an idle TCG guest's QEMU: its timer ticks and housekeeping cost about
@@ -101,49 +99,3 @@ def test_microvm_harvest(fresh_daemon, build):
             c.kill(sid)
         c.close()
 
-
-def cg_memory(pid):
-    return int((qemu_cg(pid, "memory") / "memory.usage_in_bytes").read_text())
-
-
-def test_vm_tier_balloon(fresh_daemon, build):
-    """The vm tier's guest gives memory back when idle: its balloon
-    (virtio-balloon-pci, free page reporting) is inflated to what the guest
-    reports available less a headroom, QEMU's cgroup uses less, and the
-    next call deflates it and runs. One Debian boot (minutes under TCG)."""
-    d = fresh_daemon(extra=dict(HV, vm={"accel": "tcg", "boot_timeout": 600,
-                                        "shutdown_timeout": 60},
-                                images={"debian-vm": str(vm_image(build))})).start()
-    c = Client(d, timeout=900)
-    sid = None
-    try:
-        r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm", "cpu": 1,
-                                     "memory_mb": 512, "timeout": 1800})
-        assert r.status == 201, r
-        sid = r.json()["id"]
-        q = qemu_of(sid)
-        assert len(q) == 1, q
-        # the guest fills its page cache, then is left alone
-        assert c.run(sid, ["sh", "-c", "cat /usr/bin/* > /dev/null 2>&1; true"])[
-            "exit_code"] == 0
-        before = cg_memory(q[0])
-        u = wait_state(c, sid, "idle", 300)
-        after = cg_memory(q[0])
-        h = u["harvest"]
-        print(f"idle vm: QEMU {u['cpu_cores']:.4f} CPUs; cgroup memory {before >> 20} -> "
-              f"{after >> 20} MiB, reclaimed {h['memory_reclaimed_bytes'] >> 20} MiB; "
-              f"load {os.getloadavg()[0]:.1f}")
-        assert h["memory_reclaimed_bytes"] > 16 << 20, h
-        assert after < before - (16 << 20), (before, after)
-        # the next call deflates the balloon first, then runs
-        # (200 MiB in tmpfs: more than the inflated balloon left it)
-        r = c.run(sid, ["sh", "-c", "dd if=/dev/zero of=/dev/shm/f bs=1M count=200 "
-                        "2>/dev/null && wc -c < /dev/shm/f && rm /dev/shm/f"])
-        assert r["exit_code"] == 0 and r["stdout"].strip() == str(200 << 20), r
-        assert harvest(c, sid)["harvest"]["state"] == "active"
-        assert c.kill(sid).status == 204
-        sid = None
-    finally:
-        if sid:
-            c.kill(sid)
-        c.close()
