@@ -4,6 +4,12 @@ neighbours that wake at random, against the active ones alone: how much
 slower the active ones run.
 
     bench/bench_lifecycle_harvest.py BUILD_DIR
+    bench/bench_lifecycle_harvest.py BUILD_DIR --vm microvm|vm
+
+--vm: one idle VM of that tier instead (issue 9: harvesting applies to
+microVMs): QEMU's CPU use while idle, its cgroup's memory and PSS while
+active, once marked idle, and after the next call; writes the
+"vm-harvest-<tier>" section.
 
 Environment: BENCH_HARVEST_NEIGHBOURS (200), BENCH_HARVEST_WAKE_S (mean
 seconds a neighbour sleeps between wakes, 20), BENCH_HARVEST_BURST (shell
@@ -113,9 +119,108 @@ def run(build, harvest_on, cfg):
     return res
 
 
+def qemu_pid(sid):
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and sid.encode() in Path(f"/proc/{p}/cmdline").read_bytes():
+                return int(p)
+        except OSError:
+            pass
+    raise RuntimeError(f"no QEMU for {sid}")
+
+
+def qemu_memory(pid):
+    """QEMU's cgroup (vm-<id>, v1 memory) usage and QEMU's PSS, MiB."""
+    cg = None
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if "memory" in ctrls.split(","):
+            cg = Path(f"/sys/fs/cgroup/{ctrls}{path}").parent
+    use = int((cg / "memory.usage_in_bytes").read_text()) if cg else 0
+    pss = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            pss = int(line.split()[1]) * 1024
+    return round(use / 2**20, 1), round(pss / 2**20, 1)
+
+
+def vm_memory(build, tier):
+    extra = {"harvest": {"interval_s": 1, "idle_after_s": 5}}
+    if tier == "microvm":
+        g = build / "tests" / "guest"
+        extra["microvm"] = {"kernel": str(g / "vmlinux"), "initrd": str(g / "initramfs.cpio")}
+        spec = {"tier": "microvm", "image": "busybox-erofs", "cpu": 1, "memory_mb": 256,
+                "disk_mb": 64, "timeout": 3600}
+        extra["images"] = {"busybox-erofs": str(build / "tests" / "test-images" /
+                                                "busybox.erofs")}
+        fill = "cat /bin/* > /dev/null 2>&1; true"
+    else:
+        extra["vm"] = {"accel": "tcg", "boot_timeout": 900, "shutdown_timeout": 60}
+        extra["images"] = {"debian-vm": str(build / "tests" / "vm" / "debian-vm.raw")}
+        spec = {"tier": "vm", "image": "debian-vm", "cpu": 1, "memory_mb": 512,
+                "timeout": 3600}
+        fill = "cat /usr/bin/* > /dev/null 2>&1; true"
+    d = Daemon(build, "benchvmhv", extra=extra)
+    res = {"tier": tier, "memory_mb": spec["memory_mb"]}
+    try:
+        api = d.api()
+        t0 = time.time()
+        sid = api.call("POST", "/v1/sandboxes", spec)["id"]
+        res["create_s"] = round(time.time() - t0, 2)
+        pid = qemu_pid(sid)
+        api.call("POST", f"/v1/sandboxes/{sid}/commands", {"cmd": ["sh", "-c", fill]})
+        res["active"] = qemu_memory(pid)
+        res["active_load"] = uptime()
+        u = None
+        for _ in range(600):
+            u = api.call("GET", f"/v1/sandboxes/{sid}")["usage"]
+            if u["harvest"]["state"] == "idle":
+                break
+            time.sleep(0.5)
+        res["idle_cpu_cores"] = u["cpu_cores"]
+        res["reclaimed_mib"] = round(u["harvest"]["memory_reclaimed_bytes"] / 2**20, 1)
+        res["idle"] = qemu_memory(pid)
+        res["idle_load"] = uptime()
+        time.sleep(10)
+        res["idle_later"] = qemu_memory(pid)
+        t0 = time.time()
+        api.call("POST", f"/v1/sandboxes/{sid}/commands", {"cmd": ["true"]})
+        res["wake_exec_s"] = round(time.time() - t0, 3)
+        res["after_call"] = qemu_memory(pid)
+        api.call("DELETE", f"/v1/sandboxes/{sid}")
+    finally:
+        d.close()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"lifecycle-vm-harvest-{tier}-{stamp}.json").write_text(json.dumps(res, indent=1))
+    a, i, il, w = res["active"], res["idle"], res["idle_later"], res["after_call"]
+    text = f"""## Harvesting an idle {tier} ({spec['memory_mb']} MiB guest)
+
+Run {stamp}, `bench/bench_lifecycle_harvest.py BUILD --vm {tier}`: one VM,
+its page cache filled (`{fill}`), then left alone until the
+sampler marks it idle (interval 1 s, idle_after_s 5). QEMU's cgroup memory
+usage (v1 memory.usage_in_bytes) / QEMU's PSS, MiB:
+
+| state | cgroup MiB | PSS MiB | load |
+|---|---:|---:|---|
+| active (after the fill) | {a[0]} | {a[1]} | {res['active_load']} |
+| marked idle | {i[0]} | {i[1]} | {res['idle_load']} |
+| idle, 10 s later | {il[0]} | {il[1]} | |
+| after the next call (`true`: {res['wake_exec_s']} s) | {w[0]} | {w[1]} | |
+
+Idle QEMU's CPU when marked: {res['idle_cpu_cores']} CPUs; reported reclaimed:
+{res['reclaimed_mib']} MiB.
+"""
+    write_section(f"vm-harvest-{tier}", text)
+    print(text)
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[2] == "--vm" and sys.argv[3] in ("microvm", "vm"):
+        vm_memory(Path(sys.argv[1]).resolve(), sys.argv[3])
+        return
     if len(sys.argv) != 2:
-        sys.exit("usage: bench/bench_lifecycle_harvest.py BUILD_DIR")
+        sys.exit("usage: bench/bench_lifecycle_harvest.py BUILD_DIR [--vm microvm|vm]")
     build = Path(sys.argv[1]).resolve()
     cfg = {"neighbours": int(os.environ.get("BENCH_HARVEST_NEIGHBOURS", "200")),
            "wake_s": int(os.environ.get("BENCH_HARVEST_WAKE_S", "20")),

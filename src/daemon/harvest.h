@@ -38,6 +38,8 @@ struct wrd_harvest_cfg {
 	double interval_s;   /* sampling period (1) */
 	double idle_after_s; /* no CPU use for this long: idle (10) */
 	double idle_cpu;     /* "no use": at most this share of one CPU (0.01) */
+	double vm_idle_cpu;  /* the same for a VM tier's QEMU (0.1: an idle TCG
+				guest's QEMU uses 2-4%, docs/API-LIFECYCLE.md) */
 	bool reclaim;	     /* reclaim an idle sandbox's memory (true) */
 };
 
@@ -48,6 +50,10 @@ int wrd_harvest_config(json_t *v, wr_err *err);
  * units: 1 CPU = 100 = the kernel's default), 1..10000; a sandbox without
  * a request (0) gets the default 100. */
 uint64_t wrd_harvest_weight(double cpu);
+/* "No CPU use" for sb: at most this share of one CPU (harvest.idle_cpu,
+ * harvest.vm_idle_cpu for the VM tiers, whose QEMU costs CPU while its
+ * guest idles); the idle policy (lifecycle.c) uses it too. */
+double wrd_harvest_idle_cpu(const struct wrd_sbx *sb);
 /* Start and stop the sampler thread (daemon start-up and shutdown). */
 int wrd_harvest_start(wr_err *err);
 void wrd_harvest_stop(void);

@@ -17,10 +17,9 @@
 #include "common/log.h"
 #include "daemon/http.h"
 #include "daemon/jsonutil.h"
+#include "daemon/harvest.h"
 #include "daemon/manager.h"
 
-/* CPU use below this share of one CPU, over the sampled window, is idle. */
-#define IDLE_CPU_PERMILLE 10
 /* Without a previous sample, CPU use is measured over this window (or a
  * quarter of the idle timeout when that is shorter) before deciding. */
 #define IDLE_PROBE_MS 1000
@@ -297,7 +296,10 @@ bool wrd_life_idle_due(struct wrd_sbx *sb, int64_t now)
 			} else if (now > at) {
 				uint64_t used = st.cpu_usage_ns - prev;
 				uint64_t window_ns = (uint64_t)(now - at) * 1000000ull;
-				busy_cpu = used * 1000 > window_ns * IDLE_CPU_PERMILLE;
+				/* the harvester's threshold: a VM's QEMU uses
+				 * some CPU while its guest idles */
+				busy_cpu =
+				    (double)used > (double)window_ns * wrd_harvest_idle_cpu(sb);
 				if (busy_cpu)
 					sb->last_active_ms = now;
 			}

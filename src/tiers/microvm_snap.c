@@ -58,7 +58,7 @@ json_t *wr_vm_state_meta(uint64_t memory_bytes, unsigned cpus, uint64_t disk_byt
 
 static struct wr_qsnap_qmp qq(struct wr_vm *vm)
 {
-	return (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock};
+	return (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock, &vm->qp};
 }
 
 int wr_vm_save(struct wr_vm *vm, const char *dir, bool compact, json_t **meta_out, wr_err *err)

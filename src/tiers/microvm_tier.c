@@ -16,6 +16,7 @@
 #include "tiers/microvm.h"
 #include "tiers/microvm_files.h"
 #include "tiers/microvm_internal.h"
+#include "tiers/qemu_harvest.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 
@@ -530,6 +531,29 @@ static int mvm_set_net(struct wr_sandbox *sb, const struct wr_sandbox_net *net, 
 	return 0;
 }
 
+/* CPU and memory harvesting on QEMU's cgroup (qemu_harvest.h: no
+ * balloon in this tier, its template restores map RAM from a shared file).
+ * The harvester samples running sandboxes only: vm is set. */
+static int mvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_time(&vm->qp, ns, err) : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int mvm_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_cpu_share(&vm->qp, weight, idle, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
+static int64_t mvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
+{
+	struct wr_vm *vm = of(sb)->vm;
+	return vm ? wr_qemu_hv_idle_memory(&vm->qp, NULL, idle, err)
+		  : wr_err_set(err, ENOENT, "no QEMU");
+}
+
 const struct wr_tier_ops wr_microvm_tier = {
     .name = "microvm",
     .create = mvm_create,
@@ -548,4 +572,7 @@ const struct wr_tier_ops wr_microvm_tier = {
     .port = mvm_port,
     .set_net = mvm_set_net,
     .start = mvm_start,
+    .cpu_time = mvm_cpu_time,
+    .cpu_share = mvm_cpu_share,
+    .idle_memory = mvm_idle_memory,
 };

@@ -43,6 +43,7 @@ struct wr_qmp;
 struct wr_qsnap_qmp {
 	struct wr_qmp *qmp;
 	pthread_mutex_t *lock;
+	struct wr_qemu *qemu; /* the process and its cgroup (qemu_harvest.h) */
 };
 
 /* QEMU's version, "7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)". */

@@ -38,6 +38,13 @@ static int read_msg(struct wr_qmp *q, int64_t deadline, json_t **out, wr_err *er
 		char *nl = memchr(q->buf, '\n', q->have);
 		if (nl) {
 			size_t len = (size_t)(nl - q->buf);
+			/* QEMU writes "not available" as UINT64_MAX (balloon
+			 * statistics), above what jansson takes as an integer:
+			 * -1, padded to the same length */
+			static const char umax[] = "18446744073709551615";
+			for (char *u = memmem(q->buf, len, umax, sizeof(umax) - 1); u;
+			     u = memmem(u, len - (size_t)(u - q->buf), umax, sizeof(umax) - 1))
+				memcpy(u, "-1                  ", sizeof(umax) - 1);
 			json_error_t je;
 			json_t *j = json_loadb(q->buf, len, 0, &je);
 			memmove(q->buf, nl + 1, q->have - len - 1);

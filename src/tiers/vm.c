@@ -26,7 +26,7 @@
 #include "tiers/qga.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_proc.h"
-#include "tiers/qemu_snap.h"
+#include "tiers/qemu_harvest.h" /* and qemu_snap.h */
 #include "tiers/qmp.h"
 #include "tiers/vm_vnc.h"
 
@@ -225,6 +225,8 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	ARG("virtserialport,chardev=qga,name=org.qemu.guest_agent.0");
 	ARG("-device");
 	ARG("virtio-rng-pci");
+	ARG("-device"); /* harvesting: qemu_harvest.h */
+	ARG(WR_QEMU_BALLOON_PCI);
 	if (s->net) {
 		ARG("-netdev");
 		ARG("%s", netdev);
@@ -601,7 +603,7 @@ bool wr_fullvm_uses_kvm(void)
 
 void wr_fullvm_qsnap(struct wr_fullvm *vm, struct wr_qsnap_qmp *q)
 {
-	*q = (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock};
+	*q = (struct wr_qsnap_qmp){vm->qmp, &vm->qmp_lock, &vm->qp};
 }
 
 const char *wr_fullvm_overlay(const struct wr_fullvm *vm)

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "isolate/cgroup.h"
+#include "tiers/qemu_harvest.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qemu_snap.h"
 #include "tiers/vm.h"
@@ -486,6 +488,55 @@ static int fvm_port(struct wr_sandbox *sb, const char *addr, unsigned port, bool
 	return wr_fullvm_hostfwd(of(sb)->vm, addr, port, add, err);
 }
 
+/* CPU and memory harvesting on QEMU's cgroup and the VM's balloon
+ * (qemu_harvest.h). The harvester samples running sandboxes only: vm is
+ * set. */
+/* What QEMU's cgroup uses (GET's usage; the idle policy's CPU check). */
+static int fvm_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	if (vm == NULL) {
+		memset(st, 0, sizeof(*st)); /* suspended: nothing in use */
+		return 0;
+	}
+	struct wr_qsnap_qmp m;
+	wr_fullvm_qsnap(vm, &m);
+	struct wr_qemu *q = m.qemu;
+	if (q->cg == NULL)
+		return wr_err_set(err, ENOENT, "vm: QEMU has no cgroup");
+	return wr_cgroup_stats(q->cg, st, err);
+}
+
+static int fvm_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	struct wr_qsnap_qmp m;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_cpu_time(m.qemu, ns, err);
+}
+
+static int fvm_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	struct wr_qsnap_qmp m;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_cpu_share(m.qemu, weight, idle, err);
+}
+
+static int64_t fvm_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
+{
+	struct wr_fullvm *vm = of(sb)->vm;
+	if (vm == NULL)
+		return wr_err_set(err, ENOENT, "no QEMU");
+	struct wr_qsnap_qmp m;
+	wr_fullvm_qsnap(vm, &m);
+	return wr_qemu_hv_idle_memory(m.qemu, &m, idle, err);
+}
+
 const struct wr_tier_ops wr_vm_tier = {
     .name = "vm",
     .no_pty = NO_PTY,
@@ -502,4 +553,8 @@ const struct wr_tier_ops wr_vm_tier = {
     .save = fvm_save,
     .cgroup_v2_fd = fvm_cgroup_v2_fd,
     .port = fvm_port,
+    .usage = fvm_usage,
+    .cpu_time = fvm_cpu_time,
+    .cpu_share = fvm_cpu_share,
+    .idle_memory = fvm_idle_memory,
 };
