@@ -29,6 +29,7 @@
 #include "common/compat.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/checkpoint.h"
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
@@ -73,12 +74,18 @@ static void end_transition(struct wrd_sbx *sb)
 
 int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 {
-	if (sb->ops->suspend == NULL)
+	if (sb->ops->suspend == NULL) {
+		const char *why = NULL;
+		if (strcmp(sb->ops->name, "container") == 0 && !wrd_ckpt_available(&why))
+			return wr_err_field(err, "keep_memory",
+					    "keep_memory: false (checkpoint to disk) needs CRIU, "
+					    "unusable on this node: %s",
+					    why);
 		return wr_err_field(err, "keep_memory",
-				    "keep_memory: false (memory to disk) is for the microvm and vm "
-				    "tiers; a paused %s sandbox keeps its memory (CRIU cannot run "
-				    "on this node's kernel)",
-				    sb->ops->name);
+				    "keep_memory: false (memory to disk) is not offered by the %s "
+				    "tier; a paused %s sandbox keeps its memory",
+				    sb->ops->name, sb->ops->name);
+	}
 	pthread_mutex_lock(&sb->lock);
 	wrd_sbx_wait_transition(sb);
 	if (wrd_sbx_suspended(sb)) {
