@@ -25,6 +25,17 @@ def test_health_reports_the_configured_criu(api):
     # the daemon's verdict is criu check's own
     assert ck["available"] == criu_check(ck["criu"]), ck
     assert ("reason" in ck) == (not ck["available"]), ck
+    # either way a container's keep_memory=false is refused, saying why
+    sid = api.create()
+    r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+    assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
+    msg = r.json()["error"]["message"]
+    if ck["available"]:
+        assert "CRIU works on this node" in msg, msg
+    else:
+        assert ck["reason"] in msg, msg
+    assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+    assert api.kill(sid).status == 204
 
 
 def test_unusable_criu_is_reported_and_refused(fresh_daemon, tmp_path):
