@@ -44,9 +44,10 @@ for p in $DEPS; do
 done
 if [ -n "$missing" ]; then
 	[ "$(id -u)" = 0 ] || fail "missing build packages:$missing"
+	apt-get update -qq >"$log" 2>&1
 	# shellcheck disable=SC2086
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing \
-		>"$log" 2>&1 || fail "cannot install$missing"
+		>>"$log" 2>&1 || fail "cannot install$missing"
 fi
 
 work=$(mktemp -d "$BUILD/warren-criu-src.XXXXXX") || fail "no temporary directory"
