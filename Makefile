@@ -14,6 +14,7 @@ $(BUILD)/build.ninja:
 
 build: $(BUILD)/build.ninja
 	$(NINJA) -C $(BUILD)
+	@scripts/criu-build.sh $(BUILD)
 
 # apt-installs every missing Debian package the build, tests and benchmarks
 # need; idempotent and quiet when nothing is missing.
@@ -29,6 +30,7 @@ $(TESTBUILD)/build.ninja:
 # Everything: format check, ASan+UBSan unit tests, integration tests as root.
 test: deps $(TESTBUILD)/build.ninja
 	$(NINJA) -C $(TESTBUILD)
+	@scripts/criu-build.sh $(TESTBUILD)
 	@scripts/test.sh $(TESTBUILD)
 
 redteam: deps $(TESTBUILD)/build.ninja

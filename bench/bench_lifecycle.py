@@ -280,9 +280,11 @@ def write(res, n):
         "resume to the command's own cost, within the noise of a command here.",
         "",
         "Checkpoint/restore (CRIU, `keep_memory: false`): not measured, not "
-        "offered: Debian 12's criu 3.17.1 cannot run on this kernel (6.18; "
-        "`criu check` fails with \"Unexpected rt vDSO area bounds\", fixed in "
-        "CRIU 4.1).",
+        "offered for containers: the build's CRIU 4.1.1 (scripts/criu-build.sh; "
+        "Debian 12's 3.17.1 fails `criu check` on this kernel) passes its check, "
+        "but cannot dump a container sandbox as warren makes it (masked paths "
+        "from a detached tmpfs, commands in nested cgroup namespaces; "
+        "docs/API-LIFECYCLE.md, \"Checkpoint with CRIU\").",
         ""]
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lifecycle_common import write_section

@@ -80,8 +80,8 @@ void wrd_api_sb_pause(struct wrd_req *r)
 	if (sb == NULL)
 		return;
 	/* keep_memory=false: the VM tiers write the VM's state to disk and
-	 * end its QEMU (lifecycle_suspend.c); containers refuse it (CRIU 3.17
-	 * cannot run on this node's kernel) */
+	 * end its QEMU (lifecycle_suspend.c); containers refuse it, with the
+	 * reason (checkpoint.c) */
 	int rc = keep ? wrd_mgr_pause(sb, "request", &err) : wrd_mgr_suspend(sb, "request", &err);
 	reply_sandbox(r, sb, rc, err);
 	wrd_mgr_put(sb);

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/api.h"
+#include "daemon/checkpoint.h"
 #include "tiers/tier.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
@@ -720,6 +721,7 @@ void wrd_api_health(struct wrd_req *r)
 	json_object_set_new(o, "status", json_string("ok"));
 	json_object_set_new(o, "version", json_string(WARREN_VERSION));
 	json_object_set_new(o, "sandboxes", json_integer((json_int_t)wrd_mgr_live()));
+	json_object_set_new(o, "checkpoint", wrd_ckpt_json());
 	wrd_reply_json(r, 200, o);
 }
 

@@ -256,6 +256,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = cfg_str(v, k, &cfg->unix_tenant, err);
 		else if (strcmp(k, "init") == 0)
 			r = cfg_str(v, k, &cfg->init_path, err);
+		else if (strcmp(k, "criu") == 0)
+			r = cfg_str(v, k, &cfg->criu_path, err);
 		else if (strcmp(k, "cgroup_base") == 0)
 			r = cfg_str(v, k, &cfg->cgroup_base, err);
 		else if (strcmp(k, "bpf_pin_dir") == 0)
@@ -355,6 +357,23 @@ static char *init_default(void)
 	return strdup(WARREN_LIBEXECDIR "/warren-init");
 }
 
+/* The CRIU for container checkpoints: the build's warren-criu next to
+ * warrend (scripts/criu-build.sh), the installed one, else Debian's. */
+static char *criu_default(void)
+{
+	char self[PATH_MAX], path[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		snprintf(path, sizeof(path), "%s/warren-criu", dirname(self));
+		if (access(path, X_OK) == 0)
+			return strdup(path);
+	}
+	if (access(WARREN_LIBEXECDIR "/warren-criu", X_OK) == 0)
+		return strdup(WARREN_LIBEXECDIR "/warren-criu");
+	return strdup("/usr/sbin/criu");
+}
+
 int wrd_config_load(const char *path, struct wrd_config *cfg, wr_err *err)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -400,6 +419,10 @@ int wrd_config_load(const char *path, struct wrd_config *cfg, wr_err *err)
 	}
 	if (!cfg->init_path && (cfg->init_path = init_default()) == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
+	if ((e = getenv("WARREN_CRIU")) && *e && set_str(&cfg->criu_path, e, err) < 0)
+		return -1;
+	if (!cfg->criu_path && (cfg->criu_path = criu_default()) == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
 	if (r < 0)
 		return r;
 	if (cfg->state_dir[0] != '/' || cfg->run_dir[0] != '/' || cfg->socket_path[0] != '/')
@@ -417,6 +440,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->listen);
 	free(cfg->unix_tenant);
 	free(cfg->init_path);
+	free(cfg->criu_path);
 	free(cfg->cgroup_base);
 	free(cfg->bpf_pin_dir);
 	for (size_t i = 0; i < cfg->n_tokens; i++)

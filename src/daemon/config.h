@@ -37,6 +37,7 @@ struct wrd_config {
 	char *listen;	    /* "host:port" for TCP, NULL = none */
 	char *unix_tenant;  /* "default" */
 	char *init_path;    /* warren-init */
+	char *criu_path;    /* criu for container checkpoints (checkpoint.h) */
 	char *cgroup_base;  /* "warren" */
 	/* bpffs directory for the network filter's pinned links, so that they
 	 * outlive a daemon restart; NULL: /sys/fs/bpf/warren-<cgroup_base>

@@ -1,7 +1,9 @@
 /* Pause with keep_memory=false on the VM tiers: the VM's state goes to a
  * file on disk and its QEMU ends, freeing its memory; resume starts a new
- * QEMU from the file (tier op suspend, tiers/tier.h). Containers keep the
- * refusal (CRIU 3.17 cannot run on this kernel).
+ * QEMU from the file (tier op suspend, tiers/tier.h). Containers refuse
+ * it: with the reason CRIU is unusable here (checkpoint.c), or, where it
+ * works, because their sandboxes are not yet dumpable by CRIU
+ * (docs/API-LIFECYCLE.md, "Checkpoint with CRIU").
  *
  * A suspended sandbox is recorded paused with init_pid 0 (no process).
  *
@@ -29,6 +31,7 @@
 #include "common/compat.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/checkpoint.h"
 #include "daemon/db.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
@@ -75,12 +78,26 @@ static void end_transition(struct wrd_sbx *sb)
 
 int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 {
-	if (sb->ops->suspend == NULL)
+	if (sb->ops->suspend == NULL) {
+		const char *why = NULL;
+		if (strcmp(sb->ops->name, "container") == 0 && !wrd_ckpt_available(&why))
+			return wr_err_field(err, "keep_memory",
+					    "keep_memory: false (checkpoint to disk) needs CRIU, "
+					    "unusable on this node: %s",
+					    why);
+		if (strcmp(sb->ops->name, "container") == 0)
+			return wr_err_field(
+			    err, "keep_memory",
+			    "keep_memory: false is not offered for containers yet: "
+			    "CRIU works on this node, but a container sandbox's "
+			    "masked paths (tmpfs binds) and its commands' nested "
+			    "cgroup namespaces are not dumpable as they are made; a "
+			    "paused container keeps its memory");
 		return wr_err_field(err, "keep_memory",
-				    "keep_memory: false (memory to disk) is for the microvm and vm "
-				    "tiers; a paused %s sandbox keeps its memory (CRIU cannot run "
-				    "on this node's kernel)",
-				    sb->ops->name);
+				    "keep_memory: false (memory to disk) is not offered by the %s "
+				    "tier; a paused %s sandbox keeps its memory",
+				    sb->ops->name, sb->ops->name);
+	}
 	pthread_mutex_lock(&sb->lock);
 	wrd_sbx_wait_transition(sb);
 	if (wrd_sbx_suspended(sb)) {

@@ -20,6 +20,7 @@
 #include "daemon/api.h"
 #include "daemon/audit_internal.h"
 #include "daemon/functions.h"
+#include "daemon/checkpoint.h"
 #include "daemon/config.h"
 #include "daemon/network.h"
 #include "daemon/images.h"
@@ -122,6 +123,7 @@ int main(int argc, char **argv)
 	/* The audit before the manager: wr_seccomp_set_log must be decided
 	 * before the spawners fork, and adopted sandboxes' refusals are
 	 * recorded from the start. */
+	wrd_ckpt_init(cfg.criu_path);
 	if (wrd_db_open(db, &err) < 0 || wr_audit_start(&cfg, &err) < 0 ||
 	    wrd_mgr_init(&cfg, &err) < 0 || wrd_mgr_recover(&err) < 0 ||
 	    wrd_net_start(&cfg, &err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||

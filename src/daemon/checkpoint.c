@@ -1,0 +1,64 @@
+/* CRIU's availability on this node: checked once at start with the
+ * configured binary (config "criu", default the build's warren-criu, see
+ * scripts/criu-build.sh). Debian 12's own criu 3.17.1 fails this check on
+ * kernels from 6.13 on ("Unexpected rt vDSO area bounds"), so the check,
+ * not the binary's presence, decides. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/checkpoint.h"
+
+static char criu_path[4096];
+static char reason[4700] = "not checked";
+static bool available;
+
+void wrd_ckpt_init(const char *path)
+{
+	snprintf(criu_path, sizeof(criu_path), "%s", path ? path : "");
+	available = false;
+	if (criu_path[0] != '/') {
+		snprintf(reason, sizeof(reason), "no criu binary configured (config \"criu\")");
+	} else if (access(criu_path, X_OK) < 0) {
+		snprintf(reason, sizeof(reason), "%.4096s: %s", criu_path, strerror(errno));
+	} else {
+		char *argv[] = {criu_path, "check", NULL};
+		_cleanup_err_ wr_err err = NULL;
+		if (wr_run_tool(argv, &err) < 0)
+			snprintf(reason, sizeof(reason), "`criu check` fails: %.600s", err->msg);
+		else {
+			available = true;
+			reason[0] = 0;
+		}
+	}
+	if (available)
+		wr_info("checkpoints: %s passes `criu check`", criu_path);
+	else
+		wr_warn("checkpoints off (keep_memory=false refused for containers): %s", reason);
+}
+
+bool wrd_ckpt_available(const char **why)
+{
+	if (why)
+		*why = available ? NULL : reason;
+	return available;
+}
+
+const char *wrd_ckpt_criu(void)
+{
+	return criu_path;
+}
+
+json_t *wrd_ckpt_json(void)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "available", json_boolean(available));
+	json_object_set_new(o, "criu", json_string(criu_path));
+	if (!available)
+		json_object_set_new(o, "reason", json_string(reason));
+	return o;
+}
