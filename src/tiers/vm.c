@@ -511,9 +511,8 @@ int wr_fullvm_adopt(const char *id, pid_t pid_hint, int sync_ms, struct wr_fullv
 	 * runs; a paused one's before its first command after resume) */
 	if ((r = connect_all(vm, dfd, 10000, err)) < 0)
 		goto fail;
-	/* its VNC endpoint again, when it was made with one */
 	r = wr_vm_vnc_start(vm->dir, vm->qmp, &vm->qmp_lock, false, NULL, &vm->vnc, err);
-	if (r < 0 && r != -ENOENT)
+	if (r < 0 && r != -ENOENT) /* its VNC endpoint again; ENOENT: made without */
 		goto fail;
 	int paused = wr_fullvm_paused(vm, err);
 	if ((r = paused) < 0 || (!paused && (r = wr_qga_sync(vm->qga, sync_ms, err)) < 0))
