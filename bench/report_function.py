@@ -10,6 +10,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reportlib import replace_readme_section  # noqa: E402
+
 out, results, stamp, readme, n, rounds, warmup, modes = sys.argv[1:]
 modes = modes.split()
 
@@ -177,21 +180,6 @@ sec = [start, "### Benchmark: function calls", "",
        "[bench/results/function.md](bench/results/function.md)).", "", env_line, ""]
 sec += table + [""] + verdicts + ([""] if verdicts else []) + [end]
 sec = "\n".join(sec)
-try:
-    with open(readme) as f:
-        text = f.read()
-except FileNotFoundError:
-    text = ""
-i, j = text.find(start), text.find(end)
-if i >= 0 and j > i:
-    text = text[:i] + sec + text[j + len(end):]
-else:
-    if text and not text.endswith("\n"):
-        text += "\n"
-    text += ("\n" if text else "") + sec + "\n"
-tmp = readme + ".bench.tmp"
-with open(tmp, "w") as f:
-    f.write(text)
-os.replace(tmp, readme)
+replace_readme_section(readme, start, end, sec, readme + ".bench.tmp")
 print("bench-function: wrote %s, function-%s.json and the README section"
       % (os.path.join(results, "function.md"), stamp), file=sys.stderr)
