@@ -6,12 +6,11 @@ and the README section between the bench:function markers.
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reportlib import replace_readme_section  # noqa: E402
+from reportlib import cpu_model, pct, replace_readme_section, version  # noqa: E402
 
 out, results, stamp, readme, n, rounds, warmup, modes = sys.argv[1:]
 modes = modes.split()
@@ -30,11 +29,6 @@ WHAT = {
                       "back to back is bound by the pool's refill (a fork per call)",
     "container": "container tier: create + exec /bin/true + destroy, in-process API",
 }
-
-
-def pct(v, p):
-    rank = min(max(int(-(-p * len(v) // 100)), 1), len(v))
-    return v[rank - 1]
 
 
 def load(label, par):
@@ -59,20 +53,7 @@ def load(label, par):
             "rounds_p50_us": [r["p50_us"] for r in runs]}
 
 
-def version(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=10).stdout.splitlines()[0].strip()
-    except Exception:
-        return "?"
-
-
-cpu = "?"
-with open("/proc/cpuinfo") as f:
-    for line in f:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+cpu = cpu_model()
 machine = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "nproc": os.cpu_count(), "kernel": platform.release(), "cpu": cpu,
            "loadavg": open("/proc/loadavg").read().split()[:3],

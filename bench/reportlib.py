@@ -1,4 +1,4 @@
-"""What the reports of bench/run.sh and bench/run_api.sh share: percentiles
+"""What the reports of bench/run.sh, run_api.sh and run_function.sh share: percentiles
 as the C drivers compute them, the machine's description, and the README
 section each bench rewrites. Their report scripts import it from bench/."""
 import os
