@@ -36,6 +36,27 @@ int wr_netns_new(struct wr_cerr *e)
 	return wr_netns_loopback_up(e);
 }
 
+int wr_netns_allow_ping(struct wr_cerr *e)
+{
+	/* This thread's network namespace decides which sysctl this is; the
+	 * gids are those of its user namespace (mapped by now: the caller's
+	 * invariant), one id-map slot's worth. */
+	static const char range[] = "0 65535";
+	int fd = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : wr_cerr_sys(e, "open ping_group_range");
+	ssize_t w = write(fd, range, sizeof(range) - 1);
+	int saved = errno;
+	close(fd);
+	/* EINVAL: a user namespace mapping fewer ids; the kernel's default
+	 * (no ping sockets, refused unrecorded) stays */
+	if (w != (ssize_t)sizeof(range) - 1 && saved != EINVAL) {
+		errno = saved;
+		return wr_cerr_sys(e, "write ping_group_range");
+	}
+	return 0;
+}
+
 int wr_netns_write_etc(const char *path, const char *data, struct wr_cerr *e)
 {
 	if (mkdir("/etc", 0755) < 0 && errno != EEXIST)

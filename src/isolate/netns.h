@@ -12,6 +12,11 @@ int wr_netns_loopback_up(struct wr_cerr *e);
  * than clone making it in the parent) so that this, the dearest namespace
  * to make, overlaps with the parent's work for the same create. */
 int wr_netns_new(struct wr_cerr *e);
+/* In a sandbox's own network namespace, after its id maps: let every
+ * group of its user namespace (0..65535) have an ICMP ping socket, so the
+ * network filter's sock_create hook decides (and records) instead of the
+ * kernel's default range. No allocation: callable from a clone child. */
+int wr_netns_allow_ping(struct wr_cerr *e);
 
 /* Networked sandboxes (tiers/container.c, isolate/netpool.h). */
 /* Child half, after pivot_root: path (under /etc) in the writable layer,

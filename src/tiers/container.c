@@ -259,6 +259,13 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "become root of the user namespace");
 		child_fail(a->sync, &e);
 	}
+	/* Offline: our own network namespace lets every group of ours have an
+	 * ICMP ping socket, so that the filter's sock_create hook sees it and
+	 * refuses it with an event (the kernel's default range would refuse
+	 * it first, unrecorded). Invariant: after the id maps, because the
+	 * kernel maps the range's gids into our user namespace. */
+	if (!a->join_net && wr_netns_allow_ping(&e) < 0)
+		child_fail(a->sync, &e);
 	/* We joined our cgroups above: the new cgroup namespace is rooted
 	 * there and hides every host cgroup path. */
 	if (unshare(CLONE_NEWCGROUP) < 0) {

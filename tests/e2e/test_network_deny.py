@@ -212,11 +212,19 @@ def test_icmp_and_icmpv6_are_refused_and_logged_in_every_mode(napi):
             ev = napi.get(f"/v1/sandboxes/{sid}/events").json()["events"]
             assert any(e["type"] == "network_refused" and '"sock_create"' in json.dumps(e)
                        for e in ev), ev
-        # mode none: the kernel refuses the ping socket (ping_group_range of
-        # an offline sandbox's own namespace), seccomp the raw one
-        for addr in ("2001:db8::1", "169.254.169.254", "::1"):
-            out = probe(napi, c, "ping", addr, "connect")
-            assert "errno=EACCES" in out and "stage=socket" in out, (addr, out)
+        # mode none: the filter refuses every ping socket (the offline
+        # sandbox's own namespace lets every group have one, so the
+        # sock_create hook decides and records it), seccomp the raw one
+        none = (("2001:db8::1", "connect"), ("169.254.169.254", "connect"),
+                ("169.254.169.254", "sendto"), ("127.0.0.1", "sendto"), ("::1", "connect"))
+        for addr, how in none:
+            out = probe(napi, c, "ping", addr, how)
+            assert "errno=EPERM" in out and "stage=socket" in out, (addr, how, out)
+        rf = refusals(napi, c, len(none))
+        got = [(e["hook"], e["family"], e["protocol"], e["reason"]) for e in rf["recent"]]
+        assert sorted(got) == sorted(
+            [("sock_create", 6, "icmp", "deny_set")] * 2 +
+            [("sock_create", 4, "icmp", "policy")] * 3), rf
         assert "errno=EPERM" in probe(napi, c, "socket", "raw6")
         assert "errno=EPERM" in probe(napi, c, "socket", "raw4")
     finally:

@@ -199,6 +199,7 @@ def test_d_egress_bypass(ctx):
     assert got["icmp-dgram"] == net("icmp-dgram"), got
     assert got["raw-icmp"] == got["raw-ip"] == got["packet"] == net("raw"), got
     net_event(ctx, "sendto")
+    net_event(ctx, "socket")  # the ping socket: the filter's sock_create refusal
     # raw and packet sockets: refused by the seccomp filter, with its event
     # (every tier that runs commands under it: containers and calls)
     ctx.expect_event("seccomp", "socket")

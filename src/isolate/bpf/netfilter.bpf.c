@@ -32,6 +32,7 @@
 #define AF_INET_ 2
 #define AF_INET6_ 10
 #define IPPROTO_ICMPV6_ 58
+#define IPPROTO_ICMP_ 1
 #define IP_MF_ 0x2000
 #define IP_OFFSET_ 0x1fff
 
@@ -505,6 +506,31 @@ int wr_sock_create(struct bpf_sock *sk)
 		if (!(l6->flags & NF_F_FLAT))
 			find_trie(&cgid, 0);
 		refuse_event(cgid, &d6, NF_R_DENYSET);
+		return 0;
+	}
+	if (sk->family == AF_INET_ && sk->protocol == IPPROTO_ICMP_ && sk->type != SOCK_RAW) {
+		/* An ICMP ping socket in mode none (an offline sandbox's own
+		 * namespace lets every group have one, so that it is refused
+		 * here, recorded, instead of by ping_group_range unseen): an
+		 * unconnected send would end at the route lookup (only lo)
+		 * with ENETUNREACH and no event, since ping sockets have no
+		 * sendmsg hook. Networked modes decide per destination. */
+		struct nf_local *lp = bpf_get_local_storage(&local, 0);
+		__u64 cgid = lp->cgid;
+		__u32 mode = lp->mode;
+		if (!(lp->flags & NF_F_FLAT)) {
+			struct dest z = {};
+			void *trie = find_trie(&cgid, 0);
+			struct nf_val *h = trie ? trie_lookup(trie, 4, z.addr) : NULL;
+			mode = h ? h->mode : NF_MODE_NONE;
+		}
+		if (mode != NF_MODE_NONE)
+			return 1;
+		struct dest d4 = {};
+		d4.family = 4;
+		d4.proto = NF_P_ICMP;
+		d4.layer = NF_L_SOCK_CREATE;
+		refuse_event(cgid, &d4, NF_R_POLICY);
 		return 0;
 	}
 	if (sk->type != SOCK_RAW)
