@@ -1,4 +1,4 @@
-# Shell functions shared by bench/run.sh and bench/run_api.sh (sourced).
+# Shell functions shared by bench/run.sh, run_api.sh and run_function.sh (sourced).
 
 # bench_reap_cgroups FIND-TEST...: every cgroup below /sys/fs/cgroup that
 # the find tests select (e.g. -name "x-*"): kill what runs in it, then

@@ -59,18 +59,13 @@ WORK=$(mktemp -d -p /tmp warren-bench-fn.$$.$(printf "X%.0s" 1 2 3 4 5 6))
 chmod 0755 "$WORK"
 CG_BASE=warren-bench-fn-$$
 
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+
 cleanup() {
-	local rc=$? d m
+	local rc=$?
 	trap - EXIT INT TERM HUP
-	find /sys/fs/cgroup -mindepth 2 -type d -name "$CG_BASE" -prune 2>/dev/null |
-		while read -r d; do
-			find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null |
-				while read -r m; do
-					kill -KILL "$m" 2>/dev/null || true
-				done
-			sleep 0.2
-			find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
-		done
+	bench_reap_cgroups -name "$CG_BASE"
 	rm -rf --one-file-system "$WORK"
 	exit "$rc"
 }
