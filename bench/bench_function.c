@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/error.h"
@@ -159,13 +160,34 @@ int main(int argc, char **argv)
 	pthread_t th[64];
 	for (long i = 0; i < b.par; i++)
 		pthread_create(&th[i], NULL, worker, &b);
+	struct rusage ru0, ru1;
+	getrusage(RUSAGE_SELF, &ru0);
 	pthread_barrier_wait(&b.start);
 	uint64_t t0 = wr_now_ns();
 	pthread_barrier_wait(&b.timed);
 	double elapsed = (double)(wr_now_ns() - t0) / 1e9;
 	for (long i = 0; i < b.par; i++)
 		pthread_join(th[i], NULL);
+	getrusage(RUSAGE_SELF, &ru1);
 	wr_function_pool_destroy(&b.pool, NULL);
+	if (getenv("WARREN_FN_PHASES")) {
+		/* Warm-up calls included: per call means, to stderr. */
+		struct wr_fn_phases ph;
+		wr_function_phases(&ph);
+		fprintf(stderr, "phases (us per call, %" PRIu64 " calls, %" PRIu64 " unprepared):",
+			ph.calls, ph.unprepared);
+		for (int i = 0; i < WR_FN_NPHASES && ph.calls; i++)
+			fprintf(stderr, " %s %.0f", wr_function_phase_name(i),
+				(double)ph.ns[i] / 1e3 / (double)ph.calls);
+		/* This process's CPU time (calls and refill thread) over the
+		 * timed calls; warm-up calls ran before ru0. */
+		double host = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec +
+				       ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) *
+				  1e6 +
+			      (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec +
+				       ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
+		fprintf(stderr, " host_cpu_timed %.0f\n", host / (double)b.n);
+	}
 	if (b.failed) {
 		fprintf(stderr, "bench_function: %s: a call failed\n", argv[1]);
 		return 1;

@@ -174,6 +174,13 @@ int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err
 /* Number of processes in it and its descendants (0 = empty). */
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err);
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);
+/* Only what a finished command reports (cgroup_harvest.c): CPU time, peak
+ * memory and, when oom is true, OOM kills; the other fields read 0. Two
+ * files on a leaf instead of wr_cgroup_stats' six or more: the function
+ * tier reads it on the path of every call. A leaf's subtree is itself
+ * (wr_cg_walk_cg); a cgroup with children gets wr_cgroup_stats. */
+int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err);
+int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t *cpu_base, wr_err *err);
 
 /* Kill, wait (bounded, ~2 s) until empty, remove every directory including
  * leaves, free. *cg is NULL afterwards even on failure. */

@@ -27,6 +27,53 @@ int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err)
 	return 0;
 }
 
+static int opt_read(int r)
+{
+	return r == -ENOENT || r == -ENODEV ? 0 : r;
+}
+
+int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err)
+{
+	if (!cg->leaf)
+		return wr_cgroup_stats(cg, st, err);
+	memset(st, 0, sizeof(*st));
+	bool v2 = cg->root->mode == WR_CG_V2;
+	int r = 0;
+	const char *file = "cpu.stat";
+	if (cg->v2_fd >= 0) {
+		uint64_t usec = 0;
+		r = opt_read(wr_cg_read_key(cg->v2_fd, file, "usage_usec", &usec));
+		st->cpu_usage_ns = usec * 1000;
+	} else {
+		int fd = wr_cgroup_ctrl_fd(cg, WR_CG_CPUACCT);
+		file = "cpuacct.usage";
+		if (fd >= 0)
+			r = opt_read(wr_cg_read_u64(fd, file, &st->cpu_usage_ns));
+	}
+	/* v1 (and hybrid: the memory hierarchy is v1), else v2 with memory */
+	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
+	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
+		mfd = cg->v2_fd;
+	if (r == 0 && mfd >= 0) {
+		file = v2 ? "memory.peak" : "memory.max_usage_in_bytes";
+		r = opt_read(wr_cg_read_u64(mfd, file, &st->memory_peak));
+	}
+	if (r == 0 && mfd >= 0 && oom) {
+		/* v1 counts an OOM kill in the victim's own cgroup only, v2's
+		 * memory.events.local likewise; a leaf has no other. */
+		file = v2 ? "memory.events.local" : "memory.oom_control";
+		r = wr_cg_read_key(mfd, file, "oom_kill", &st->oom_kills);
+		if (r == -ENOENT && v2) {
+			file = "memory.events";
+			r = wr_cg_read_key(mfd, file, "oom_kill", &st->oom_kills);
+		}
+		r = opt_read(r);
+	}
+	if (r < 0)
+		return wr_err_set(err, -r, "cgroup %s: read %s: %s", cg->rel, file, strerror(-r));
+	return 0;
+}
+
 int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err *err)
 {
 	bool v2 = cg->root->mode == WR_CG_V2;

@@ -711,6 +711,9 @@ int wr_function_pool_destroy(struct wr_function_pool **pp, wr_err *err)
 		return 0;
 	*pp = NULL;
 	refill_stop(p);
+	uint64_t cpu_ns;
+	if (wr_fn_phases_on() && p->cg && wr_cgroup_cpu_ns(p->cg, &cpu_ns, NULL) == 0)
+		wr_fn_phase_add(WR_FN_PH_POOL_CPU, cpu_ns);
 	pthread_mutex_lock(&p->lock);
 	p->destroyed = true;
 	wr_fn_zygote_stop(p);

@@ -140,4 +140,33 @@ int wr_function_pools_get(struct wr_function_pools *set, const struct wr_functio
 int wr_function_pools_reap(struct wr_function_pools *set, uint64_t idle_ms);
 void wr_function_pools_free(struct wr_function_pools **set);
 
+/* Benchmark instrumentation: where the time of this process's calls goes.
+ * Measured only when WARREN_FN_PHASES is set in the environment at the
+ * first call (otherwise each phase costs one load of a flag). Sums since
+ * the start, ns: the phases of a call's wall time in order (take a slot,
+ * wait for its PREPARED, limits + pipes + CALL sent, until the slot exited,
+ * output drained, exit status, usage read, slot handed back), and the CPU
+ * time the refill threads spent on leaves (made and removed, off the path
+ * of the calls) and the CPU time of destroyed pools' cgroups. */
+enum wr_fn_phase {
+	WR_FN_PH_TAKE,
+	WR_FN_PH_PREPARED,
+	WR_FN_PH_SEND,
+	WR_FN_PH_RUN,
+	WR_FN_PH_DRAIN,
+	WR_FN_PH_STATUS,
+	WR_FN_PH_STATS,
+	WR_FN_PH_DONE,
+	WR_FN_PH_REFILL_CPU,
+	WR_FN_PH_POOL_CPU, /* the pools' cgroups: zygotes, slots, calls (at destroy) */
+	WR_FN_NPHASES
+};
+struct wr_fn_phases {
+	uint64_t calls;
+	uint64_t unprepared; /* calls that took a slot still preparing */
+	uint64_t ns[WR_FN_NPHASES];
+};
+void wr_function_phases(struct wr_fn_phases *out);
+const char *wr_function_phase_name(enum wr_fn_phase ph);
+
 #endif

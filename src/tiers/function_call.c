@@ -36,6 +36,62 @@
 #define MAX_TIMEOUT_MS (3600ull * 1000)
 #define MAX_PAYLOAD (64ull << 20)
 
+/* ---- phase accounting (bench instrumentation) ---------------------------- */
+
+static pthread_once_t phases_once = PTHREAD_ONCE_INIT;
+static bool phases_enabled;
+static uint64_t phase_ns[WR_FN_NPHASES], phase_calls, phase_unprepared;
+
+static void phases_init(void)
+{
+	const char *v = getenv("WARREN_FN_PHASES");
+	phases_enabled = v != NULL && *v != 0 && strcmp(v, "0") != 0;
+}
+
+bool wr_fn_phases_on(void)
+{
+	pthread_once(&phases_once, phases_init);
+	return phases_enabled;
+}
+
+void wr_fn_phase_add(enum wr_fn_phase ph, uint64_t ns)
+{
+	__atomic_add_fetch(&phase_ns[ph], ns, __ATOMIC_RELAXED);
+}
+
+void wr_fn_phase_count(bool unprepared)
+{
+	__atomic_add_fetch(&phase_calls, 1, __ATOMIC_RELAXED);
+	if (unprepared)
+		__atomic_add_fetch(&phase_unprepared, 1, __ATOMIC_RELAXED);
+}
+
+void wr_function_phases(struct wr_fn_phases *out)
+{
+	out->calls = __atomic_load_n(&phase_calls, __ATOMIC_RELAXED);
+	out->unprepared = __atomic_load_n(&phase_unprepared, __ATOMIC_RELAXED);
+	for (int i = 0; i < WR_FN_NPHASES; i++)
+		out->ns[i] = __atomic_load_n(&phase_ns[i], __ATOMIC_RELAXED);
+}
+
+const char *wr_function_phase_name(enum wr_fn_phase ph)
+{
+	static const char *const names[WR_FN_NPHASES] = {"take",       "prepared", "send",  "run",
+							 "drain",      "status",   "stats", "done",
+							 "refill_cpu", "pool_cpu"};
+	return (unsigned)ph < WR_FN_NPHASES ? names[ph] : "?";
+}
+
+/* One phase of the call ends now (when measured). */
+#define PHASE(ph)                                                                                  \
+	do {                                                                                       \
+		if (phases) {                                                                      \
+			uint64_t n_ = wr_now_ns();                                                 \
+			wr_fn_phase_add(ph, n_ - ph_t);                                            \
+			ph_t = n_;                                                                 \
+		}                                                                                  \
+	} while (0)
+
 void wr_call_result_free(struct wr_call_result *r)
 {
 	free(r->out);
@@ -294,6 +350,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 				    "argv, env, files and code exceed 64 MiB together");
 	}
 	uint64_t t0 = wr_now_ns();
+	bool phases = wr_fn_phases_on(), unprepared = false;
+	uint64_t ph_t = t0;
 	struct fn_slot *slot = NULL;
 	int r = -1;
 	_cleanup_close_ int in_fd = -1, out_w = -1, err_w = -1, pay_fd = -1;
@@ -304,11 +362,11 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		return r;
 	}
 	unsigned gen = slot->gen;
-	/* Usually prepared already; the call cannot start earlier anyway. */
-	if (wr_fn_slot_await_prepared(slot, t0 + s.timeout_ms * 1000000ull) < 0) {
-		r = wr_err_set(err, EIO, "call slot: the process to run the call is gone");
-		goto out;
-	}
+	PHASE(WR_FN_PH_TAKE);
+	unprepared = !slot->prepared;
+	/* The call's weight before any wait for the slot's preparation: what
+	 * is left of it is on the call's path now, and at the preparation's
+	 * weight it would wait behind every runnable task of the host. */
 	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
 	if (slot->low) {
@@ -316,6 +374,12 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		wr_cgroup_set_limits(slot->leaf, &lim, NULL); /* set at make: it works */
 		lim.cpu_weight = WR_CG_UNSET;
 	}
+	/* Usually prepared already; the call cannot start earlier anyway. */
+	if (wr_fn_slot_await_prepared(slot, t0 + s.timeout_ms * 1000000ull) < 0) {
+		r = wr_err_set(err, EIO, "call slot: the process to run the call is gone");
+		goto out;
+	}
+	PHASE(WR_FN_PH_PREPARED);
 	if (s.memory_bytes != slot->mem || s.pids != slot->pids) {
 		if (s.memory_bytes != slot->mem)
 			lim.memory_bytes = s.memory_bytes;
@@ -393,6 +457,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		goto out;
 	}
 	started = true;
+	PHASE(WR_FN_PH_SEND);
 	close(steal_fd(&out_w));
 	close(steal_fd(&err_w));
 	close(steal_fd(&in_fd));
@@ -424,9 +489,9 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			wr_pidfd_send_signal(slot->pidfd, SIGKILL, NULL, 0);
 		}
 		if (!exited && !timed_out && !cpu_out && now >= next_cpu_check) {
-			struct wr_cgroup_stats st;
-			if (wr_cgroup_stats(slot->leaf, &st, NULL) == 0 &&
-			    st.cpu_usage_ns > cpu_limit_ns) {
+			uint64_t cpu_ns;
+			if (wr_cgroup_cpu_ns(slot->leaf, &cpu_ns, NULL) == 0 &&
+			    cpu_ns > cpu_limit_ns) {
 				cpu_out = true;
 				wr_cgroup_kill(slot->leaf, NULL);
 				wr_pidfd_send_signal(slot->pidfd, SIGKILL, NULL, 0);
@@ -467,6 +532,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		if (!exited && (pf[0].revents & POLLIN)) {
 			exited = true;
 			drain_until = wr_now_ns() + 200000000ull;
+			PHASE(WR_FN_PH_RUN);
 		}
 	}
 	bool killed = false;
@@ -482,6 +548,7 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	if (se.fd >= 0)
 		pump(&se);
 	res->duration_ns = wr_now_ns() - t0;
+	PHASE(WR_FN_PH_DRAIN);
 	/* A set-up failure message the slot sent just before exiting. */
 	for (int i = 0; sock_open && i < 4; i++) {
 		struct wr_fnp_error m;
@@ -519,10 +586,14 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		r = wr_err_set(err, EIO, "no exit status for the call");
 		goto out;
 	}
+	PHASE(WR_FN_PH_STATUS);
+	/* Usage from the leaf; its OOM count only matters for a SIGKILL. */
 	struct wr_cgroup_stats cst = {0};
-	wr_cgroup_stats(slot->leaf, &cst, NULL);
+	wr_cgroup_stats_call(slot->leaf, WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, &cst,
+			     NULL);
 	res->cpu_ns = cst.cpu_usage_ns;
 	res->memory_peak = cst.memory_peak;
+	PHASE(WR_FN_PH_STATS);
 	if (WIFEXITED(status)) {
 		res->reason = WR_EXIT_EXITED;
 		res->exit_code = WEXITSTATUS(status);
@@ -583,6 +654,10 @@ out:
 	else
 		wr_fn_slot_free(slot, true);
 	wr_fn_call_done(p);
+	if (phases && r == 0) {
+		PHASE(WR_FN_PH_DONE);
+		wr_fn_phase_count(unprepared);
+	}
 	if (r < 0)
 		wr_err_wrap(err, "call");
 	return r;

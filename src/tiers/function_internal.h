@@ -115,6 +115,12 @@ void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s);
 bool wr_fn_zygote_died(struct wr_function_pool *p, unsigned gen);
 void wr_fn_call_done(struct wr_function_pool *p);
 
+/* Phase accounting (wr_function_phases): wr_fn_phases_on() is false unless
+ * WARREN_FN_PHASES was set at the first call. */
+bool wr_fn_phases_on(void);
+void wr_fn_phase_add(enum wr_fn_phase ph, uint64_t ns);
+void wr_fn_phase_count(bool unprepared);
+
 /* Messages with fds (SOCK_SEQPACKET). */
 int wr_fn_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
 ssize_t wr_fn_recv(int sock, void *buf, size_t len, int *fds, int *nfds, int max, int flags);

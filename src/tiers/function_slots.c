@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -384,6 +385,8 @@ void *wr_fn_refill_main(void *arg)
 		}
 		struct fn_slot *dead = steal_ptr(&p->retired);
 		pthread_mutex_unlock(&p->lock);
+		struct timespec c0;
+		bool phases = wr_fn_phases_on() && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0) == 0;
 		/* Leaves of finished calls and of the next slots, while calls run
 		 * and without the lock (a call that takes a slot never waits for
 		 * a mkdir or rmdir). */
@@ -416,6 +419,11 @@ void *wr_fn_refill_main(void *arg)
 		bool wait_ctl = ctl >= 0 && p->broken_gen != p->gen && p->npending > 0;
 		pthread_mutex_unlock(&p->lock);
 		wr_fn_slots_drop(&made); /* not needed after all */
+		struct timespec c1;
+		if (phases && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1) == 0)
+			wr_fn_phase_add(WR_FN_PH_REFILL_CPU,
+					(uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000ll +
+						   (c1.tv_nsec - c0.tv_nsec)));
 		struct pollfd pf[2] = {{.fd = p->wake, .events = POLLIN},
 				       {.fd = wait_ctl ? ctl : -1, .events = POLLIN}};
 		if (poll(pf, 2, wait_ctl ? 1000 : -1) > 0 && (pf[0].revents & POLLIN)) {
