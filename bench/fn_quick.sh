@@ -8,8 +8,8 @@
 #   bench/fn_quick.sh BUILD_DIR [MODE...]    (default: bare bare-img fn-true)
 #
 # Modes as in bench/run_function.sh: bare bare-img fn-true python-c py-fork
-# fn-python, and base-true: fn-true with another build's bench_function and
-# zygote (FN_QUICK_BASE=DIR, e.g. a copy of main's build), for a paired
+# fn-python, and true@DIR: fn-true with the bench_function and zygote of
+# another build DIR (e.g. a copy of main's build), for a paired
 # before/after in one run. Environment: FN_QUICK_N (default 100),
 # FN_QUICK_ROUNDS (5), FN_QUICK_PAR (1); WARREN_FN_PHASES=1: each fn-true
 # run prints where its calls' time went. Removes what it made on exit.
@@ -54,8 +54,8 @@ for r in $(seq 1 "$ROUNDS"); do
 		bare-img) cmd=("$BUILD/bench/bench_spawn" bare-img "$N" "$PAR" "$ROOTFS") ;;
 		python-c) cmd=("$BUILD/bench/bench_spawn" cmd "$N" "$PAR" - -- "$PY" -c 'print(sum(range(1000)))') ;;
 		fn-true) cmd=("$BUILD/bench/bench_function" true "$N" "$PAR" "$EROFS") ;;
-		base-true)
-			B=${FN_QUICK_BASE:?base-true needs FN_QUICK_BASE}
+		true@*)
+			B=${m#true@}
 			cmd=(env WARREN_ZYGOTE="$B/warren-zygote" WARREN_INIT="$B/warren-init"
 				"$B/bench/bench_function" true "$N" "$PAR" "$EROFS")
 			;;
