@@ -88,10 +88,10 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 		if (strcmp(sb->ops->name, "container") == 0)
 			return wr_err_field(
 			    err, "keep_memory",
-			    "keep_memory: false is not offered for containers yet: "
-			    "CRIU works on this node, but a container sandbox's "
-			    "masked paths (tmpfs binds) and its commands' nested "
-			    "cgroup namespaces are not dumpable as they are made; a "
+			    "keep_memory: false is not offered for containers: CRIU "
+			    "works on this node, but it cannot dump a command under "
+			    "its Landlock domain (its parasite's abstract socket is "
+			    "refused) nor give a restored process that domain back; a "
 			    "paused container keeps its memory");
 		return wr_err_field(err, "keep_memory",
 				    "keep_memory: false (memory to disk) is not offered by the %s "

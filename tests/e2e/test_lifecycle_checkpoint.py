@@ -31,7 +31,7 @@ def test_health_reports_the_configured_criu(api):
     assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
     msg = r.json()["error"]["message"]
     if ck["available"]:
-        assert "CRIU works on this node" in msg, msg
+        assert "CRIU works on this node" in msg and "Landlock" in msg, msg
     else:
         assert ck["reason"] in msg, msg
     assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
