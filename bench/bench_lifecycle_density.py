@@ -32,9 +32,19 @@ the kernel has ever handed out at once (the table never shrinks), and every
 superblock registers a shrinker: so what an empty memory cgroup costs here
 is the floor of what a sandbox can cost on this node until a reboot.
 
-Superblocks per sandbox: the distinct devices in PID 1's mountinfo, those
-no other sandbox and not the host show counted as its own, read on idle
-sandboxes and again after each ran one command. Writes the
+Every snapshot waits first until the kernel has freed what removed memory
+cgroups held (settle(): seconds after an rmdir), else the baseline's or the
+previous phase's frees land in the sandboxes' window and their cost comes
+out low (by ~280 KiB per sandbox in a run of 800 after 200 empty memory
+cgroups). Memory cgroups per sandbox: the delta of /proc/cgroups, dying
+ones included.
+
+Superblocks per sandbox: the distinct devices in PID 1's mountinfo and
+under PID 1's open files (a superblock mounted nowhere in the sandbox shows
+only there), those no other sandbox and not the host show counted as its
+own, read on idle sandboxes and again after each ran one command; plus the
+IPC namespace's mqueue, which nothing shows. With them, a projection to
+10,000 sandboxes on a freshly booted node (projection()). Writes the
 "density" section of bench/results/lifecycle.md and
 lifecycle-density-<UTC time>.json.
 """
@@ -70,6 +80,33 @@ def slab_active():
     return sum(a * sz for a, sz in si.values()), si.get("kmalloc-1k", (0, 0))[0]
 
 
+def memcgs():
+    """Memory cgroups of the node, dying ones included (/proc/cgroups)."""
+    for line in Path("/proc/cgroups").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[0] == "memory":
+            return int(f[2])
+    return 0
+
+
+def settle(limit_s=90):
+    """Wait until the kernel has freed what removed memory cgroups held:
+    a memory cgroup's shrinker_info units (and the rest of it) go after an
+    RCU grace period and a worker, seconds after its rmdir, so a snapshot
+    taken at once counts them as still there and the next delta comes out
+    low by the removed ones. Returns the seconds waited (the limit if
+    kmalloc-1k in use was still falling)."""
+    t0 = time.time()
+    last = slab_active()[1]
+    while time.time() - t0 < limit_s:
+        time.sleep(3)
+        cur = slab_active()[1]
+        if cur > last - 64:
+            return round(time.time() - t0, 1)
+        last = cur
+    return limit_s
+
+
 def memcg_baseline(k):
     """Per empty memory cgroup: deltas of kernel objects in use, kmalloc-1k
     objects, Percpu and MemAvailable, over k made beneath our own memory
@@ -88,11 +125,15 @@ def memcg_baseline(k):
             made.append(top / f"m{i}")
         b_bytes, b_1k = slab_active()
         b = meminfo()
+        nb = memcgs()
     finally:
         for m in made:
             m.rmdir()
         top.rmdir()
-    return {"n": k, "slab_active": round((b_bytes - a_bytes) / k),
+    # their frees must not land in the sandboxes' window
+    waited = settle()
+    return {"n": k, "settle_s": waited, "memcgs_after": nb,
+            "slab_active": round((b_bytes - a_bytes) / k),
             "kmalloc_1k": round((b_1k - a_1k) / k, 1),
             "Percpu": round((b["Percpu"] - a["Percpu"]) / k),
             "MemAvailable": round((a["MemAvailable"] - b["MemAvailable"]) / k)}
@@ -109,12 +150,26 @@ def init_pid(d, sid):
 
 
 def superblocks(pairs):
-    """Per sandbox: (all, own) distinct devices in PID 1's mountinfo."""
+    """Per sandbox: (all, own) distinct devices in PID 1's mountinfo and
+    under PID 1's open files (which show a superblock mounted nowhere, as
+    the writable layer's tmpfs was before /dev moved into it: PID 1 keeps
+    its upper directory open; "unmounted" then)."""
     sets = []
     for d, sid in pairs:
         pid = init_pid(d, sid)
         lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
-        sets.append({(line.split()[2], line.split(" - ")[1].split()[0]) for line in lines})
+        st = {(line.split()[2], line.split(" - ")[1].split()[0]) for line in lines}
+        seen = {dev for dev, _ in st}
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                dv = os.stat(f"/proc/{pid}/fd/{fd}").st_dev
+            except OSError:
+                continue
+            dev = f"{os.major(dv)}:{os.minor(dv)}"
+            if dev not in seen:
+                st.add((dev, "unmounted"))
+                seen.add(dev)
+        sets.append(st)
     host = {line.split()[2] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
     out = []
     for i, st in enumerate(sets):
@@ -140,25 +195,36 @@ def snapshot(ds):
             "PageTables": mi.get("PageTables", 0), "Percpu": mi.get("Percpu", 0),
             "cgroup": sum(cg_usage(d) for d in ds),
             "slab_active": slab_active()[0], "kmalloc_1k": slab_active()[1],
+            "memcgs": memcgs(),
             "caches": {k: a * sz for k, (a, sz) in slabinfo().items()},
             "warrend_rss": sum(rss(d.proc.pid) for d in ds),
             "nprocs": len(os.listdir("/proc")),
             "warrend_fds": sum(len(os.listdir(f"/proc/{d.proc.pid}/fd")) for d in ds)}
 
 
-def execs(pairs, n):
-    """n execs of `true`, each on a random (daemon, sandbox) of pairs."""
+def execs(pairs, n, k=100):
+    """Execs of `true` on idle sandboxes: first the first command of each
+    of k random ones of pairs (it also mounts the sandbox's devpts), then,
+    once the sampler has marked them idle again, n more, each on a random
+    one of the k. Split so that the node with 20 sandboxes (whose first
+    commands are a few of n) and the full one (where nearly every random
+    pick would be a first command) compare like with like. Returns
+    (first commands, later commands)."""
     apis = {}
     rng = random.Random(42)
-    out = []
-    for _ in range(n):
-        d, sid = rng.choice(pairs)
+
+    def one(d, sid):
         api = apis.setdefault(id(d), d.api())
         t0 = time.perf_counter()
         r = api.call("POST", f"/v1/sandboxes/{sid}/commands", {"cmd": ["true"]})
-        out.append((time.perf_counter() - t0) * 1000)
         assert r["exit_code"] == 0, r
-    return summary(out)
+        return (time.perf_counter() - t0) * 1000
+
+    sample = rng.sample(pairs, min(k, len(pairs)))
+    first = [one(d, sid) for d, sid in sample]
+    time.sleep(6)  # idle again (idle_after_s 3, sampled every second)
+    later = [one(*rng.choice(sample)) for _ in range(n)]
+    return summary(first), summary(later)
 
 
 def create_many(ds, n, per, floor, max_s, clients):
@@ -272,7 +338,7 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
         time.sleep(5)  # the sampler marks them idle
         if nexec:
             res["load"]["baseline"] = uptime()
-            res["exec_baseline"] = execs(base, nexec)
+            res["exec_baseline_first"], res["exec_baseline"] = execs(base, nexec)
         time.sleep(4)
         res["load"]["memcg_baseline"] = uptime()
         res["memcg_baseline"] = memcg_baseline(nmemcg)
@@ -292,7 +358,8 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
                                     else round((after[key] - before[key]) / k)
                                     for key in before
                                     if key not in ("nprocs", "warrend_fds", "kmalloc_1k",
-                                                   "caches")}
+                                                   "caches", "memcgs")}
+        res["memcgs_per_sandbox"] = round((after["memcgs"] - before["memcgs"]) / k, 2)
         bc, ac = before.pop("caches"), after.pop("caches")
         top = sorted(((ac.get(c, 0) - bc.get(c, 0)) / k, c) for c in set(ac) | set(bc))
         res["top_caches_per_sandbox"] = [(c, round(v)) for v, c in reversed(top[-12:])]
@@ -302,7 +369,8 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
                                                 before["warrend_fds"]) / k, 2)
         res["host_procs_per_sandbox"] = round((after["nprocs"] - before["nprocs"]) / k, 2)
         # superblocks of 3 idle sandboxes that never ran a command, and of
-        # the same after one command each
+        # the same after one command each (the execs below pick at random:
+        # these may be among them, after this command)
         sample = pairs[:3]
         res["superblocks_idle"] = superblocks(sample)
         for d, sid in sample:
@@ -320,7 +388,8 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
             res["sample_seconds"] += [line.split()[-1] for line in m.splitlines()
                                       if line.startswith("warren_harvest_sample_seconds ")]
         if nexec:
-            res["exec_full"] = execs(pairs + base, nexec)
+            # pairs[3:]: sandboxes that never ran a command
+            res["exec_full_first"], res["exec_full"] = execs(pairs[3:], nexec)
             res["load"]["after_execs"] = uptime()
         res["delete_s"] = round(delete_all(pairs + base, clients), 1)
         pairs = base = []
@@ -329,6 +398,8 @@ def phase(build, n, nexec, floor, max_s, clients, nmemcg, label):
             delete_all(pairs + base, clients)
         for d in ds:
             d.close()
+    # the next phase's snapshots must not see these memory cgroups go
+    res["settle_after_delete_s"] = settle()
     res["after_cleanup"] = {"MemAvailable": meminfo()["MemAvailable"]}
     return res
 
@@ -354,6 +425,34 @@ def main():
                            0, floor, max_s, clients, nmemcg, "old")
     out["new"] = phase(build, n, nexec, floor, max_s, clients, nmemcg, "new")
     write(out)
+
+
+IDS_NODE = 1000  # shrinker ids of the node's own superblocks (assumed)
+
+
+def projection(p, n):
+    """KiB per sandbox at n sandboxes on a freshly booted node: each memory
+    cgroup holds one 1 KiB slot (a 520-byte shrinker_info unit in
+    kmalloc-1k) per 64 shrinker ids in use, and each superblock takes one
+    id; plus what a sandbox costs beyond its memory cgroups (measured here:
+    per sandbox minus per empty memory cgroup, both over the same table,
+    which that difference does not depend on). Returns (s idle, s after a
+    command, rest KiB by MemAvailable, rest KiB by kernel objects,
+    (idle, after a command) KiB by each)."""
+    # + 1: the IPC namespace's mqueue, which no mount table shows
+    s_idle = max(len(r["own"]) for r in p["superblocks_idle"]) + 1
+    s_cmd = max(len(r["own"]) for r in p["superblocks_after_exec"]) + 1
+    m = p["memcgs_per_sandbox"]
+    mb, ps = p["memcg_baseline"], p["per_sandbox_bytes"]
+    rest_avail = (ps["MemAvailable"] - m * mb["MemAvailable"]) / 1024
+    rest_obj = (ps["slab_active"] + ps["KernelStack"] + ps["PageTables"] + ps["Percpu"] -
+                m * (mb["slab_active"] + mb["Percpu"])) / 1024
+
+    def table(s):
+        return m * -(-(n * s + IDS_NODE) // 64)
+
+    return s_idle, s_cmd, rest_avail, rest_obj, [
+        (table(s_idle) + r, table(s_cmd) + r) for r in (rest_avail, rest_obj)]
 
 
 def sb_text(rows):
@@ -385,6 +484,8 @@ def write(out):
         cells = " | ".join(f"{p['per_sandbox_bytes'][key] / kib:.0f} KiB" for p in phases)
         mb = phases[-1]["memcg_baseline"].get(key)
         rows.append(f"| {what} | {cells} | {'' if mb is None else f'{mb / kib:.0f} KiB'} |")
+    cells = " | ".join(f"{p['memcgs_per_sandbox']}" for p in phases)
+    rows.append(f"| memory cgroups (/proc/cgroups, dying ones included) | {cells} | 1 |")
     cells = " | ".join(f"{p['kmalloc_1k_per_sandbox']}" for p in phases)
     rows.append(f"| kmalloc-1k objects (shrinker_info units among them) | {cells} | "
                 f"{phases[-1]['memcg_baseline']['kmalloc_1k']} |")
@@ -403,6 +504,7 @@ def write(out):
         f"{p['warrend_fds_per_sandbox']} daemon fds and {p['host_procs_per_sandbox']} "
         f"host processes per sandbox." for p in phases)
     b, f = res["exec_baseline"], res["exec_full"]
+    b1, f1 = res["exec_baseline_first"], res["exec_full_first"]
     text = f"""## Density: idle container sandboxes
 
 Run {stamp}, `bench/bench_lifecycle_density.py`, kernel {out['kernel']}, each sandbox
@@ -424,21 +526,50 @@ size; kmalloc-1k holds the shrinker_info units):
 
 {tops}
 
-Superblocks of a sandbox's own (distinct devices in PID 1's mountinfo that
-no other sandbox and not the host show; not listed there: the writable
-layer's tmpfs, and the mqueue instance the kernel makes with every IPC
-namespace: +2 each):
+Superblocks of a sandbox's own (distinct devices in PID 1's mountinfo and
+open files that no other sandbox and not the host show; "unmounted": a
+superblock no mount of the sandbox shows, the writable layer's tmpfs
+before /dev moved into it; not listed: the mqueue instance the kernel
+makes with every IPC namespace, +1 each):
 
 | build | idle, never ran a command | after one command |
 |---|---|---|
 {sbrows}
 
-Exec `true` on a random idle sandbox (new build, n={b['n']} each):
+Exec `true` on a random idle sandbox (new build): first the first command
+of each of up to 100 random idle sandboxes that never ran one (it also
+mounts their devpts), then, once they are marked idle again, n={b['n']} on
+a random one of them:
 
-| node | p50 ms | p99 ms | mean ms | load (uptime) |
-|---|---:|---:|---:|---|
-| 20 sandboxes | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | {b['mean_ms']:.2f} | {load(res['load']['baseline'])} |
-| {res['created']} sandboxes | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['mean_ms']:.2f} | {load(res['load']['full'])} |
+| node | command | n | p50 ms | p99 ms | mean ms | load (uptime) |
+|---|---|---:|---:|---:|---:|---|
+| 20 sandboxes | first | {b1['n']} | {b1['p50_ms']:.2f} | {b1['p99_ms']:.2f} | {b1['mean_ms']:.2f} | {load(res['load']['baseline'])} |
+| 20 sandboxes | later | {b['n']} | {b['p50_ms']:.2f} | {b['p99_ms']:.2f} | {b['mean_ms']:.2f} | {load(res['load']['baseline'])} |
+| {res['created']} sandboxes | first | {f1['n']} | {f1['p50_ms']:.2f} | {f1['p99_ms']:.2f} | {f1['mean_ms']:.2f} | {load(res['load']['full'])} |
+| {res['created']} sandboxes | later | {f['n']} | {f['p50_ms']:.2f} | {f['p99_ms']:.2f} | {f['mean_ms']:.2f} | {load(res['load']['after_execs'])} |
+"""
+    base = res["memcg_baseline"]
+    prow = []
+    for p in phases:
+        si, sc, ra, ro, est = projection(p, 10000)
+        prow.append(f"| {p['label']} | {si} / {sc} | {ra:.0f} / {ro:.0f} | "
+                    f"{est[0][0] / kib:.2f} / {est[0][1] / kib:.2f} | "
+                    f"{est[1][0] / kib:.2f} / {est[1][1] / kib:.2f} |")
+    text += f"""
+Projection to 10,000 sandboxes on a freshly booted node (not measured: this
+node's shrinker table is sized by its largest run so far, and never
+shrinks: an empty memory cgroup costs {base['kmalloc_1k']} kmalloc-1k
+objects here, ids up to ~{base['kmalloc_1k'] * 64:.0f}). Each memory cgroup
+holds one 1 KiB slot per 64 shrinker ids, every superblock takes one, so
+at 10,000 sandboxes each superblock a sandbox has costs ~156 KiB per memory
+cgroup; s counts the mqueue, {IDS_NODE} ids assumed for the node's own
+superblocks; the rest is what a sandbox costs beyond its memory cgroups
+(per sandbox minus per empty memory cgroup, by MemAvailable and by kernel
+objects + stacks + page tables + per-CPU):
+
+| build | s idle / after a command | rest KiB | MiB per sandbox (rest by MemAvailable): idle / after a command | same, rest by kernel objects |
+|---|---|---:|---:|---:|
+{chr(10).join(prow)}
 """
     write_section("density", text)
     print(text)

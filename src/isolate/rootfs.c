@@ -72,19 +72,6 @@ static int ensure_dir(int dfd, const char *name, mode_t mode, struct wr_cerr *e)
 	return 0;
 }
 
-/* A detached tmpfs with a hard size and inode count. Size options are
- * written with snprintf into stack buffers: no allocation in the child. */
-static int tmpfs_new(const char *source, uint64_t size, uint64_t inodes, const char *mode,
-		     unsigned int attrs, struct wr_cerr *e)
-{
-	char sz[48], ino[48], md[24];
-	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)size);
-	snprintf(ino, sizeof(ino), "nr_inodes=%llu", (unsigned long long)inodes);
-	snprintf(md, sizeof(md), "mode=%s", mode);
-	const char *opts[] = {sz, ino, md, NULL};
-	return wr_mount_new("tmpfs", source, opts, attrs, e);
-}
-
 static int bind_dev(int devfd, const char *name, struct wr_cerr *e)
 {
 	char host[64];
@@ -101,27 +88,34 @@ static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urand
 
 /* Every superblock costs the kernel memory in every memory cgroup of the
  * node (a memcg-aware shrinker each: docs/ARCHITECTURE.md, "Mount table of
- * a container sandbox"), so /dev, /dev/shm and the masks share one tmpfs:
+ * a container sandbox"), so /dev, /dev/shm and the masks have none of
+ * their own: they are directories of devfs/ in the writable layer's tmpfs
+ * (storage, beside upper/ and work/):
  *
- *   dev/    -> /dev, read-only: the mount points of the device binds, pts/,
- *              shm/ and the symlinks
- *   shm/    -> /dev/shm, writable (1777): the only part that takes space,
- *              so the tmpfs's size is /dev/shm's
- *   mask/   -> an empty directory, cloned read-only over masked directories
- *   maskf      an empty file, cloned read-only over masked files
+ *   devfs/dev/    -> /dev, read-only: the mount points of the device binds,
+ *                    pts/, shm/ and the symlinks
+ *   devfs/shm/    -> /dev/shm, writable (1777): its files count against
+ *                    the disk quota (size= and nr_inodes= of the tmpfs)
+ *   devfs/mask/   -> an empty directory, cloned read-only over masked
+ *                    directories
+ *   devfs/maskf      an empty file, cloned read-only over masked files
  *
- * The sandbox reaches mask/ and maskf only through read-only mounts (a
- * hard link or rename from /dev/shm would cross mounts: EXDEV), so a
- * mask stays empty. Returns a read-only detached clone of the tmpfs's root
- * (the masks' source) in *masks. */
-static int setup_dev(int rootfd, uint64_t shm_bytes, int *masks, struct wr_cerr *e)
+ * The sandbox reaches devfs/ only through these mounts (the tmpfs's root
+ * is never attached, and overlay shows upper/ only), mask/ and maskf only
+ * through read-only ones (a hard link or rename from /dev/shm would cross
+ * mounts: EXDEV), so a mask stays empty. Every clone gets nosuid, noexec
+ * and nodev (the tmpfs's own mount, which backs the overlay, has nodev
+ * only).
+ * Returns a read-only detached clone of devfs/ (the masks' source) in
+ * *masks. */
+static int setup_dev(int rootfd, int storage, int *masks, struct wr_cerr *e)
 {
-	if (ensure_dir(rootfd, "dev", 0755, e) < 0)
+	const uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NODEV;
+	if (ensure_dir(rootfd, "dev", 0755, e) < 0 || ensure_dir(storage, "devfs", 0755, e) < 0)
 		return -1;
-	_cleanup_close_ int t = tmpfs_new("tmpfs", shm_bytes, 4096 + 32, "0755",
-					  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
+	_cleanup_close_ int t = openat(storage, "devfs", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (t < 0)
-		return -1;
+		return wr_cerr_sys(e, "open devfs");
 	if (ensure_dir(t, "dev", 0755, e) < 0 || ensure_dir(t, "shm", 01777, e) < 0 ||
 	    ensure_dir(t, "mask", 0555, e) < 0)
 		return -1;
@@ -154,8 +148,11 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, int *masks, struct wr_cerr 
 		if (symlinkat(links[i][0], dev, links[i][1]) < 0)
 			return wr_cerr_sys(e, "symlink /dev/%s", links[i][1]);
 
+	/* nodev on /dev itself: the device binds on it are mounts of their
+	 * own, with their own flags. */
 	_cleanup_close_ int dm = wr_mount_clone(t, "dev", false, e);
-	if (dm < 0 || wr_mount_attach(dm, rootfd, "dev", e) < 0)
+	if (dm < 0 || wr_mount_setattr(dm, attrs, 0, -1, false, e) < 0 ||
+	    wr_mount_attach(dm, rootfd, "dev", e) < 0)
 		return -1;
 	_cleanup_close_ int devfd =
 	    openat(rootfd, "dev", O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -165,7 +162,7 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, int *masks, struct wr_cerr 
 		if (bind_dev(devfd, dev_nodes[i], e) < 0)
 			return -1;
 	_cleanup_close_ int shm = wr_mount_clone(t, "shm", false, e);
-	if (shm < 0 || wr_mount_setattr(shm, MOUNT_ATTR_NODEV, 0, -1, false, e) < 0 ||
+	if (shm < 0 || wr_mount_setattr(shm, attrs, 0, -1, false, e) < 0 ||
 	    wr_mount_attach(shm, devfd, "shm", e) < 0)
 		return -1;
 	/* Seal /dev (this mount only: /dev/shm stays writable): nothing can
@@ -173,14 +170,13 @@ static int setup_dev(int rootfd, uint64_t shm_bytes, int *masks, struct wr_cerr 
 	if (wr_mount_setattr(devfd, MOUNT_ATTR_RDONLY, 0, -1, false, e) < 0)
 		return -1;
 	_cleanup_close_ int ro = wr_mount_clone(t, "", false, e);
-	if (ro < 0 ||
-	    wr_mount_setattr(ro, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV, 0, -1, false, e) < 0)
+	if (ro < 0 || wr_mount_setattr(ro, MOUNT_ATTR_RDONLY | attrs, 0, -1, false, e) < 0)
 		return -1;
 	*masks = steal_fd(&ro);
 	return 0;
 }
 
-/* masks: the read-only clone of the /dev tmpfs (setup_dev). */
+/* masks: the read-only clone of devfs/ (setup_dev). */
 static int mask_paths(int rootfd, int masks, struct wr_cerr *e)
 {
 	for (size_t i = 0; wr_rootfs_masked_paths[i]; i++) {
@@ -339,7 +335,7 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	if (sys < 0 || wr_mount_attach(sys, rootfd, "sys", e) < 0)
 		return -1;
 	_cleanup_close_ int masks = -1;
-	if (setup_dev(rootfd, s->shm_bytes, &masks, e) < 0)
+	if (setup_dev(rootfd, storage, &masks, e) < 0)
 		return -1;
 	/* Invariant: masks go on after /proc, /sys and /dev exist. */
 	if (mask_paths(rootfd, masks, e) < 0)

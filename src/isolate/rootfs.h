@@ -11,8 +11,9 @@
  *                first; tmpfs upper
  *                with a hard size and inode limit), /proc with masked and
  *                read-only paths, a given read-only /sys, a minimal /dev and
- *                a size-limited /dev/shm (one tmpfs, which also serves the
- *                masks), then pivot_root.
+ *                /dev/shm (directories of the upper's tmpfs, which also
+ *                serve the masks: no superblock of their own), then
+ *                pivot_root.
  *   later        wr_rootfs_devpts(): the sandbox's devpts, before its first
  *                command (tiers/container_mounts.c).
  * The mount table and why each superblock exists: docs/ARCHITECTURE.md.
@@ -36,9 +37,8 @@ struct wr_rootfs_spec {
 	/* O_PATH fd of an empty directory used as the mount target, opened in
 	 * the child's own mount namespace (see container.c for why early). */
 	int mountpoint_fd;
-	uint64_t disk_bytes;  /* tmpfs upper size= */
+	uint64_t disk_bytes;  /* tmpfs upper size= (/dev/shm included) */
 	uint64_t disk_inodes; /* tmpfs upper nr_inodes= */
-	uint64_t shm_bytes;   /* /dev/shm size= */
 	/* A detached read-only sysfs mount, attached as /sys (consumed): of
 	 * the joined pool namespace (networked sandboxes: the child could not
 	 * mount sysfs for a namespace its user namespace does not own), or a

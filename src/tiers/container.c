@@ -411,8 +411,6 @@ static int normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s
 		s->cpu_weight = 100;
 	if (s->cpu_weight > 10000)
 		return wr_err_field(err, "cpu_weight", "must be between 1 and 10000");
-	if (s->shm_bytes == 0)
-		s->shm_bytes = s->memory_bytes < (256ull << 20) ? s->memory_bytes / 4 : 64ull << 20;
 	if (s->nofile == 0)
 		s->nofile = 1024;
 	if (s->nofile > (1u << 20))
@@ -537,7 +535,6 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	    .rootfs = {.mountpoint_fd = -1,
 		       .disk_bytes = spec.disk_bytes,
 		       .disk_inodes = spec.disk_inodes,
-		       .shm_bytes = spec.shm_bytes,
 		       .use_sysfs_fd = true,
 		       .sysfs_fd = spec.net ? spec.net->sysfs_fd : sysfs},
 	    .seccomp = init_prog,

@@ -211,10 +211,8 @@ static ZYGOTE_FN __attribute__((noreturn)) void zygote_run(const struct zargs *a
 		}
 		close(a->procs[i]);
 	}
-	struct wr_rootfs_spec rs = {.mountpoint_fd = -1,
-				    .disk_bytes = 16ull << 20,
-				    .disk_inodes = 4096,
-				    .shm_bytes = 1 << 20};
+	struct wr_rootfs_spec rs = {
+	    .mountpoint_fd = -1, .disk_bytes = 16ull << 20, .disk_inodes = 4096};
 	/* As in container.c: opened while our kuid is still the host's root. */
 	rs.mountpoint_fd = open(a->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rs.mountpoint_fd < 0) {

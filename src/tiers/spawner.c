@@ -42,7 +42,7 @@
  * of the n_layer_strs layers (none when n_layers is over the limit or the
  * list is missing: the create refuses that before it looks at them). */
 struct spawn_req {
-	uint64_t memory_bytes, disk_bytes, disk_inodes, pids, cpu_weight, shm_bytes, nofile;
+	uint64_t memory_bytes, disk_bytes, disk_inodes, pids, cpu_weight, nofile;
 	uint64_t n_layers;
 	double cpus;
 	uint32_t user, group, capset, n_env, n_layer_strs;
@@ -139,7 +139,6 @@ static int unpack(char *buf, size_t len, struct wr_sandbox_spec *spec, struct wr
 	    .disk_inodes = q.disk_inodes,
 	    .pids = q.pids,
 	    .cpu_weight = q.cpu_weight,
-	    .shm_bytes = q.shm_bytes,
 	    .nofile = q.nofile,
 	    .cpus = q.cpus,
 	    .user = q.user,
@@ -310,7 +309,6 @@ static size_t pack(const struct wr_sandbox_spec *spec, char *buf, size_t cap)
 	    .disk_inodes = spec->disk_inodes,
 	    .pids = spec->pids,
 	    .cpu_weight = spec->cpu_weight,
-	    .shm_bytes = spec->shm_bytes,
 	    .nofile = spec->nofile,
 	    .cpus = spec->cpus,
 	    .user = spec->user,

@@ -46,7 +46,6 @@ struct wr_sandbox_spec {
 	uint64_t pids;		     /* default 512 */
 	double cpus;		     /* cpu.max in CPUs, 0 = no max */
 	uint64_t cpu_weight;	     /* 1..10000, default 100 */
-	uint64_t shm_bytes;	     /* /dev/shm size, default 64 MiB */
 	uint64_t nofile;	     /* RLIMIT_NOFILE for commands, default 1024 */
 	const char *hostname;	     /* default: the sandbox id */
 	uid_t user;		     /* default uid inside for commands (0) */

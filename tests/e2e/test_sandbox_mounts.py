@@ -2,9 +2,11 @@
 table of a container sandbox"): as few superblocks of its own as its
 behaviour allows, since each costs memory in every memory cgroup of the
 node. Read from the host in PID 1's mountinfo: an idle sandbox that never
-ran a command has overlay, proc and one tmpfs for /dev, /dev/shm and the
-masks; offline sandboxes share one read-only sysfs; devpts comes before the
-first command, once, also after a daemon restart."""
+ran a command has overlay, proc and one tmpfs, the writable layer's, whose
+directories also serve /dev, /dev/shm and the masks (so /dev/shm counts
+against the disk quota); offline sandboxes share one read-only sysfs;
+devpts comes before the first command, once, also after a daemon
+restart."""
 from pathlib import Path
 
 from conftest import own_cgroup_dirs
@@ -44,7 +46,7 @@ def own(m, other):
 
 
 def test_idle_sandbox_superblocks_and_first_command(warrend, api):
-    a, b = api.create(), api.create()
+    a, b = api.create(disk_mb=8), api.create()
     try:
         ma, mb = mounts(warrend, a), mounts(warrend, b)
         # never ran a command: no devpts yet; own: overlay, proc, one tmpfs
@@ -53,15 +55,18 @@ def test_idle_sandbox_superblocks_and_first_command(warrend, api):
         # one read-only sysfs for every offline sandbox
         assert ma["/sys"][1] == "sysfs" and "ro" in ma["/sys"][3].split(","), ma["/sys"]
         assert ma["/sys"][0] == mb["/sys"][0]
-        # /dev, /dev/shm and the masks: one tmpfs, in its own directories
+        # /dev, /dev/shm and the masks: directories of devfs/ in the
+        # writable layer's tmpfs (its size, nosuid, noexec, nodev)
         dev = ma["/dev"][0]
-        assert ma["/dev"][1:3] == ("tmpfs", "/dev") and "ro" in ma["/dev"][3].split(",")
-        assert ma["/dev/shm"][:3] == (dev, "tmpfs", "/shm")
+        assert ma["/dev"][1:3] == ("tmpfs", "/devfs/dev") and "ro" in ma["/dev"][3].split(",")
+        assert ma["/dev/shm"][:3] == (dev, "tmpfs", "/devfs/shm")
+        for k in ("/dev", "/dev/shm"):
+            assert {"nosuid", "noexec", "nodev"} <= set(ma[k][3].split(",")), (k, ma[k])
         assert "rw" in ma["/dev/shm"][3].split(",")
         masks = [k for k in ma if k.startswith(("/proc/", "/sys/")) and ma[k][1] == "tmpfs"]
         assert "/proc/keys" in masks and "/sys/firmware" in masks, masks
         for k in masks:
-            assert ma[k][0] == dev and ma[k][2] in ("/mask", "/maskf"), (k, ma[k])
+            assert ma[k][0] == dev and ma[k][2] in ("/devfs/mask", "/devfs/maskf"), (k, ma[k])
             assert "ro" in ma[k][3].split(","), (k, ma[k])
         # the first command finds its devpts (ptmx included), mounted once
         r = api.run(a, ["sh", "-c", "test -c /dev/pts/ptmx && test -c /dev/ptmx && "
@@ -78,8 +83,15 @@ def test_idle_sandbox_superblocks_and_first_command(warrend, api):
                         "df -k /dev/shm | tail -1"])
         out = r["stdout"]
         assert out.startswith("x\n") and out.count("Read-only file system") == 2, out
-        # memory 512 MiB: /dev/shm is 64 MiB
-        assert out.split("\n")[-2].split()[1] == "65536", out
+        # /dev/shm is the disk quota's (disk_mb 8), shared with the root:
+        # 6 MiB in /dev/shm leave less than 2 for /, and freeing them gives
+        # the root its space back
+        assert out.split("\n")[-2].split()[1] == "8192", out
+        r = api.run(a, ["sh", "-c", "dd if=/dev/zero of=/dev/shm/big bs=1M count=6 2>/dev/null"
+                        " && ! dd if=/dev/zero of=/big bs=1M count=3 2>/dev/null; rm -f /big;"
+                        " rm /dev/shm/big && dd if=/dev/zero of=/big bs=1M count=3 2>/dev/null"
+                        " && echo ok"])
+        assert r["exit_code"] == 0 and r["stdout"] == "ok\n", r
     finally:
         api.kill(a)
         api.kill(b)

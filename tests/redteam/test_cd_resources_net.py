@@ -68,7 +68,9 @@ def test_c_disk(ctx):
     disk0 = ctx.rt.disk_bytes(ctx.rt.d.root)
     lim = _limits(ctx, disk_mb=16, memory_mb=256)
     if ctx.container:
-        where = ["/tmp", "/" if ctx.uid == 0 else "/home/user"]
+        # /dev/shm is a directory of the writable layer's tmpfs: the same
+        # quota (it was a tmpfs of min(64 MiB, memory/4) of its own)
+        where = ["/tmp", "/" if ctx.uid == 0 else "/home/user", "/dev/shm"]
     else:
         where = ["/work", "/tmp"]
     for d in where:
