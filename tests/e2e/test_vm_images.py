@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -180,9 +181,23 @@ def test_firmware_detected_or_given(vmd, tmp_path):
         r = c.post("/v1/images/import", {"path": str(uefi2), "format": "vm-disk",
                                          "firmware": "bios", "ref": "disk:asked2"})
         assert r.status == 201 and r.json()["disk"]["firmware"] == "bios", r
+        # Secure Boot only when asked for (a disk does not say which keys
+        # it expects)
+        uefi3 = gpt_disk(tmp_path / f"uefi3-{pid}.raw", ESP, LINUX, size=14 << 20)
+        rc, out, err = cli(vmd, "image", "import", "--vm-disk", "--firmware", "uefi-secure",
+                           "--ref", "disk:secure", uefi3)
+        assert rc == 0, err
+        assert c.get("/v1/images/disk:secure").json()["disk"]["firmware"] == "uefi-secure"
         # refused with the field named
-        r = imp(mbr, "&firmware=efi")
+        for bad in ("efi", "uefi-secure2", "UEFI", "uefi+secure"):
+            r = imp(mbr, "&firmware=" + urllib.parse.quote(bad))
+            assert r.status == 400 and r.error == ("invalid_argument", "firmware"), (bad, r)
+            assert "uefi-secure" in r.json()["error"]["message"], r
+        r = c.post("/v1/images/import", {"path": str(uefi2), "format": "vm-disk",
+                                         "firmware": "uefi-secure-x"})
         assert r.status == 400 and r.error == ("invalid_argument", "firmware"), r
+        rc, out, err = cli(vmd, "image", "build-vm", "--firmware", "secure", "debian:vm")
+        assert rc != 0 and "uefi-secure" in err and len(err.strip().splitlines()) == 1, err
         r = c.request("POST", "/v1/images/import?format=tar&firmware=uefi", body=b"x" * 1024)
         assert r.status == 400 and r.error == ("invalid_argument", "firmware"), r
         rc, out, err = cli(vmd, "image", "import", "--firmware", "uefi", mbr)
@@ -466,6 +481,56 @@ def test_wrong_kind_is_400_naming_image(vmd, tmp_path):
         c.close()
 
 
+# EFI_GLOBAL_VARIABLE's GUID
+SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+# a variable of the guest's own (non-volatile, boot and runtime access)
+OWN_VAR = "/sys/firmware/efi/efivars/WarrenTest-3f0e1c52-5b8e-4c1d-9a57-6b0c1d2e3f40"
+
+
+def secure_boot_vm(c, d):
+    """The same tree built with --firmware uefi-secure (shim, Debian's
+    signed GRUB and kernel on the ESP) boots with OVMF's Secure Boot
+    firmware (Microsoft's keys enrolled) to a ready agent: the guest's
+    SecureBoot variable reads 1. A variable the guest writes lives in the
+    VM's own copy of the store and comes back after a pause to disk (the
+    store is saved with the state). The second boot of this file."""
+    r = c.post("/v1/images/build-vm", {"image": "debian:vm", "ref": "debian-vm:secure",
+                                       "size": "2G", "firmware": "uefi-secure"})
+    assert r.status == 201, r
+    assert r.json()["disk"]["firmware"] == "uefi-secure", r.json()
+    t0 = time.monotonic()
+    r = c.post("/v1/sandboxes", {"tier": "vm", "image": "debian-vm:secure",
+                                 "memory_mb": 512, "timeout": 1800})
+    assert r.status == 201, r
+    sid = r.json()["id"]
+    try:
+        print(f"\nuefi-secure: boot to ready {time.monotonic() - t0:.0f} s")
+        assert c.get(f"/v1/sandboxes/{sid}").json()["firmware"] == "uefi-secure"
+        vars_fd = d.run / "vm" / sid / "efivars.fd"
+        assert vars_fd.stat().st_size == Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd").stat().st_size
+        out = c.run(sid, ["sh", "-c", f"od -An -tu1 {SB_VAR}; "
+                          f"printf '\\007\\000\\000\\000kept' > {OWN_VAR} && echo written; "
+                          "dmesg | grep -c 'Secure boot enabled'"])
+        assert out["exit_code"] == 0, out
+        sb, written, kernel = out["stdout"].splitlines()
+        assert kernel == "1", out  # the kernel saw it too (and locked itself down)
+        # efivarfs: 4 bytes of attributes, then the value
+        assert sb.split()[-1] == "1" and len(sb.split()) == 5, out
+        assert written == "written", out
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        assert not vars_fd.exists()  # the VM's directory went with QEMU
+        r = c.post(f"/v1/sandboxes/{sid}/resume", None)
+        assert r.status == 200, r
+        out = c.run(sid, ["sh", "-c", f"od -An -tu1 {SB_VAR} {OWN_VAR}"])
+        assert out["exit_code"] == 0, out
+        got = out["stdout"].split()
+        assert got[4] == "1", out
+        assert bytes(int(x) for x in got[-4:]) == b"kept", out
+    finally:
+        c.kill(sid)
+
+
 def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
     """The one boot of this file: a Debian rootfs image (the tests' own
     debootstrap tree, streamed as a tar through the CLI) becomes a UEFI disk
@@ -548,6 +613,7 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         # the VM wrote to its overlay only: the base hashes to its digest
         assert sha_file(blob) == img["digest"]
         assert c.get("/v1/images/debian-vm:built").json()["digest"] == img["digest"]
+        secure_boot_vm(c, d)
     finally:
         if sid:
             c.kill(sid)
