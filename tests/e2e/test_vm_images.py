@@ -1,10 +1,13 @@
 """vm-disk images (issue 10): bootable disks (raw, qcow2) in the image store
 with names, tags and digests, checked with qemu-img at import (no backing or
 data file, no encryption, bounded size), their firmware (bios, uefi)
-detected or given, refused by the wrong tier, pushed to and pulled from a
-registry on loopback (the same digest on a second store); `image build-vm` building a bootable disk from a store rootfs and
-Debian's cloud kernel, booted once (TCG) from the store, the base's digest
-unchanged after the VM wrote to its disk."""
+detected or given (uefi-secure: Secure Boot, only when asked), refused by
+the wrong tier, pushed to and pulled from a
+registry on loopback (the same digest on a second store); `image build-vm`
+building a bootable disk from a store rootfs and Debian's cloud kernel,
+booted (TCG) from the store, the base's digest unchanged after the VM wrote
+to its disk; the same built with the Secure Boot chain booted with Secure
+Boot (and an unsigned kernel refused by it); the SDK's large uploads."""
 import hashlib
 import http.client
 import json
@@ -529,6 +532,72 @@ def secure_boot_vm(c, d):
         assert bytes(int(x) for x in got[-4:]) == b"kept", out
     finally:
         c.kill(sid)
+
+
+def strip_signature(src, dst):
+    """A copy of a signed PE image (the kernel) without its Authenticode
+    signature: the certificate table's entry zeroed, the table cut off."""
+    import struct
+    b = bytearray(Path(src).read_bytes())
+    pe = struct.unpack_from("<I", b, 0x3c)[0]
+    assert b[pe:pe + 4] == b"PE\0\0" and struct.unpack_from("<H", b, pe + 24)[0] == 0x20b
+    entry = pe + 24 + 112 + 4 * 8  # PE32+: data directory 4, the certificate table
+    off, size = struct.unpack_from("<II", b, entry)
+    assert off and size, "the kernel is not signed"
+    struct.pack_into("<II", b, entry, 0, 0)
+    Path(dst).write_bytes(bytes(b[:off]))
+
+
+def test_secure_boot_refuses_an_unsigned_kernel(build, tmp_path):
+    """build-vm's Secure Boot chain (mkvmimage.sh --firmware uefi-secure)
+    with the cloud kernel's signature removed: OVMF (Secure Boot, the tier's
+    machine and pflash arguments) starts shim and the signed GRUB, and GRUB
+    refuses the kernel ("bad shim signature"). QEMU run directly to GRUB's
+    message, no boot: a VM of warren would sit at GRUB's prompt until its
+    boot timeout."""
+    root = build / "tests" / "vm" / "debian-vm.root"
+    if not (root / ".complete").exists():
+        pytest.fail(f"the VM tree is not built ({root}); ninja builds it with the tests")
+    kver = sorted(p.name[len("vmlinuz-"):] for p in (root / "boot").glob("vmlinuz-*"))[-1]
+    kroot = tmp_path / "kroot"
+    (kroot / "boot").mkdir(parents=True)
+    (kroot / "lib" / "modules").mkdir(parents=True)
+    strip_signature(root / "boot" / f"vmlinuz-{kver}", kroot / "boot" / f"vmlinuz-{kver}")
+    subprocess.run(["cp", "-a", str(root / "boot" / f"initrd.img-{kver}"),
+                    str(kroot / "boot")], check=True)
+    subprocess.run(["cp", "-a", str(root / "lib" / "modules" / kver),
+                    str(kroot / "lib" / "modules")], check=True)
+    disk = tmp_path / "unsigned.qcow2"
+    p = subprocess.run([str(ROOT / "scripts/mkvmimage.sh"), "--from", str(root),
+                        "--kernel-root", str(kroot), "--out", str(disk), "--size", "2G",
+                        "--firmware", "uefi-secure"], capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr
+    ov, vars_fd, serial = tmp_path / "ov.qcow2", tmp_path / "vars.fd", tmp_path / "serial"
+    qemu_img("create", "-q", "-f", "qcow2", "-b", disk, "-F", "qcow2", ov)
+    vars_fd.write_bytes(Path("/usr/share/OVMF/OVMF_VARS_4M.ms.fd").read_bytes())
+    q = subprocess.Popen([
+        "qemu-system-x86_64", "-M", "q35,smm=on", "-accel", "tcg", "-m", "512",
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-global", "driver=cfi.pflash01,property=secure,value=on",
+        "-drive", "if=pflash,unit=0,format=raw,readonly=on,"
+                  "file=/usr/share/OVMF/OVMF_CODE_4M.ms.fd",
+        "-drive", f"if=pflash,unit=1,format=raw,file={vars_fd}",
+        "-drive", f"if=virtio,format=qcow2,file={ov}", "-serial", f"file:{serial}"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    text = ""
+    try:
+        end = time.monotonic() + 300  # TCG with SMM on a loaded machine
+        while time.monotonic() < end and q.poll() is None:
+            text = serial.read_text(errors="replace") if serial.exists() else ""
+            if "bad shim signature" in text:
+                break
+            time.sleep(1)
+    finally:
+        q.kill()
+        q.wait()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(disk), str(ov), str(kroot)])
+    assert "Welcome to GRUB" in text and "bad shim signature" in text, text[-2000:]
 
 
 def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, tmp_path):
