@@ -13,7 +13,9 @@ Environment: BENCH_VM_N (vm boots, default 1: a TCG boot of a whole OS
 takes minutes), BENCH_VM_MVM_N (microVM restores, default 3),
 BENCH_VM_IDLE (seconds idle before memory is read, default 30),
 BENCH_VM_MEMORY_MB (guest RAM of both tiers, default 512),
-BENCH_VM_RESTORE_N (restores from a snapshot per tier, default 3).
+BENCH_VM_RESTORE_N (restores from a snapshot per tier, default 3),
+BENCH_VM_EXEC_N (execs for the per-command scope's row, default 20),
+BENCH_VM_ONLY=exec (one VM and that row only: bench/results/vm-exec.md).
 """
 import json
 import os
@@ -104,6 +106,68 @@ def restore_rows(c, tier, sid, n):
         c.delete(f"/v1/images/{name}")
     return {"available": True, "snapshot_s": round(t_snap, 3), "size": snap.get("size"),
             "runs": runs, "load": [l0, load()]}
+
+
+# In the guest, in one command: n runs of /bin/true, then n runs of it in a
+# transient scope exactly as src/tiers/vm_exec.c starts every command
+# (systemd-run --scope with its properties); nanoseconds of each loop.
+SCOPE_LOOP = r"""n=$1
+i=0; t0=$(date +%s%N)
+while [ $i -lt $n ]; do /bin/true; i=$((i + 1)); done
+t1=$(date +%s%N); i=0
+while [ $i -lt $n ]; do
+  /usr/bin/systemd-run --scope --quiet --collect --unit="warren-bench-$$-$i" \
+    -p TasksMax=25% -p CPUWeight=100 -p KillSignal=SIGKILL -p RuntimeMaxSec=60s -- /bin/true
+  i=$((i + 1))
+done
+t2=$(date +%s%N)
+echo $((t1 - t0)) $((t2 - t1))"""
+
+
+def exec_scope_row(c, sid, n):
+    """What the per-command scope costs a VM exec: the API's round trip of
+    `true` (median of n, scope included, as every command runs), and in
+    the guest, side by side in one command, n times /bin/true alone and n
+    times in a scope as vm_exec.c makes it; the difference per command is
+    the scope's cost."""
+    l0 = load()
+    trips = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        x = c.post(f"/v1/sandboxes/{sid}/commands", {"cmd": ["true"]})
+        trips.append(time.monotonic() - t0)
+        if x.status != 200 or x.json().get("exit_code") != 0:
+            raise RuntimeError(f"exec: {x}")
+    x = c.post(f"/v1/sandboxes/{sid}/commands",
+               {"cmd": ["sh", "-c", SCOPE_LOOP, "sh", str(n)], "timeout": 600})
+    if x.status != 200 or x.json().get("exit_code") != 0:
+        raise RuntimeError(f"scope loop: {x}")
+    plain_ns, scope_ns = (int(v) for v in x.json()["stdout"].split())
+    return {"n": n, "api_exec_true_ms": round(med(trips) * 1000, 1),
+            "api_exec_true_ms_all": [round(t * 1000, 1) for t in trips],
+            "guest_true_ms": round(plain_ns / n / 1e6, 2),
+            "guest_scope_true_ms": round(scope_ns / n / 1e6, 2),
+            "scope_cost_ms": round((scope_ns - plain_ns) / n / 1e6, 2),
+            "load": [l0, load()]}
+
+
+def report_exec(res, json_name):
+    x = res["rows"]["vm_exec_scope"]
+    share = x["scope_cost_ms"] / x["api_exec_true_ms"] if x["api_exec_true_ms"] else 0
+    return "\n".join([
+        "# vm tier: the per-command systemd scope (bench/bench_vm.py, BENCH_VM_ONLY=exec)", "",
+        f"Run {res['started']} ({json_name}), TCG, {res['memory_mb']} MiB guest (the tests' "
+        "Debian disk), one VM; load average (1, 5, 15 min) before -> after: "
+        f"{x['load'][0]} -> {x['load'][1]}.", "",
+        "| row | ms per command |", "| --- | --- |",
+        f"| API exec of `true`, round trip (median of {x['n']}; scope included) | "
+        f"{x['api_exec_true_ms']} |",
+        f"| in the guest: `/bin/true` (mean of {x['n']}) | {x['guest_true_ms']} |",
+        f"| in the guest: `systemd-run --scope ... /bin/true` as vm_exec.c runs it "
+        f"(mean of {x['n']}) | {x['guest_scope_true_ms']} |",
+        f"| the scope's cost (difference) | {x['scope_cost_ms']} |", "",
+        f"The scope is {share:.0%} of an exec's round trip here. The two guest loops ran "
+        "back to back in one command, so they saw the same load.", ""])
 
 
 def med(xs):
@@ -215,45 +279,54 @@ def main():
     d.start()
     c = Client(d, timeout=1800)
     live = []
+    only_exec = os.environ.get("BENCH_VM_ONLY") == "exec"
     try:
-        # microVM: the first create boots and makes the template; later
-        # ones restore from it
-        rows = res["rows"]
-        l0 = load()
-        sid, ready, first = timed_create(c, tier="microvm", image="busybox-erofs",
-                                         memory_mb=mem, disk_mb=128)
-        live.append(("microvm", sid))
-        rows["microvm_cold"] = {"ready_s": ready, "first_exec_s": first, "load": [l0, load()]}
-        tr = []
-        l0 = load()
-        for _ in range(n_mvm):
-            s2, ready, first = timed_create(c, tier="microvm", image="busybox-erofs",
-                                            memory_mb=mem, disk_mb=128)
-            tr.append({"ready_s": ready, "first_exec_s": first})
-            live.append(("microvm", s2))
-        rows["microvm_template_restore"] = {"runs": tr, "load": [l0, load()]}
-        # vm: a whole Debian (systemd, qemu-guest-agent) booted from the disk
-        vb = []
-        for _ in range(n_vm):
-            l0 = load()
+        if only_exec:  # one VM and the exec row only
             s3, ready, first = timed_create(c, tier="vm", image="debian-vm", memory_mb=mem)
-            vb.append({"ready_s": ready, "first_exec_s": first, "load": [l0, load()]})
             live.append(("vm", s3))
-        rows["vm_boot"] = {"runs": vb}
-        # idle memory: every VM made above, after the idle wait
-        time.sleep(idle)
-        l0 = load()
-        m = {}
-        for tier, s in live:
-            try:
-                m.setdefault(tier, []).append(mem_of(qemu_pid(d, tier, s)))
-            except RuntimeError as e:  # the other rows are still worth having
-                res.setdefault("missed", []).append(str(e))
-        rows["idle_memory_mib"] = {"per_vm": m, "load": [l0, load()]}
-        # restore to ready from a snapshot, both tiers in turn
-        n_rs = int(os.environ.get("BENCH_VM_RESTORE_N", "3"))
-        rows["microvm_restore"] = restore_rows(c, "microvm", live[0][1], n_rs)
-        rows["vm_restore"] = restore_rows(c, "vm", live[-1][1], n_rs)
+            res["rows"]["vm_exec_scope"] = exec_scope_row(
+                c, s3, int(os.environ.get("BENCH_VM_EXEC_N", "20")))
+        else:
+            # microVM: the first create boots and makes the template; later
+            # ones restore from it
+            rows = res["rows"]
+            l0 = load()
+            sid, ready, first = timed_create(c, tier="microvm", image="busybox-erofs",
+                                             memory_mb=mem, disk_mb=128)
+            live.append(("microvm", sid))
+            rows["microvm_cold"] = {"ready_s": ready, "first_exec_s": first, "load": [l0, load()]}
+            tr = []
+            l0 = load()
+            for _ in range(n_mvm):
+                s2, ready, first = timed_create(c, tier="microvm", image="busybox-erofs",
+                                                memory_mb=mem, disk_mb=128)
+                tr.append({"ready_s": ready, "first_exec_s": first})
+                live.append(("microvm", s2))
+            rows["microvm_template_restore"] = {"runs": tr, "load": [l0, load()]}
+            # vm: a whole Debian (systemd, qemu-guest-agent) booted from the disk
+            vb = []
+            for _ in range(n_vm):
+                l0 = load()
+                s3, ready, first = timed_create(c, tier="vm", image="debian-vm", memory_mb=mem)
+                vb.append({"ready_s": ready, "first_exec_s": first, "load": [l0, load()]})
+                live.append(("vm", s3))
+            rows["vm_boot"] = {"runs": vb}
+            rows["vm_exec_scope"] = exec_scope_row(c, live[-1][1],
+                                                   int(os.environ.get("BENCH_VM_EXEC_N", "20")))
+            # idle memory: every VM made above, after the idle wait
+            time.sleep(idle)
+            l0 = load()
+            m = {}
+            for tier, s in live:
+                try:
+                    m.setdefault(tier, []).append(mem_of(qemu_pid(d, tier, s)))
+                except RuntimeError as e:  # the other rows are still worth having
+                    res.setdefault("missed", []).append(str(e))
+            rows["idle_memory_mib"] = {"per_vm": m, "load": [l0, load()]}
+            # restore to ready from a snapshot, both tiers in turn
+            n_rs = int(os.environ.get("BENCH_VM_RESTORE_N", "3"))
+            rows["microvm_restore"] = restore_rows(c, "microvm", live[0][1], n_rs)
+            rows["vm_restore"] = restore_rows(c, "vm", live[-1][1], n_rs)
     finally:
         for _, s in live:
             try:
@@ -269,7 +342,9 @@ def main():
     out.write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))
     if md:
-        md.write_text(report(res, out.name))
+        md.with_name("vm-exec.md").write_text(report_exec(res, out.name))
+        if not only_exec:
+            md.write_text(report(res, out.name))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ libmicrohttpd-dev libnftables-dev libcurl4-openssl-dev libssl-dev libjansson-dev
 libfuse3-dev fuse3 erofs-utils zstd criu
 qemu-system-x86 docker-registry skopeo
 cpio lz4 qemu-utils debootstrap extlinux syslinux-common fdisk e2fsprogs ovmf
-grub-efi-amd64-bin grub-common dosfstools mtools
+grub-efi-amd64-bin grub-common dosfstools mtools shim-signed grub-efi-amd64-signed
 libcmocka-dev python3-pytest python3-httpx python3-dnslib python3-cryptography
 libldns-dev
 busybox-static iproute2 nftables

@@ -10,7 +10,7 @@
 #       (the slow part: minutes; kept), the disk OUTDIR/debian-vm.raw (SIZE
 #       default 1G), rebuilt only when this script changed. Prints its path.
 #   scripts/mkvmimage.sh --from ROOTFS --kernel-root KDIR --out DISK [--size SIZE]
-#                        [--firmware bios|uefi]
+#                        [--firmware bios|uefi|uefi-secure]
 #       `warren image build-vm` (src/image/vmbuild.c runs this argv): ROOTFS
 #       is a store image's EROFS blob (or a directory), KDIR a Debian tree
 #       holding the cloud kernel (boot/vmlinuz-*, boot/initrd.img-*,
@@ -22,6 +22,11 @@
 #       (grub-mkstandalone from Debian's grub-efi-amd64-bin, its grub.cfg
 #       built in) as the removable-media path EFI/BOOT/BOOTX64.EFI, which
 #       OVMF starts with an empty variable store; the root is partition 2.
+#       --firmware uefi-secure: the same disk with the Secure Boot chain on
+#       its ESP instead (install_signed_efi): Debian's shim (signed by
+#       Microsoft's UEFI CA) as EFI/BOOT/BOOTX64.EFI, Debian's signed GRUB,
+#       and the signed cloud kernel, so OVMF with Microsoft's keys enrolled
+#       verifies every step (shim-signed, grub-efi-amd64-signed).
 #
 # Nothing from the image is ever run: it is copied (cp -a) and written into
 # only below directories checked to be real directories (a symlink in the
@@ -210,6 +215,33 @@ install_grub_efi() {
 	rm -f "$cfg" "$efi"
 }
 
+# Secure Boot's chain onto the FAT filesystem $1, booting kernel $2 as
+# install_grub_efi does: shim (Debian's shim-signed, signed by Microsoft's
+# UEFI CA, which OVMF_VARS_4M.ms.fd trusts) at the removable-media path,
+# Debian's signed GRUB next to it as grubx64.efi (shim verifies it with
+# Debian's key built into shim; no fbx64.efi, so shim starts GRUB directly
+# instead of writing boot entries and resetting), and GRUB's configuration
+# where that GRUB looks: EFI/debian/grub.cfg (its built-in prefix) and
+# EFI/BOOT/grub.cfg (its fallback, the directory it was started from). The
+# signed GRUB has its modules built in (it loads none under Secure Boot)
+# and verifies the kernel through shim: Debian's cloud kernel is signed.
+SHIM_SIGNED=/usr/lib/shim/shimx64.efi.signed
+GRUB_SIGNED=/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed
+install_signed_efi() {
+	local esp=$1 kver=$2 cfg
+	cfg=$(mktemp)
+	printf '%s\n' 'set timeout=0' \
+		'search --no-floppy --label warren-root --set=root' \
+		"linux /boot/vmlinuz-$kver root=/dev/vda2 rw console=ttyS0 quiet systemd.show_status=false" \
+		"initrd /boot/initrd.img-$kver" 'boot' >"$cfg"
+	MTOOLS_SKIP_CHECK=1 mmd -i "$esp" ::/EFI ::/EFI/BOOT ::/EFI/debian
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$esp" "$SHIM_SIGNED" ::/EFI/BOOT/BOOTX64.EFI
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$esp" "$GRUB_SIGNED" ::/EFI/BOOT/grubx64.efi
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$esp" "$cfg" ::/EFI/debian/grub.cfg
+	MTOOLS_SKIP_CHECK=1 mcopy -i "$esp" "$cfg" ::/EFI/BOOT/grub.cfg
+	rm -f "$cfg"
+}
+
 # make_disk SRC KROOT RAW SIZE [FIRMWARE]: SRC a directory or an EROFS file.
 make_disk() {
 	local src=$1 kroot=$2 raw=$3 size=$4 fw=${5:-bios}
@@ -217,6 +249,14 @@ make_disk() {
 	if [ "$fw" = uefi ]; then
 		need_tools grub-mkstandalone mkfs.vfat mcopy mmd
 		[ -d /usr/lib/grub/x86_64-efi ] || die "grub-efi-amd64-bin missing (scripts/deps.sh installs it)"
+		make_disk_uefi "$@"
+		return
+	fi
+	if [ "$fw" = uefi-secure ]; then
+		need_tools mkfs.vfat mcopy mmd
+		[ -f "$SHIM_SIGNED" ] || die "$SHIM_SIGNED missing: shim-signed (scripts/deps.sh installs it)"
+		[ -f "$GRUB_SIGNED" ] ||
+			die "$GRUB_SIGNED missing: grub-efi-amd64-signed (scripts/deps.sh installs it)"
 		make_disk_uefi "$@"
 		return
 	fi
@@ -256,7 +296,7 @@ start=2048, type=83, bootable' | sfdisk -q "$raw"
 
 # The UEFI layout: GPT, ESP at 1 MiB (64 MiB), root ext4 after it.
 make_disk_uefi() {
-	local src=$1 kroot=$2 raw=$3 size=$4
+	local src=$1 kroot=$2 raw=$3 size=$4 fw=$5
 	rm -f "$raw"
 	truncate -s "$size" "$raw"
 	# the root partition's size is given (whole MiB, 1 MiB left at the end
@@ -266,9 +306,11 @@ make_disk_uefi() {
 	echo "label: gpt
 start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
 start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
-	export -f die bad_image configure_guest configure_network configure_agent install_grub_efi
+	export -f die bad_image configure_guest configure_network configure_agent install_grub_efi \
+		install_signed_efi
+	export SHIM_SIGNED GRUB_SIGNED
 	unshare -m --propagation private bash -euo pipefail -c '
-		raw=$1 src=$2 kroot=$3 rs=$4
+		raw=$1 src=$2 kroot=$3 rs=$4 fw=$5
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
 		root=$(losetup --show -f -o 68157440 --sizelimit $((rs * 512)) "$raw")
 		trap "losetup -d $esp; losetup -d $root" EXIT
@@ -287,11 +329,15 @@ start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | 
 		rm -rf "$mnt/boot/extlinux"
 		kver=$(basename "$(ls "$kroot"/boot/vmlinuz-* | sort | tail -n1)")
 		kver=${kver#vmlinuz-}
-		install_grub_efi "$esp" "$kver"
+		if [ "$fw" = uefi-secure ]; then
+			install_signed_efi "$esp" "$kver"
+		else
+			install_grub_efi "$esp" "$kver"
+		fi
 		[ "$from" = "$src" ] || umount "$from"
 		umount "$mnt"
 		rmdir "$mnt"
-	' _ "$raw" "$src" "$kroot" "$rs"
+	' _ "$raw" "$src" "$kroot" "$rs" "$fw"
 }
 
 if [ "${1:-}" = --from ]; then
@@ -313,7 +359,7 @@ if [ "${1:-}" = --from ]; then
 	ls "$KROOT"/boot/vmlinuz-* >/dev/null 2>&1 || debootstrap_tree "$KROOT"
 	RAW=$OUT.raw.tmp
 	trap 'rm -f "$RAW" "$OUT.tmp"' EXIT
-	case $FW in bios | uefi) ;; *) die "--firmware: bios or uefi, not $FW" ;; esac
+	case $FW in bios | uefi | uefi-secure) ;; *) die "--firmware: bios, uefi or uefi-secure, not $FW" ;; esac
 	make_disk "$FROM" "$KROOT" "$RAW" "$SIZE" "$FW"
 	qemu-img convert -f raw -O qcow2 "$RAW" "$OUT.tmp"
 	mv "$OUT.tmp" "$OUT"

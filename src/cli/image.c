@@ -19,11 +19,12 @@ static void image_usage(FILE *f)
 		"                    a docker/podman save archive; a file or '-' (stdin) is sent\n"
 		"                    to the daemon, a directory (or --node PATH) is read on the\n"
 		"                    daemon's node (Unix socket only)\n"
-		"  import --vm-disk [--ref REF] [--firmware bios|uefi] [--node] FILE|-\n"
+		"  import --vm-disk [--ref REF] [--firmware bios|uefi|uefi-secure]\n"
+		"                    [--node] FILE|-\n"
 		"                    import a bootable disk (raw or qcow2) for tier \"vm\"\n"
 		"                    (the same as --format vm-disk); its firmware is detected\n"
 		"                    (GPT with an EFI system partition: uefi) unless given\n"
-		"  build-vm [--ref REF] [--size SIZE] [--firmware bios|uefi] IMAGE\n"
+		"  build-vm [--ref REF] [--size SIZE] [--firmware bios|uefi|uefi-secure] IMAGE\n"
 		"                    build a bootable disk (vm-disk image) from rootfs image\n"
 		"                    IMAGE (with systemd and qemu-guest-agent) and Debian's\n"
 		"                    cloud kernel; SIZE default 4G; uefi: GPT, an EFI system\n"
@@ -228,8 +229,9 @@ int cmd_image(int argc, char **argv)
 	if (fw && strcmp(verb, "build-vm") != 0 &&
 	    (strcmp(verb, "import") != 0 || fmt == NULL || strcmp(fmt, "vm-disk") != 0))
 		return cli_usage_error(NULL, "--firmware: only with import --vm-disk or build-vm");
-	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0)
-		return cli_usage_error(NULL, "--firmware: bios or uefi, not '%s'", fw);
+	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0 &&
+	    strcmp(fw, "uefi-secure") != 0)
+		return cli_usage_error(NULL, "--firmware: bios, uefi or uefi-secure, not '%s'", fw);
 	if (size && strcmp(verb, "build-vm") != 0)
 		return cli_usage_error(NULL, "--size: only with build-vm");
 	if (strcmp(verb, "build-vm") == 0 && argc != 1)

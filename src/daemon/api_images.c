@@ -169,7 +169,7 @@ void wrd_api_img_import(struct wrd_req *r)
 			goto out;
 		}
 		if ((v = json_object_get(j, "firmware")) &&
-		    wrd_j_str(v, "firmware", 8, false, &o.firmware, &err) < 0) {
+		    wrd_j_str(v, "firmware", 15, false, &o.firmware, &err) < 0) {
 			wrd_reply_err(r, err);
 			goto out;
 		}
@@ -436,7 +436,7 @@ void wrd_api_img_build_vm(struct wrd_req *r)
 	    ((v = json_object_get(j, "ref")) &&
 	     wrd_j_str(v, "ref", 255, false, &o.ref, &err) < 0) ||
 	    ((v = json_object_get(j, "firmware")) &&
-	     wrd_j_str(v, "firmware", 8, false, &o.firmware, &err) < 0)) {
+	     wrd_j_str(v, "firmware", 15, false, &o.firmware, &err) < 0)) {
 		wrd_reply_err(r, err);
 		return;
 	}

@@ -133,8 +133,9 @@ struct wr_image {
 	 * qcow2 magic) and the disk's virtual size in bytes. */
 	char disk_format[8];
 	uint64_t virtual_size;
-	/* vm-disk only: "bios" or "uefi" (detected at import, or as asked) */
-	char firmware[8];
+	/* vm-disk only: "bios", "uefi" or "uefi-secure" (detected at import:
+	 * bios or uefi; or as asked) */
+	char firmware[16];
 	uint64_t size;		    /* bytes of the EROFS blob */
 	char *source;		    /* free text: "dir:/path", "oci-layout:...", "registry:..." */
 	int64_t created, last_used; /* unix seconds; last_used 0 = never */
@@ -170,10 +171,14 @@ struct wr_image_import_opts {
 	const char *ref;      /* name[:tag] to point at the result, or NULL */
 	const char *source;   /* provenance text; NULL = derived from the input */
 	const char *platform; /* "os/arch[/variant]" picked from an index; NULL = linux/amd64 */
-	/* vm-disk: "bios" or "uefi"; NULL: detected (a GPT disk with an EFI
-	 * system partition and no BIOS boot partition boots with UEFI) */
+	/* vm-disk: "bios", "uefi" or "uefi-secure" (wr_image_firmware_ok);
+	 * NULL: detected (a GPT disk with an EFI system partition and no BIOS
+	 * boot partition boots with UEFI; Secure Boot only when asked for) */
 	const char *firmware;
 };
+/* A vm-disk firmware this store records: bios, uefi or uefi-secure (OVMF
+ * with Secure Boot, Microsoft's keys enrolled). */
+bool wr_image_firmware_ok(const char *fw);
 
 /* Import from a path (directory, tar, OCI layout, archive, or a disk file
  * with format vm-disk). The result is a complete image; *out (may be NULL)
@@ -225,7 +230,8 @@ struct wr_image_build_vm_opts {
 				  * debootstrapped there when it has none) */
 	const char *script;	 /* mkvmimage.sh (required) */
 	const char *firmware;	 /* "bios" (NULL) or "uefi": GPT, an EFI system
-				  * partition, GRUB for UEFI */
+				  * partition, GRUB for UEFI; "uefi-secure": the
+				  * same with shim, signed GRUB and kernel */
 };
 int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_opts *o,
 		      struct wr_image **out, wr_err *err);

@@ -315,7 +315,7 @@ static int load_locked(struct wr_image_store *s, const char *digest, struct wr_i
 			    (uint64_t)json_integer_value(json_object_get(disk, "virtual_size"));
 			const char *fw = json_string_value(json_object_get(disk, "firmware"));
 			snprintf(img->firmware, sizeof(img->firmware), "%s",
-				 fw && strcmp(fw, "uefi") == 0 ? "uefi" : "bios");
+				 fw && wr_image_firmware_ok(fw) ? fw : "bios");
 		}
 		json_t *rem = json_object_get(meta, "remote");
 		if (r == 0 && json_is_object(rem)) {

@@ -164,9 +164,9 @@ int wr_image_build_vm(struct wr_image_store *s, const struct wr_image_build_vm_o
 		if (r < 0)
 			return r;
 	}
-	if (o->firmware && strcmp(o->firmware, "bios") != 0 && strcmp(o->firmware, "uefi") != 0)
-		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'",
-				    o->firmware);
+	if (o->firmware && !wr_image_firmware_ok(o->firmware))
+		return wr_err_field(err, "firmware",
+				    "firmware: bios, uefi or uefi-secure, not '%s'", o->firmware);
 	uint64_t size = o->size ? o->size : BUILD_VM_DEFAULT_SIZE;
 	if (size < BUILD_VM_MIN_SIZE || size > s->o.max_unpacked_bytes)
 		return wr_err_field(err, "size",

@@ -210,6 +210,11 @@ static uint64_t le(const unsigned char *p, int n)
 	return v;
 }
 
+bool wr_image_firmware_ok(const char *fw)
+{
+	return strcmp(fw, "bios") == 0 || strcmp(fw, "uefi") == 0 || strcmp(fw, "uefi-secure") == 0;
+}
+
 /* "uefi" for a GPT disk with an EFI system partition and no BIOS boot
  * partition (GRUB's for BIOS on GPT), else "bios" (MBR disks, hybrid GPT
  * disks that boot both ways: SeaBIOS is the default). head: the disk's
@@ -284,8 +289,9 @@ int wri_import_vmdisk(struct wr_image_store *s, struct wri_stage *st, int fd, co
 {
 	uint64_t max = s->o.max_unpacked_bytes;
 	const char *fw = o ? o->firmware : NULL;
-	if (fw && strcmp(fw, "bios") != 0 && strcmp(fw, "uefi") != 0)
-		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'", fw);
+	if (fw && !wr_image_firmware_ok(fw))
+		return wr_err_field(err, "firmware",
+				    "firmware: bios, uefi or uefi-secure, not '%s'", fw);
 	struct stat in;
 	if (fstat(fd, &in) == 0 && S_ISREG(in.st_mode) && (uint64_t)in.st_size > max)
 		return wr_err_set(err, EFBIG,

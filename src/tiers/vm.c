@@ -33,7 +33,6 @@
 static struct {
 	bool ready, kvm, adoptable;
 	char *qemu, *qemu_img, *run_dir;
-	char *ovmf_code, *ovmf_vars;
 } g;
 
 struct wr_fullvm {
@@ -79,12 +78,8 @@ int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err)
 	if (wr_qemu_init(cfg && cfg->cgroup_base ? cfg->cgroup_base : "warren-microvm", err) < 0)
 		return wr_err_wrap(err, "vm tier");
 	g.adoptable = cfg && cfg->adoptable;
-	g.ovmf_code =
-	    strdup(cfg && cfg->ovmf_code ? cfg->ovmf_code : "/usr/share/OVMF/OVMF_CODE_4M.fd");
-	g.ovmf_vars =
-	    strdup(cfg && cfg->ovmf_vars ? cfg->ovmf_vars : "/usr/share/OVMF/OVMF_VARS_4M.fd");
-	if (g.ovmf_code == NULL || g.ovmf_vars == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
+	if (wr_fullvm_fw_init(cfg, err) < 0)
+		return wr_err_wrap(err, "vm tier");
 	g.ready = true;
 	return 0;
 }
@@ -123,34 +118,12 @@ enum { FD_FW_CODE = FD_END, FD_FW_VARS, FD_FW_VARS_RO, N_FW_FDS = 3 };
 			goto nomem;                                                                \
 	} while (0)
 
-/* OVMF as two pflash chips: the code read-only, the VM's own copy of the
- * variable store writable (both fds of ours: QEMU opens no firmware path;
- * the read-only fd of the store's set is for QEMU's read-only reopen). */
-int wr_fullvm_uefi_args(char **argv, size_t max, size_t *n, int code_fd, int vars_fd,
-			int vars_ro_fd)
-{
-	const char *fmt[] = {"-add-fd", "fd=%d,set=3",
-			     "-drive",	"if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
-			     "-add-fd", "fd=%d,set=4",
-			     "-add-fd", "fd=%d,set=4",
-			     "-drive",	"if=pflash,unit=1,format=raw,file=/dev/fdset/4"};
-	int fdv[] = {0, code_fd, 0, 0, 0, vars_fd, 0, vars_ro_fd, 0, 0};
-	for (size_t i = 0; i < WR_ARRAY_SIZE(fmt); i++) {
-		if (*n + 1 >= max)
-			return -E2BIG;
-		char *a = NULL;
-		if ((fdv[i] ? asprintf(&a, fmt[i], fdv[i]) : asprintf(&a, "%s", fmt[i])) < 0)
-			return -ENOMEM;
-		argv[(*n)++] = a;
-	}
-	return 0;
-}
-
 /* The firmware and display a VM asked for. */
 static int vm_opt_args(char **argv, size_t max, size_t *n, const struct wr_fullvm_spec *s)
 {
-	if (s->uefi) {
-		int r = wr_fullvm_uefi_args(argv, max, n, FD_FW_CODE, FD_FW_VARS, FD_FW_VARS_RO);
+	if (s->firmware != WR_VM_FW_BIOS) {
+		int r = wr_fullvm_uefi_args(argv, max, n, s->firmware, FD_FW_CODE, FD_FW_VARS,
+					    FD_FW_VARS_RO);
 		if (r < 0)
 			return r;
 	}
@@ -182,7 +155,7 @@ static int spawn_qemu(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, cons
 	}
 	ARG("%s", g.qemu);
 	ARG("-M");
-	ARG("q35");
+	ARG("%s", wr_fullvm_machine(s->firmware));
 	ARG("-accel");
 	if (g.kvm)
 		ARG("kvm");
@@ -345,31 +318,6 @@ static int connect_all(struct wr_fullvm *vm, int dfd, int qmp_ms, wr_err *err)
 	return wr_qga_new(gfd, &vm->qga, err);
 }
 
-/* A UEFI VM's firmware: the code read-only, its own copy of the variable
- * store (<dir>/efivars.fd) opened twice (read-write, read-only). */
-static int uefi_files(int dfd, int fw[N_FW_FDS], wr_err *err)
-{
-	_cleanup_close_ int src = open(g.ovmf_vars, O_RDONLY | O_CLOEXEC);
-	if ((fw[0] = open(g.ovmf_code, O_RDONLY | O_CLOEXEC)) < 0 || src < 0)
-		return wr_err_sys(err, "uefi firmware %s (Debian: ovmf)",
-				  fw[0] < 0 ? g.ovmf_code : g.ovmf_vars);
-	_cleanup_close_ int dst =
-	    openat(dfd, "efivars.fd", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (dst < 0)
-		return wr_err_sys(err, "efivars.fd");
-	char buf[65536];
-	ssize_t k;
-	while ((k = read(src, buf, sizeof(buf))) > 0)
-		if (wr_write_all(dst, buf, (size_t)k) < 0)
-			return wr_err_sys(err, "efivars.fd");
-	if (k < 0)
-		return wr_err_sys(err, "read %s", g.ovmf_vars);
-	if ((fw[1] = openat(dfd, "efivars.fd", O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0 ||
-	    (fw[2] = openat(dfd, "efivars.fd", O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-		return wr_err_sys(err, "efivars.fd");
-	return 0;
-}
-
 int wr_fullvm_vnc(const struct wr_fullvm *vm, const char **socket, const char **password)
 {
 	if (vm == NULL || vm->vnc == NULL) /* no QEMU while its state is on disk */
@@ -450,9 +398,10 @@ int wr_fullvm_create(const struct wr_fullvm_spec *in, struct wr_fullvm **out, wr
 	    (co = r = wr_qemu_listen(dfd, "console.sock", err)) < 0)
 		goto fail;
 	int fds[N_FDS + N_FW_FDS] = {qm, qg, co, base, ov, ov_ro, -1, -1, -1};
-	r = s.uefi ? uefi_files(dfd, fds + N_FDS, err) : 0;
+	bool uefi = s.firmware != WR_VM_FW_BIOS;
+	r = uefi ? wr_fullvm_fw_files(dfd, s.firmware, s.vars_from, fds + N_FDS, err) : 0;
 	if (r == 0)
-		r = spawn_qemu(vm, &s, fmt, fds, N_FDS + (s.uefi ? N_FW_FDS : 0), log, err);
+		r = spawn_qemu(vm, &s, fmt, fds, N_FDS + (uefi ? N_FW_FDS : 0), log, err);
 	for (int i = N_FDS; i < N_FDS + N_FW_FDS; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);

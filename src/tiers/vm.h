@@ -37,12 +37,29 @@ struct wr_fullvm_config {
 	 * variable store each UEFI VM gets a copy of; NULL: /usr/share/OVMF's
 	 * OVMF_CODE_4M.fd and OVMF_VARS_4M.fd */
 	const char *ovmf_code, *ovmf_vars;
+	/* the same for Secure Boot (uefi-secure, vm_fw.c); NULL:
+	 * OVMF_CODE_4M.ms.fd and OVMF_VARS_4M.ms.fd (Microsoft's keys) */
+	const char *ovmf_secure_code, *ovmf_secure_vars;
 	/* QEMU outlives this process (warrend: the next start adopts it,
 	 * wr_fullvm_adopt); false: it gets SIGKILL when the creating thread
 	 * ends */
 	bool adoptable;
 };
 int wr_fullvm_init(const struct wr_fullvm_config *cfg, wr_err *err);
+
+/* How a VM boots (vm_fw.c). */
+enum wr_vm_firmware {
+	WR_VM_FW_BIOS,	      /* SeaBIOS */
+	WR_VM_FW_UEFI,	      /* OVMF */
+	WR_VM_FW_UEFI_SECURE, /* OVMF with Secure Boot, Microsoft's keys enrolled */
+};
+/* A VM's variable store (<dir>/efivars.fd) is at most this large. */
+#define WR_VM_VARS_MAX (4u << 20)
+/* "bios" (also NULL), "uefi", "uefi-secure"; -EINVAL for anything else. */
+int wr_fullvm_firmware_parse(const char *name, enum wr_vm_firmware *out);
+const char *wr_fullvm_firmware_name(enum wr_vm_firmware f);
+/* QEMU's -M for the firmware ("q35", "q35,smm=on"). */
+const char *wr_fullvm_machine(enum wr_vm_firmware f);
 
 struct wr_fullvm_spec {
 	const char *image;	  /* bootable disk: raw or qcow2 */
@@ -56,8 +73,11 @@ struct wr_fullvm_spec {
 	 * yet), on this overlay (linked or copied) instead of a new one */
 	bool incoming;
 	const char *overlay_from;
-	bool uefi; /* OVMF instead of SeaBIOS */
-	bool vnc;  /* a VNC endpoint (vm_vnc.h); never by default */
+	enum wr_vm_firmware firmware;
+	/* a restore's variable store (a UEFI VM's saved efivars.fd); NULL:
+	 * the firmware's empty one */
+	const char *vars_from;
+	bool vnc; /* a VNC endpoint (vm_vnc.h); never by default */
 	/* with vnc: the password to set (a VM restored for the same sandbox
 	 * keeps the one its user has); NULL: a new random one */
 	const char *vnc_password;
@@ -106,10 +126,17 @@ pid_t wr_fullvm_qemu_pid(const struct wr_fullvm *vm);
 /* The VNC endpoint of a VM made with vnc (its Unix socket, the password
  * VNC authentication asks for): 0, or -ENOENT when it has none. */
 int wr_fullvm_vnc(const struct wr_fullvm *vm, const char **socket, const char **password);
-/* QEMU's firmware arguments for a UEFI VM (vm.c; exposed for tests):
+/* QEMU's firmware arguments for a UEFI VM (vm_fw.c; exposed for tests):
  * appended to argv (malloc'd strings) at *n, below max. */
-int wr_fullvm_uefi_args(char **argv, size_t max, size_t *n, int code_fd, int vars_fd,
-			int vars_ro_fd);
+int wr_fullvm_uefi_args(char **argv, size_t max, size_t *n, enum wr_vm_firmware f, int code_fd,
+			int vars_fd, int vars_ro_fd);
+/* (vm_fw.c, for vm.c) The firmware's paths from the config. */
+int wr_fullvm_fw_init(const struct wr_fullvm_config *cfg, wr_err *err);
+/* A UEFI VM's firmware fds: out[0] the code (read-only), out[1] and out[2]
+ * its variable store <dfd>/efivars.fd (read-write, read-only), made as a
+ * copy of vars_from or of the firmware's empty store. */
+int wr_fullvm_fw_files(int dfd, enum wr_vm_firmware f, const char *vars_from, int out[3],
+		       wr_err *err);
 int wr_fullvm_kill(struct wr_fullvm *vm);
 /* ACPI power button (QMP system_powerdown), then SIGKILL when QEMU has not
  * exited within deadline_ms (the guest's own shutdown ends QEMU). */

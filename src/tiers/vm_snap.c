@@ -42,11 +42,32 @@ static json_t *state_meta(const struct wr_fullvm_spec *s, bool kvm)
 	else
 		snprintf(accel, sizeof(accel), "tcg,tb-size=%u", WR_QEMU_TCG_TB_MIB);
 	snprintf(disk, sizeof(disk), "overlay=%llu", (unsigned long long)s->disk_bytes);
-	return json_pack("{s:s, s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s], s:I, s:i, s:I}", "format",
-			 WR_QSNAP_FORMAT, "tier", "vm", "accel", kvm ? "kvm" : "tcg", "machine",
-			 "q35", "args", "-M", "q35", "-m", mem, "-smp", smp, "-accel", accel,
-			 "-vga", "std", disk, "memory_bytes", (json_int_t)s->memory_bytes, "cpus",
-			 (int)s->cpus, "disk_bytes", (json_int_t)s->disk_bytes);
+	/* bios and uefi keep the machine "q35" of states saved before
+	 * uefi-secure's "q35,smm=on" existed */
+	const char *machine = wr_fullvm_machine(s->firmware);
+	return json_pack(
+	    "{s:s, s:s, s:s, s:s, s:[s,s,s,s,s,s,s,s,s,s,s], s:I, s:i, s:I, s:s}", "format",
+	    WR_QSNAP_FORMAT, "tier", "vm", "accel", kvm ? "kvm" : "tcg", "machine", machine, "args",
+	    "-M", machine, "-m", mem, "-smp", smp, "-accel", accel, "-vga", "std", disk,
+	    "memory_bytes", (json_int_t)s->memory_bytes, "cpus", (int)s->cpus, "disk_bytes",
+	    (json_int_t)s->disk_bytes, "firmware", wr_fullvm_firmware_name(s->firmware));
+}
+
+/* A UEFI VM's variable store goes with its state (what the guest wrote
+ * there: boot entries, its own variables); the VM's directory is the
+ * overlay's. */
+static int vars_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *s, const char *dir,
+		     wr_err *err)
+{
+	if (s->firmware == WR_VM_FW_BIOS)
+		return 0;
+	char from[1100], to[1100];
+	const char *ov = wr_fullvm_overlay(vm), *slash = strrchr(ov, '/');
+	if (slash == NULL)
+		return wr_err_set(err, EINVAL, "overlay %s has no directory", ov);
+	snprintf(from, sizeof(from), "%.*s/efivars.fd", (int)(slash - ov), ov);
+	snprintf(to, sizeof(to), "%s/efivars.fd", dir);
+	return wr_qsnap_copy(from, to, err);
 }
 
 int wr_fullvm_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *sizes, const char *dir,
@@ -76,6 +97,8 @@ int wr_fullvm_save(struct wr_fullvm *vm, const struct wr_fullvm_spec *sizes, con
 	if (r == 0)
 		r = link ? wr_qsnap_link_or_copy(wr_fullvm_overlay(vm), disk, err)
 			 : wr_qsnap_copy(wr_fullvm_overlay(vm), disk, err);
+	if (r == 0)
+		r = vars_save(vm, sizes, dir, err);
 	if (r == 0) {
 		meta = state_meta(sizes, kvm == 1);
 		struct timespec rt;
@@ -114,6 +137,13 @@ int wr_fullvm_restore(const struct wr_fullvm_spec *in, const char *dir, struct w
 	s.memory_bytes = (uint64_t)json_integer_value(json_object_get(meta, "memory_bytes"));
 	s.disk_bytes = (uint64_t)json_integer_value(json_object_get(meta, "disk_bytes"));
 	s.cpus = (unsigned)json_integer_value(json_object_get(meta, "cpus"));
+	/* the firmware it was saved with (its memory, OVMF's and SMM's, is in
+	 * the state), whatever the image record says; saved before the key
+	 * existed: the spec's, and the machine check below still applies */
+	const char *saved_fw = json_string_value(json_object_get(meta, "firmware"));
+	if (saved_fw && wr_fullvm_firmware_parse(saved_fw, &s.firmware) < 0)
+		return wr_err_field(err, "image", "image: the VM state names firmware '%s'",
+				    saved_fw);
 	/* the accelerator this node would use: the same as the saved one or
 	 * the check below names both */
 	const char *saved_accel = json_string_value(json_object_get(meta, "accel"));
@@ -123,9 +153,12 @@ int wr_fullvm_restore(const struct wr_fullvm_spec *in, const char *dir, struct w
 	if (wr_qsnap_check(meta, now, err) < 0)
 		return wr_err_wrap(err, "restore vm (saved with %s)",
 				   saved_accel ? saved_accel : "?");
-	char disk[1100], state[1100];
+	char disk[1100], state[1100], vars[1100];
 	snprintf(disk, sizeof(disk), "%s/disk", dir);
 	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(vars, sizeof(vars), "%s/efivars.fd", dir);
+	/* saved before variable stores were kept: the firmware's empty one */
+	s.vars_from = s.firmware != WR_VM_FW_BIOS && access(vars, F_OK) == 0 ? vars : NULL;
 	_cleanup_close_ int sfd = open(state, O_RDONLY | O_CLOEXEC);
 	if (sfd < 0)
 		return wr_err_sys(err, "restore vm: open %s", state);

@@ -113,8 +113,10 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 {
 	if (spec->n_layers > 1)
 		return wr_err_field(err, "layers", "the vm tier boots one disk image (no layers)");
-	if (spec->firmware && strcmp(spec->firmware, "bios") && strcmp(spec->firmware, "uefi"))
-		return wr_err_field(err, "firmware", "firmware: bios or uefi, not '%s'",
+	enum wr_vm_firmware fw;
+	if (wr_fullvm_firmware_parse(spec->firmware, &fw) < 0)
+		return wr_err_field(err, "firmware",
+				    "firmware: bios, uefi or uefi-secure, not '%s'",
 				    spec->firmware);
 	const char *image = spec->n_layers ? spec->layers[0] : spec->image;
 	struct stat st;
@@ -152,7 +154,7 @@ static int fvm_make(const struct wr_sandbox_spec *spec, pid_t adopt, struct wr_s
 				    .cpus = (unsigned)cpus,
 				    .id = spec->id,
 				    .boot_timeout_ms = g_cfg.boot_timeout_ms,
-				    .uefi = spec->firmware && strcmp(spec->firmware, "uefi") == 0,
+				    .firmware = fw,
 				    .vnc = spec->vnc};
 	struct wr_qemu_net net;
 	vs.net = wr_qemu_net_of(spec, &net); /* NULL: offline, no NIC */
@@ -343,6 +345,11 @@ static void sizes_from(struct fvm_sandbox *m, const char *dir)
 	m->vs.memory_bytes = (uint64_t)json_integer_value(json_object_get(meta, "memory_bytes"));
 	m->vs.disk_bytes = (uint64_t)json_integer_value(json_object_get(meta, "disk_bytes"));
 	m->vs.cpus = (unsigned)json_integer_value(json_object_get(meta, "cpus"));
+	/* the firmware the state runs with (the restore took the saved one) */
+	const char *fw = json_string_value(json_object_get(meta, "firmware"));
+	enum wr_vm_firmware f;
+	if (fw && wr_fullvm_firmware_parse(fw, &f) == 0)
+		m->vs.firmware = f;
 	json_decref(meta);
 }
 

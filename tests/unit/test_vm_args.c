@@ -2,7 +2,10 @@
  * (the code read-only, a per-VM copy of the variable store), and that
  * QEMU, given exactly these arguments under the tier's seccomp sandbox,
  * runs OVMF to its boot manager (its serial output says so) without ever
- * opening a firmware path itself. */
+ * opening a firmware path itself; with Secure Boot (uefi-secure: SMM, the
+ * pflash in secure mode, Microsoft's keys enrolled) OVMF refuses to start
+ * an unsigned image (its own built-in shell: "Security Violation"), which
+ * plain OVMF starts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,6 +28,8 @@
 
 #define CODE "/usr/share/OVMF/OVMF_CODE_4M.fd"
 #define VARS "/usr/share/OVMF/OVMF_VARS_4M.fd"
+#define SB_CODE "/usr/share/OVMF/OVMF_CODE_4M.ms.fd"
+#define SB_VARS "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
 
 static void free_argv(char **argv, size_t n)
 {
@@ -37,7 +42,7 @@ static void test_uefi_argv(void **state)
 	(void)state;
 	char *argv[16] = {0};
 	size_t n = 0;
-	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, 9, 10, 11), 0);
+	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, WR_VM_FW_UEFI, 9, 10, 11), 0);
 	const char *want[] = {
 	    "-add-fd", "fd=9,set=3",
 	    "-drive",  "if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
@@ -51,9 +56,47 @@ static void test_uefi_argv(void **state)
 	/* no room: refused, nothing past the bound written */
 	char *small[4] = {0};
 	n = 0;
-	assert_int_equal(wr_fullvm_uefi_args(small, 4, &n, 9, 10, 11), -E2BIG);
+	assert_int_equal(wr_fullvm_uefi_args(small, 4, &n, WR_VM_FW_UEFI, 9, 10, 11), -E2BIG);
 	assert_true(n < 4 && small[3] == NULL);
 	free_argv(small, n);
+	/* SeaBIOS has no firmware arguments */
+	n = 0;
+	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, WR_VM_FW_BIOS, 9, 10, 11), -EINVAL);
+	assert_int_equal(n, 0);
+}
+
+static void test_secure_argv_and_names(void **state)
+{
+	(void)state;
+	char *argv[16] = {0};
+	size_t n = 0;
+	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, WR_VM_FW_UEFI_SECURE, 9, 10, 11), 0);
+	const char *want[] = {
+	    "-add-fd", "fd=9,set=3",
+	    "-drive",  "if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
+	    "-add-fd", "fd=10,set=4",
+	    "-add-fd", "fd=11,set=4",
+	    "-drive",  "if=pflash,unit=1,format=raw,file=/dev/fdset/4",
+	    "-global", "driver=cfi.pflash01,property=secure,value=on"};
+	assert_int_equal(n, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(argv[i], want[i]);
+	free_argv(argv, n);
+	assert_string_equal(wr_fullvm_machine(WR_VM_FW_UEFI_SECURE), "q35,smm=on");
+	assert_string_equal(wr_fullvm_machine(WR_VM_FW_UEFI), "q35");
+	assert_string_equal(wr_fullvm_machine(WR_VM_FW_BIOS), "q35");
+	enum wr_vm_firmware f = WR_VM_FW_UEFI;
+	assert_int_equal(wr_fullvm_firmware_parse(NULL, &f), 0);
+	assert_int_equal(f, WR_VM_FW_BIOS);
+	const char *names[] = {"bios", "uefi", "uefi-secure"};
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(wr_fullvm_firmware_parse(names[i], &f), 0);
+		assert_int_equal(f, i);
+		assert_string_equal(wr_fullvm_firmware_name(f), names[i]);
+	}
+	assert_int_equal(wr_fullvm_firmware_parse("efi", &f), -EINVAL);
+	assert_int_equal(wr_fullvm_firmware_parse("uefi-secure ", &f), -EINVAL);
+	assert_int_equal(wr_fullvm_firmware_parse("", &f), -EINVAL);
 }
 
 static int copy(const char *from, const char *to)
@@ -72,24 +115,22 @@ static int copy(const char *from, const char *to)
 	return r;
 }
 
-static void test_ovmf_runs_from_fds(void **state)
+/* QEMU with firmware f (code, a copy of vars) and no disk until its
+ * serial output shows want; true when it did. */
+static bool ovmf_shows(enum wr_vm_firmware f, const char *code_path, const char *vars_path,
+		       const char *want)
 {
-	(void)state;
-	if (access(CODE, R_OK) != 0 || access(VARS, R_OK) != 0) {
-		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
-		skip();
-	}
 	char dir[64], vars[96];
 	snprintf(dir, sizeof(dir), "/tmp/warren-uefi-%d", (int)getpid());
 	assert_int_equal(mkdir(dir, 0700), 0);
 	snprintf(vars, sizeof(vars), "%s/efivars.fd", dir);
-	assert_int_equal(copy(VARS, vars), 0);
+	assert_int_equal(copy(vars_path, vars), 0);
 	char *argv[40] = {0};
 	size_t n = 0;
 	const char *head[] = {
 	    "qemu-system-x86_64",
 	    "-M",
-	    "q35",
+	    wr_fullvm_machine(f),
 	    "-accel",
 	    "tcg",
 	    "-m",
@@ -104,13 +145,14 @@ static void test_ovmf_runs_from_fds(void **state)
 	    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"};
 	for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
 		argv[n++] = strdup(head[i]);
-	assert_int_equal(wr_fullvm_uefi_args(argv, 40, &n, 10, 11, 12), 0);
+	assert_int_equal(wr_fullvm_uefi_args(argv, 40, &n, f, 10, 11, 12), 0);
 	int out[2];
 	assert_int_equal(pipe(out), 0);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		int code = open(CODE, O_RDONLY), rw = open(vars, O_RDWR), ro = open(vars, O_RDONLY);
+		int code = open(code_path, O_RDONLY), rw = open(vars, O_RDWR),
+		    ro = open(vars, O_RDONLY);
 		if (code < 0 || rw < 0 || ro < 0 || dup2(code, 10) < 0 || dup2(rw, 11) < 0 ||
 		    dup2(ro, 12) < 0 || dup2(out[1], 1) < 0)
 			_exit(127);
@@ -125,7 +167,6 @@ static void test_ovmf_runs_from_fds(void **state)
 		_exit(127);
 	}
 	close(out[1]);
-	/* OVMF's boot manager prints "BdsDxe: ..." on the serial port */
 	char buf[1 << 16];
 	size_t have = 0;
 	bool seen = false;
@@ -139,7 +180,7 @@ static void test_ovmf_runs_from_fds(void **state)
 			break;
 		have += (size_t)k;
 		buf[have] = 0;
-		seen = strstr(buf, "BdsDxe") != NULL;
+		seen = strstr(buf, want) != NULL;
 	}
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
@@ -148,15 +189,40 @@ static void test_ovmf_runs_from_fds(void **state)
 	unlink(vars);
 	rmdir(dir);
 	if (!seen)
-		fprintf(stderr, "serial: %.*s\n", (int)have, buf);
-	assert_true(seen);
+		fprintf(stderr, "serial (no \"%s\"): %.*s\n", want, (int)have, buf);
+	return seen;
+}
+
+static void test_ovmf_runs_from_fds(void **state)
+{
+	(void)state;
+	if (access(CODE, R_OK) != 0 || access(VARS, R_OK) != 0) {
+		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
+		skip();
+	}
+	/* OVMF's boot manager prints "BdsDxe: ..." on the serial port */
+	assert_true(ovmf_shows(WR_VM_FW_UEFI, CODE, VARS, "BdsDxe"));
+}
+
+static void test_secure_boot_refuses_unsigned(void **state)
+{
+	(void)state;
+	if (access(SB_CODE, R_OK) != 0 || access(SB_VARS, R_OK) != 0) {
+		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
+		skip();
+	}
+	/* with no disk, the boot manager tries its built-in shell, which is
+	 * not signed: Secure Boot refuses it (plain OVMF starts it) */
+	assert_true(ovmf_shows(WR_VM_FW_UEFI_SECURE, SB_CODE, SB_VARS, "Security Violation"));
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_uefi_argv),
+	    cmocka_unit_test(test_secure_argv_and_names),
 	    cmocka_unit_test(test_ovmf_runs_from_fds),
+	    cmocka_unit_test(test_secure_boot_refuses_unsigned),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@ from typing import (Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple,
                     Union)
 from urllib.parse import quote
 
+import httpcore
 import httpx
 
 from . import __version__
@@ -101,6 +102,142 @@ def _limits() -> httpx.Limits:
     return httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=30.0)
 
 
+class _AnswerStream:
+    """A connection whose writes stop at the first failed one, so that the
+    response is still read: warrend answers a request it refuses (a bad
+    field, a body over a limit) before it has read the body and closes the
+    connection, and the client then fails writing the rest of the body.
+    Without this, httpcore (0.16, Debian 12) raises that write error (a
+    broken pipe) and the daemon's 400 with its JSON error is never read;
+    httpcore 0.17 and later do the same as this by themselves. Once a write
+    failed, the rest of the body is dropped, the answer is read, and the
+    connection reports itself readable so the pool never reuses it. A
+    server that closed without answering still fails the request (httpcore:
+    "Server disconnected without sending a response")."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._broken = False
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        if not self._broken:
+            try:
+                self._inner.write(buffer, timeout)
+            except httpcore.WriteError:
+                self._broken = True
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *a: Any, **kw: Any) -> "_AnswerStream":
+        return _AnswerStream(self._inner.start_tls(*a, **kw))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable" and self._broken:
+            return True
+        return self._inner.get_extra_info(info)
+
+
+def _asyncio_unix_socket(stream: Any) -> Any:
+    """The socket under httpcore's stream when it is anyio's asyncio Unix
+    socket stream, else None."""
+    s = getattr(stream, "_stream", None)
+    if type(s).__name__ != "UNIXSocketStream" or \
+            not type(s).__module__.startswith("anyio._backends._asyncio"):
+        return None
+    try:
+        import anyio.abc
+        return s.extra(anyio.abc.SocketAttribute.raw_socket)
+    except Exception:
+        return None
+
+
+class _AsyncAnswerStream(_AnswerStream):
+    """:class:`_AnswerStream` for the async pools. Over a Unix socket under
+    asyncio, writes go through the loop's ``sock_sendall``: anyio 3.6's
+    ``UNIXSocketStream.send`` (Debian 12) sends its buffer from the start
+    again after a partial send, so a body larger than the socket's buffer
+    (an image upload) reached warrend with its first bytes repeated in the
+    middle and the surplus read as the next request."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._sock = _asyncio_unix_socket(inner)
+
+    async def read(self, max_bytes: int,  # type: ignore[override]
+                   timeout: Optional[float] = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def _sendall(self, buffer: bytes, timeout: Optional[float]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.sock_sendall(self._sock, buffer), timeout)
+        except asyncio.TimeoutError as e:
+            raise httpcore.WriteTimeout(str(e) or "write timed out") from e
+        except OSError as e:
+            raise httpcore.WriteError(str(e)) from e
+
+    async def write(self, buffer: bytes,  # type: ignore[override]
+                    timeout: Optional[float] = None) -> None:
+        if self._broken or not buffer:
+            return
+        try:
+            if self._sock is not None:
+                await self._sendall(buffer, timeout)
+            else:
+                await self._inner.write(buffer, timeout)
+        except httpcore.WriteError:
+            self._broken = True
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(self, *a: Any, **kw: Any) -> "_AsyncAnswerStream":  # type: ignore
+        return _AsyncAnswerStream(await self._inner.start_tls(*a, **kw))
+
+
+class _AnswerBackend:
+    """The pool's network backend with its streams as :class:`_AnswerStream`."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *a: Any, **kw: Any) -> _AnswerStream:
+        return _AnswerStream(self._inner.connect_tcp(*a, **kw))
+
+    def connect_unix_socket(self, *a: Any, **kw: Any) -> _AnswerStream:
+        return _AnswerStream(self._inner.connect_unix_socket(*a, **kw))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _AsyncAnswerBackend(_AnswerBackend):
+    async def connect_tcp(self, *a: Any, **kw: Any) -> _AsyncAnswerStream:  # type: ignore
+        return _AsyncAnswerStream(await self._inner.connect_tcp(*a, **kw))
+
+    async def connect_unix_socket(self, *a: Any,  # type: ignore[override]
+                                  **kw: Any) -> _AsyncAnswerStream:
+        return _AsyncAnswerStream(await self._inner.connect_unix_socket(*a, **kw))
+
+    async def sleep(self, seconds: float) -> None:  # type: ignore[override]
+        await self._inner.sleep(seconds)
+
+
+def _read_answers(transport: Any, wrapper: Any) -> Any:
+    """Give the transport's connection pool the answer-reading streams (its
+    backend is an attribute of httpx's and httpcore's internals: where a
+    release lays them out differently, the transport stays as it is)."""
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None and not isinstance(backend, _AnswerBackend):
+        pool._network_backend = wrapper(backend)
+    return transport
+
+
 _sync_lock = threading.Lock()
 _sync_clients: Dict[Tuple[int, str, Optional[str]], httpx.Client] = {}
 # loop -> (its pools by address, the async generator that closes them)
@@ -122,8 +259,9 @@ def _sync_client(cfg: ConnectionConfig) -> httpx.Client:
                 # forked child: the parent's sockets are not ours to use
                 for k in [k for k in _sync_clients if k[0] != key[0]]:
                     del _sync_clients[k]
-            transport = httpx.HTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
-                                            verify=_verify(cfg))
+            transport = _read_answers(
+                httpx.HTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
+                                    verify=_verify(cfg)), _AnswerBackend)
             c = httpx.Client(transport=transport, base_url=cfg.base_url)
             _sync_clients[key] = c
         return c
@@ -161,8 +299,9 @@ async def _async_client(cfg: ConnectionConfig) -> httpx.AsyncClient:
     key = cfg.pool_key
     c = per_loop.get(key)
     if c is None or c.is_closed:
-        transport = httpx.AsyncHTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
-                                             verify=_verify(cfg))
+        transport = _read_answers(
+            httpx.AsyncHTTPTransport(uds=cfg.socket, limits=_limits(), retries=1,
+                                     verify=_verify(cfg)), _AsyncAnswerBackend)
         c = httpx.AsyncClient(transport=transport, base_url=cfg.base_url)
         per_loop[key] = c
     return c

@@ -154,8 +154,10 @@ class Images(RegistryOps):
                        node_path: bool = False, firmware: Optional[str] = None) -> ImageInfo:
         """Import a bootable disk (raw or qcow2) for ``tier="vm"``: the
         same as ``import_(..., format="vm-disk")``. ``firmware``: how its
-        VMs boot, ``"bios"`` (SeaBIOS) or ``"uefi"`` (OVMF); default:
-        detected from the disk (an EFI system partition means UEFI)."""
+        VMs boot, ``"bios"`` (SeaBIOS), ``"uefi"`` (OVMF) or
+        ``"uefi-secure"`` (OVMF with Secure Boot, Microsoft's keys enrolled:
+        the disk must boot a signed chain, e.g. shim); default: detected
+        from the disk (an EFI system partition means UEFI)."""
         return self.import_(source, ref=ref, format="vm-disk", node_path=node_path,
                             firmware=firmware)
 
@@ -174,8 +176,10 @@ class Images(RegistryOps):
         the node from the rootfs image ``image`` (it must bring systemd and
         qemu-guest-agent) and Debian's cloud kernel; ``size`` in bytes or
         like ``"20G"`` (default 4G); ``firmware`` ``"bios"`` (default:
-        an MBR disk with GRUB for SeaBIOS) or ``"uefi"`` (a GPT disk with
-        an EFI system partition, booted with OVMF). Takes minutes."""
+        an MBR disk with GRUB for SeaBIOS), ``"uefi"`` (a GPT disk with
+        an EFI system partition, booted with OVMF) or ``"uefi-secure"``
+        (the same with Debian's shim, signed GRUB and signed kernel,
+        booted with Secure Boot). Takes minutes."""
         return ImageInfo.from_json(self._http.json(
             "POST", "/images/build-vm", json=_build_vm_body(image, ref, size, firmware),
             timeout=None))
