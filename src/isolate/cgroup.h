@@ -180,7 +180,6 @@ int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *er
  * tier reads it on the path of every call. A leaf's subtree is itself
  * (wr_cg_walk_cg); a cgroup with children gets wr_cgroup_stats. */
 int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err);
-int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t *cpu_base, wr_err *err);
 
 /* Kill, wait (bounded, ~2 s) until empty, remove every directory including
  * leaves, free. *cg is NULL afterwards even on failure. */

@@ -1,7 +1,9 @@
-/* cgroups: what CPU harvesting needs of a live sandbox cgroup (cgroup.h):
- * its CPU time alone (one file, read every sampling tick for every
- * sandbox), and its CPU share (weight, and SCHED_IDLE-like treatment
- * through cpu.idle where the kernel has the file). */
+/* cgroups: the lean reads and writes of a live cgroup (cgroup.h): what CPU
+ * harvesting needs (its CPU time alone, one file, read every sampling tick
+ * for every sandbox, and its CPU share: weight and SCHED_IDLE-like
+ * treatment through cpu.idle where the kernel has the file), and the
+ * usage a function call reports (wr_cgroup_stats_call: CPU time and peak
+ * memory, the OOM count only when asked). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -274,8 +274,20 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	_cleanup_close_ int work = openat(storage, "work", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (upper < 0 || work < 0)
 		return wr_cerr_sys(e, "open upper/work");
-	if (s->upper_out && (*s->upper_out = fcntl(upper, F_DUPFD_CLOEXEC, 3)) < 0)
-		return wr_cerr_sys(e, "keep upper");
+	if (s->upper_out) {
+		/* A mount of upper/ alone, not of the tmpfs: ".." from it stays
+		 * in upper/, so PID 1's fd (the host reads the sandbox's changes
+		 * through it) leads nowhere else should a process of the
+		 * sandbox reach it: the tmpfs also holds work/ and devfs/ (the
+		 * masks' source, /dev and /dev/shm). */
+		_cleanup_close_ int uc = wr_mount_clone(storage, "upper", false, e);
+		if (uc < 0 ||
+		    wr_mount_setattr(uc, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NODEV,
+				     0, -1, false, e) < 0)
+			return -1;
+		if ((*s->upper_out = fcntl(uc, F_DUPFD_CLOEXEC, 3)) < 0)
+			return wr_cerr_sys(e, "keep upper");
+	}
 
 	_cleanup_close_ int ovl = wr_fsopen("overlay", FSOPEN_CLOEXEC);
 	if (ovl < 0)

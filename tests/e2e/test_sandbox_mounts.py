@@ -117,3 +117,23 @@ def test_devpts_once_across_restart(fresh_daemon):
     finally:
         c.kill(used)
         c.kill(fresh)
+
+
+def test_pid1_upper_fd_leads_only_into_upper(warrend, api):
+    """PID 1 keeps the writable layer's upper/ open (the host reads the
+    sandbox's changes through it): that fd is a mount of upper/ alone, so
+    ".." from it is upper/ again, never the tmpfs with work/ and devfs/
+    (the masks' source, /dev, /dev/shm)."""
+    sid = api.create()
+    try:
+        fds = Path(f"/proc/{init_pid(warrend, sid)}/fd")
+        uppers = [p for p in fds.iterdir() if int(p.name) > 2]
+        assert len(uppers) == 1, [(p.name, p.readlink()) for p in uppers]
+        top = uppers[0] / ".."
+        assert not (top / "devfs").exists() and not (top / "work").exists(), sorted(
+            q.name for q in top.iterdir())
+        # the same directory: what the sandbox writes shows on both sides
+        assert api.put(f"/v1/sandboxes/{sid}/files?path=/marker", b"x").status in (200, 201, 204)
+        assert (uppers[0] / "marker").exists() and (top / "marker").exists()
+    finally:
+        api.kill(sid)
