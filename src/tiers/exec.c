@@ -716,6 +716,10 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	if (si.si_code == CLD_EXITED) {
 		res->reason = WR_EXIT_EXITED;
 		res->exit_code = si.si_status;
+		/* The OOM killer took one of its processes (a shell's child)
+		 * and the command then failed: the memory limit is why. */
+		if (si.si_status != 0 && cst.oom_kills > 0)
+			res->reason = WR_EXIT_OOM;
 	} else {
 		res->signal = si.si_status;
 		res->exit_code = 128 + si.si_status;

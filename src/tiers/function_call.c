@@ -587,16 +587,22 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		goto out;
 	}
 	PHASE(WR_FN_PH_STATUS);
-	/* Usage from the leaf; its OOM count only matters for a SIGKILL. */
+	/* Usage from the leaf; its OOM count only matters for a call that
+	 * failed (a SIGKILL, or a non-zero exit after the OOM killer took
+	 * one of its processes): a successful call reads two files. */
 	struct wr_cgroup_stats cst = {0};
-	wr_cgroup_stats_call(slot->leaf, WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, &cst,
-			     NULL);
+	bool failed = WIFSIGNALED(status) ? WTERMSIG(status) == SIGKILL : WEXITSTATUS(status) != 0;
+	wr_cgroup_stats_call(slot->leaf, failed, &cst, NULL);
 	res->cpu_ns = cst.cpu_usage_ns;
 	res->memory_peak = cst.memory_peak;
 	PHASE(WR_FN_PH_STATS);
 	if (WIFEXITED(status)) {
 		res->reason = WR_EXIT_EXITED;
 		res->exit_code = WEXITSTATUS(status);
+		/* as in exec.c: a process of the call taken by the OOM killer,
+		 * then the call failed */
+		if (res->exit_code != 0 && cst.oom_kills > 0)
+			res->reason = WR_EXIT_OOM;
 	} else {
 		res->signal = WTERMSIG(status);
 		res->exit_code = 128 + res->signal;

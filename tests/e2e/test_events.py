@@ -267,6 +267,9 @@ def test_pids_and_oom_are_cgroup_limit_events(alice):
     assert "errno=EAGAIN" in out["stdout"], out
     out = alice.run(sid, ["wr-probe", "membomb", "128"])
     assert out["reason"] == "oom", out
+    # the OOM killer took a child and the shell then failed: oom too
+    out = alice.run(sid, ["sh", "-c", "wr-probe membomb 128; exit 5"])
+    assert out["reason"] == "oom" and out["exit_code"] == 5, out
     ev = wait_events(alice, f"sandbox={sid}&layer=cgroup-limit",
                      lambda e: {x["action"] for x in e} >= {"pids.max", "oom_kill"})
     by = {e["action"]: e for e in ev}

@@ -44,6 +44,11 @@ def test_files_stdin_env_and_base64(api):
 def test_reasons(api):
     assert call(api, argv=["sleep", "10"], timeout=0.3)["reason"] == "timeout"
     assert call(api, argv=["wr-probe", "membomb", "200"], memory_mb=32)["reason"] == "oom"
+    # a child taken by the OOM killer, the shell then fails: still oom
+    res = call(api, argv=["sh", "-c", "wr-probe membomb 200; exit 3"], memory_mb=32)
+    assert res["reason"] == "oom" and res["exit_code"] == 3, res
+    res = call(api, argv=["sh", "-c", "wr-probe membomb 200; exit 0"], memory_mb=32)
+    assert res["reason"] == "exited" and res["exit_code"] == 0, res
     res = call(api, argv=["sh", "-c", "while :; do :; done"], cpu_time=1, timeout=20)
     assert res["reason"] == "cpu_time"
     res = call(api, argv=["wr-probe", "yes"], output_cap=1000)
