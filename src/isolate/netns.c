@@ -2,9 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sched.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -96,4 +99,152 @@ void wr_netns_leave(int *saved)
 		abort();
 	close(*saved);
 	*saved = -1;
+}
+
+/* ---- recycling a call's network namespace (function tier) ---------------- */
+
+/* One number after `key` in a /proc/self/net/sockstat* line starting with
+ * `line`; -1 when absent. */
+static long sockstat_field(const char *buf, const char *line, const char *key)
+{
+	size_t ll = strlen(line);
+	for (const char *p = buf; *p;) {
+		const char *eol = strchr(p, '\n');
+		if (strncmp(p, line, ll) == 0) {
+			const char *k = strstr(p + ll, key);
+			if (k == NULL || (eol && k > eol))
+				return -1;
+			return strtol(k + strlen(key), NULL, 10);
+		}
+		if (eol == NULL)
+			break;
+		p = eol + 1;
+	}
+	return -1;
+}
+
+static int read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	return 0;
+}
+
+/* Every answer of one NETLINK_ROUTE dump: cb per message, 0 at NLMSG_DONE. */
+static int rtnl_dump(int s, uint16_t type, unsigned char family,
+		     int (*cb)(const struct nlmsghdr *, void *), void *arg, struct wr_cerr *e)
+{
+	struct {
+		struct nlmsghdr h;
+		struct rtgenmsg g;
+	} req = {.h = {.nlmsg_len = sizeof(req),
+		       .nlmsg_type = type,
+		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
+		       .nlmsg_seq = type},
+		 .g = {.rtgen_family = family}};
+	if (send(s, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
+		return wr_cerr_sys(e, "netlink dump");
+	char buf[8192] __attribute__((aligned(NLMSG_ALIGNTO)));
+	for (;;) {
+		ssize_t n = recv(s, buf, sizeof(buf), 0);
+		if (n < 0)
+			return wr_cerr_sys(e, "netlink dump");
+		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)n);
+		     h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_seq != type)
+				continue;
+			if (h->nlmsg_type == NLMSG_DONE)
+				return 0;
+			if (h->nlmsg_type == NLMSG_ERROR)
+				return wr_cerr_set(e, EIO, "netlink dump: error");
+			if (cb(h, arg) < 0)
+				return wr_cerr_set(e, EEXIST, "loopback changed");
+		}
+	}
+}
+
+struct lo_seen {
+	int links, v4, v6;
+};
+
+static int link_cb(const struct nlmsghdr *h, void *arg)
+{
+	struct lo_seen *s = arg;
+	const struct ifinfomsg *ifi = NLMSG_DATA(h);
+	if (h->nlmsg_type != RTM_NEWLINK)
+		return 0;
+	s->links++;
+	/* Only lo, up; its name and the rest cannot be changed without
+	 * CAP_NET_ADMIN over the namespace, which no call has. */
+	return ifi->ifi_index == 1 && (ifi->ifi_flags & IFF_LOOPBACK) && (ifi->ifi_flags & IFF_UP)
+		   ? 0
+		   : -1;
+}
+
+static int addr_cb(const struct nlmsghdr *h, void *arg)
+{
+	struct lo_seen *s = arg;
+	const struct ifaddrmsg *ifa = NLMSG_DATA(h);
+	if (h->nlmsg_type != RTM_NEWADDR)
+		return 0;
+	if (ifa->ifa_index != 1)
+		return -1;
+	int len = (int)IFA_PAYLOAD(h);
+	const unsigned char *addr = NULL;
+	for (const struct rtattr *a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len))
+		if (a->rta_type == IFA_ADDRESS)
+			addr = RTA_DATA(a);
+	if (addr == NULL)
+		return -1;
+	static const unsigned char v4[4] = {127, 0, 0, 1};
+	static const unsigned char v6[16] = {[15] = 1};
+	if (ifa->ifa_family == AF_INET && ifa->ifa_prefixlen == 8 && memcmp(addr, v4, 4) == 0)
+		s->v4++;
+	else if (ifa->ifa_family == AF_INET6 && ifa->ifa_prefixlen == 128 &&
+		 memcmp(addr, v6, 16) == 0)
+		s->v6++;
+	else
+		return -1;
+	return 0;
+}
+
+int wr_netns_reusable(struct wr_cerr *e)
+{
+	/* Invariant: read before we open a socket here ourselves; "sockets:
+	 * used" is this namespace's count of every socket of every family
+	 * (TCP, UDP, raw, Unix bound or not, abstract or not, netlink, packet,
+	 * an orphaned TCP socket still closing), "tw" its TIME_WAIT sockets and
+	 * FRAG/FRAG6 its queued IP fragments: all three 0 leaves no socket and
+	 * no datagram part for a later call to see. The kernel's own sockets
+	 * of the namespace are not counted (they exist in a fresh one too). */
+	char buf[1024];
+	if (read_small("/proc/self/net/sockstat", buf, sizeof(buf)) < 0)
+		return wr_cerr_sys(e, "read sockstat");
+	long used = sockstat_field(buf, "sockets:", " used ");
+	long tw = sockstat_field(buf, "TCP:", " tw ");
+	long frag = sockstat_field(buf, "FRAG:", " inuse ");
+	if (used != 0 || tw != 0 || frag != 0)
+		return wr_cerr_set(e, EBUSY, "sockets left: used %ld, time-wait %ld, fragments %ld",
+				   used, tw, frag);
+	if (read_small("/proc/self/net/sockstat6", buf, sizeof(buf)) == 0 &&
+	    sockstat_field(buf, "FRAG6:", " inuse ") != 0)
+		return wr_cerr_set(e, EBUSY, "IPv6 fragments left");
+	/* lo as a fresh namespace has it: the only link, up, 127.0.0.1/8 and
+	 * (with IPv6) ::1/128, nothing else. */
+	_cleanup_close_ int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (s < 0)
+		return wr_cerr_sys(e, "netlink socket");
+	struct lo_seen seen = {0};
+	if (rtnl_dump(s, RTM_GETLINK, AF_UNSPEC, link_cb, &seen, e) < 0 ||
+	    rtnl_dump(s, RTM_GETADDR, AF_UNSPEC, addr_cb, &seen, e) < 0)
+		return -1;
+	if (seen.links != 1 || seen.v4 != 1 || seen.v6 > 1)
+		return wr_cerr_set(e, EEXIST, "loopback changed");
+	return 0;
 }
