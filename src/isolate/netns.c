@@ -2,12 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sched.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <net/if.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -136,84 +135,6 @@ static int read_small(const char *path, char *buf, size_t len)
 	return 0;
 }
 
-/* Every answer of one NETLINK_ROUTE dump: cb per message, 0 at NLMSG_DONE. */
-static int rtnl_dump(int s, uint16_t type, unsigned char family,
-		     int (*cb)(const struct nlmsghdr *, void *), void *arg, struct wr_cerr *e)
-{
-	struct {
-		struct nlmsghdr h;
-		struct rtgenmsg g;
-	} req = {.h = {.nlmsg_len = sizeof(req),
-		       .nlmsg_type = type,
-		       .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
-		       .nlmsg_seq = type},
-		 .g = {.rtgen_family = family}};
-	if (send(s, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
-		return wr_cerr_sys(e, "netlink dump");
-	char buf[8192] __attribute__((aligned(NLMSG_ALIGNTO)));
-	for (;;) {
-		ssize_t n = recv(s, buf, sizeof(buf), 0);
-		if (n < 0)
-			return wr_cerr_sys(e, "netlink dump");
-		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, (size_t)n);
-		     h = NLMSG_NEXT(h, n)) {
-			if (h->nlmsg_seq != type)
-				continue;
-			if (h->nlmsg_type == NLMSG_DONE)
-				return 0;
-			if (h->nlmsg_type == NLMSG_ERROR)
-				return wr_cerr_set(e, EIO, "netlink dump: error");
-			if (cb(h, arg) < 0)
-				return wr_cerr_set(e, EEXIST, "loopback changed");
-		}
-	}
-}
-
-struct lo_seen {
-	int links, v4, v6;
-};
-
-static int link_cb(const struct nlmsghdr *h, void *arg)
-{
-	struct lo_seen *s = arg;
-	const struct ifinfomsg *ifi = NLMSG_DATA(h);
-	if (h->nlmsg_type != RTM_NEWLINK)
-		return 0;
-	s->links++;
-	/* Only lo, up; its name and the rest cannot be changed without
-	 * CAP_NET_ADMIN over the namespace, which no call has. */
-	return ifi->ifi_index == 1 && (ifi->ifi_flags & IFF_LOOPBACK) && (ifi->ifi_flags & IFF_UP)
-		   ? 0
-		   : -1;
-}
-
-static int addr_cb(const struct nlmsghdr *h, void *arg)
-{
-	struct lo_seen *s = arg;
-	const struct ifaddrmsg *ifa = NLMSG_DATA(h);
-	if (h->nlmsg_type != RTM_NEWADDR)
-		return 0;
-	if (ifa->ifa_index != 1)
-		return -1;
-	int len = (int)IFA_PAYLOAD(h);
-	const unsigned char *addr = NULL;
-	for (const struct rtattr *a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if (a->rta_type == IFA_ADDRESS)
-			addr = RTA_DATA(a);
-	if (addr == NULL)
-		return -1;
-	static const unsigned char v4[4] = {127, 0, 0, 1};
-	static const unsigned char v6[16] = {[15] = 1};
-	if (ifa->ifa_family == AF_INET && ifa->ifa_prefixlen == 8 && memcmp(addr, v4, 4) == 0)
-		s->v4++;
-	else if (ifa->ifa_family == AF_INET6 && ifa->ifa_prefixlen == 128 &&
-		 memcmp(addr, v6, 16) == 0)
-		s->v6++;
-	else
-		return -1;
-	return 0;
-}
-
 int wr_netns_reusable(struct wr_cerr *e)
 {
 	/* Invariant: read before we open a socket here ourselves; "sockets:
@@ -236,15 +157,41 @@ int wr_netns_reusable(struct wr_cerr *e)
 	    sockstat_field(buf, "FRAG6:", " inuse ") != 0)
 		return wr_cerr_set(e, EBUSY, "IPv6 fragments left");
 	/* lo as a fresh namespace has it: the only link, up, 127.0.0.1/8 and
-	 * (with IPv6) ::1/128, nothing else. */
-	_cleanup_close_ int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	 * (with IPv6) ::1/128, nothing else. From procfs and the ioctls of a
+	 * UDP socket, which is freed at its close: a netlink socket would be
+	 * counted above until an RCU grace period after its close (tens of
+	 * ms here), failing the next slot's check for nothing. */
+	if (read_small("/proc/self/net/dev", buf, sizeof(buf)) < 0)
+		return wr_cerr_sys(e, "read net/dev");
+	int lines = 0;
+	for (const char *p = buf; (p = strchr(p, '\n')) != NULL; p++)
+		lines++;
+	/* two header lines, then one per link */
+	if (lines != 3 || strstr(buf, " lo:") == NULL)
+		return wr_cerr_set(e, EEXIST, "links other than lo");
+	if (read_small("/proc/self/net/if_inet6", buf, sizeof(buf)) == 0 && buf[0] &&
+	    strcmp(buf, "00000000000000000000000000000001 01 80 10 80       lo\n") != 0)
+		return wr_cerr_set(e, EEXIST, "lo's IPv6 addresses changed");
+	_cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
-		return wr_cerr_sys(e, "netlink socket");
-	struct lo_seen seen = {0};
-	if (rtnl_dump(s, RTM_GETLINK, AF_UNSPEC, link_cb, &seen, e) < 0 ||
-	    rtnl_dump(s, RTM_GETADDR, AF_UNSPEC, addr_cb, &seen, e) < 0)
-		return -1;
-	if (seen.links != 1 || seen.v4 != 1 || seen.v6 > 1)
-		return wr_cerr_set(e, EEXIST, "loopback changed");
+		return wr_cerr_sys(e, "loopback: socket");
+	struct ifreq ifr[2];
+	struct ifconf ifc = {.ifc_len = sizeof(ifr), .ifc_req = ifr};
+	memset(ifr, 0, sizeof(ifr));
+	if (ioctl(s, SIOCGIFCONF, &ifc) < 0)
+		return wr_cerr_sys(e, "loopback: addresses");
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr[0].ifr_addr;
+	if (ifc.ifc_len != (int)sizeof(ifr[0]) || strcmp(ifr[0].ifr_name, "lo") != 0 ||
+	    sin->sin_family != AF_INET || sin->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		return wr_cerr_set(e, EEXIST, "lo's IPv4 addresses changed");
+	if (ioctl(s, SIOCGIFNETMASK, &ifr[0]) < 0)
+		return wr_cerr_sys(e, "loopback: netmask");
+	sin = (struct sockaddr_in *)&ifr[0].ifr_netmask;
+	if (sin->sin_addr.s_addr != htonl(0xff000000u))
+		return wr_cerr_set(e, EEXIST, "lo's IPv4 address changed");
+	if (ioctl(s, SIOCGIFFLAGS, &ifr[0]) < 0)
+		return wr_cerr_sys(e, "loopback: get flags");
+	if ((ifr[0].ifr_flags & (IFF_UP | IFF_LOOPBACK)) != (IFF_UP | IFF_LOOPBACK))
+		return wr_cerr_set(e, EEXIST, "lo is down");
 	return 0;
 }
