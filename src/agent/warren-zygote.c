@@ -13,7 +13,8 @@
  *   its exec has no address space of its own to tear down), on a stack and
  *   a copy of our thread-local storage of its own (its errno is its own);
  *   S is PID 1 of a pid namespace of its own, in a network namespace of
- *   its own (loopback only),
+ *   its own (loopback only: fresh, or a clean one of an earlier call of
+ *   this pool, see g_netns_free),
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
