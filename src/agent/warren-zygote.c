@@ -13,7 +13,8 @@
  *   its exec has no address space of its own to tear down), on a stack and
  *   a copy of our thread-local storage of its own (its errno is its own);
  *   S is PID 1 of a pid namespace of its own, in a network namespace of
- *   its own (loopback only),
+ *   its own (loopback only: fresh, or a clean one of an earlier call of
+ *   this pool, see g_netns_free),
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
@@ -36,6 +37,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,8 @@ struct slotmem {
 	int nprocs;
 	int procs[WR_FNP_MAX_PROCS];
 	uint64_t tmp_bytes;
+	int netfd;     /* a recycled network namespace S enters, or -1 */
+	int net_dirty; /* set by S: netfd was not clean, S made a fresh one */
 };
 static struct slotmem *g_free_mem;
 static unsigned g_nfree_mem;
@@ -92,10 +96,37 @@ struct slot {
 	pid_t pid;
 	int sock;  /* our copy of S's end: REAPED goes here */
 	int ns[2]; /* S's mount and IPC namespaces, held until S is reaped */
+	int net;   /* S's network namespace (recycled after S is reaped) */
 	struct slotmem *mem;
 };
 static struct slot *g_slots;
 static size_t g_nslots, g_aslots;
+
+/* Network namespaces of finished slots, for later slots of this zygote.
+ * Making one (copy_net_ns) and the kernel's cleanup of a dropped one cost
+ * more CPU than a /bin/true call; reusing one costs a setns and the check
+ * wr_netns_reusable. Invariants:
+ *  - One zygote serves one pool: one image, profile and tenant (its user
+ *    namespace, uid range and cgroup are the tenant's). A namespace here
+ *    only ever goes to a later slot of this zygote: calls of two tenants
+ *    never share one.
+ *  - A namespace enters this list only when the slot that used it has been
+ *    reaped. That slot is PID 1 of its pid namespace, so by then every
+ *    process of its call is gone too (the kernel reaps the rest of a pid
+ *    namespace before its init becomes a zombie); no call gets
+ *    CAP_SYS_ADMIN over the pool's user namespace to setns into it, and
+ *    nobody else holds it. It leaves the list for exactly one new slot: at
+ *    most one call at a time ever runs in it.
+ *  - The new slot checks it (wr_netns_reusable: no socket of any family,
+ *    none in TIME_WAIT, no fragments, lo unchanged) before anything of its
+ *    own opens a socket there; when it is not clean the slot makes a fresh
+ *    one instead and sets net_dirty, and we drop the old one at its reap.
+ *  - At most NETNS_KEEP are kept; the rest are closed (the kernel frees
+ *    them). All are closed when the zygote exits (its pool is reaped or
+ *    replaced). */
+#define NETNS_KEEP 4
+static int g_netns_free[NETNS_KEEP];
+static unsigned g_nnetns_free;
 
 static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int max)
 {
@@ -299,10 +330,12 @@ static int slot_main(void *arg)
 	 * dup2 would keep their close-on-exec flag), our socket, the cgroup
 	 * files and the Landlock ruleset: the fd table is S's own copy (no
 	 * CLONE_FILES). */
-	int keep[WR_FNP_MAX_PROCS + 2];
+	int keep[WR_FNP_MAX_PROCS + 3];
 	int nk = 0;
 	keep[nk++] = sock;
 	keep[nk++] = WR_FNP_FD_LANDLOCK;
+	if (m->netfd >= 0)
+		keep[nk++] = m->netfd;
 	for (int i = 0; i < m->nprocs; i++)
 		keep[nk++] = m->procs[i];
 	for (int i = 1; i < nk; i++)
@@ -332,9 +365,25 @@ static int slot_main(void *arg)
 	if (slot_mounts(m->tmp_bytes, &e) < 0)
 		slot_fail(sock, &e, 126);
 	/* A network namespace of its own, loopback only: no call reaches a
-	 * socket (TCP, UDP, abstract Unix) of another call of the pool. */
-	if (wr_netns_loopback_up(&e) < 0)
+	 * socket (TCP, UDP, abstract Unix) of another call of the pool. Either
+	 * clone made a fresh one, or we enter one of an earlier, finished call
+	 * of this pool (see g_netns_free) and use it only if it is as clean as
+	 * a fresh one; else a fresh one after all. */
+	if (m->netfd >= 0) {
+		struct wr_cerr why = {0};
+		if (setns(m->netfd, CLONE_NEWNET) < 0) {
+			wr_cerr_sys(&e, "enter a recycled network namespace");
+			slot_fail(sock, &e, 126);
+		}
+		close(m->netfd);
+		if (wr_netns_reusable(&why) < 0) {
+			m->net_dirty = 1;
+			if (wr_netns_new(&e) < 0)
+				slot_fail(sock, &e, 126);
+		}
+	} else if (wr_netns_loopback_up(&e) < 0) {
 		slot_fail(sock, &e, 126);
+	}
 	if (chdir(WR_FNP_WORKDIR) < 0) {
 		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
 		slot_fail(sock, &e, 126);
@@ -462,7 +511,17 @@ static int slot_main(void *arg)
 
 /* ---- the zygote ----------------------------------------------------------- */
 
-static void slot_add(pid_t pid, int sock, const int ns[2], struct slotmem *mem)
+static void netns_put(int fd, bool clean)
+{
+	if (fd < 0)
+		return;
+	if (clean && g_nnetns_free < NETNS_KEEP)
+		g_netns_free[g_nnetns_free++] = fd;
+	else
+		close(fd);
+}
+
+static void slot_add(pid_t pid, int sock, const int ns[2], int net, struct slotmem *mem)
 {
 	if (g_nslots == g_aslots) {
 		size_t na = g_aslots ? g_aslots * 2 : 16;
@@ -470,12 +529,14 @@ static void slot_add(pid_t pid, int sock, const int ns[2], struct slotmem *mem)
 		if (ns == NULL) {
 			/* S keeps running; its memory stays ours until we exit. */
 			close(sock);
+			if (net >= 0)
+				close(net);
 			return;
 		}
 		g_slots = ns;
 		g_aslots = na;
 	}
-	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}, mem};
+	g_slots[g_nslots++] = (struct slot){pid, sock, {ns[0], ns[1]}, net, mem};
 }
 
 /* S is dead (reaped): its region is free again. */
@@ -565,6 +626,8 @@ static void reap(void)
 			for (int k = 0; k < 2; k++)
 				if (g_slots[i].ns[k] >= 0)
 					close(g_slots[i].ns[k]);
+			/* S and its whole pid namespace are gone (g_netns_free). */
+			netns_put(g_slots[i].net, !g_slots[i].mem->net_dirty);
 			mem_release(g_slots[i].mem);
 			g_slots[i] = g_slots[--g_nslots];
 			break;
@@ -591,15 +654,19 @@ static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int npr
 	for (int i = 0; i < nprocs; i++)
 		mem->procs[i] = procs[i];
 	mem->tmp_bytes = mk->tmp_bytes;
+	mem->netfd = g_nnetns_free ? g_netns_free[--g_nnetns_free] : -1;
+	mem->net_dirty = 0;
 	int pidfd = -1;
 	pid_t pid = clone(slot_main, (char *)mem + SLOT_MEM,
 			  CLONE_VM | CLONE_SETTLS | CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS |
-			      CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD,
+			      CLONE_NEWIPC | (mem->netfd < 0 ? CLONE_NEWNET : 0) | SIGCHLD,
 			  mem, &pidfd, tls_copy(mem), NULL);
 	if (pid < 0) {
 		wr_cerr_sys(&e, "start a call slot");
 		close(sp[0]);
 		close(sp[1]);
+		/* Nobody entered it: as clean as before. */
+		netns_put(mem->netfd, true);
 		mem_release(mem);
 		goto fail;
 	}
@@ -612,7 +679,12 @@ static void make_slot(int ctl, const struct wr_fnp_make *mk, int *procs, int npr
 	ns[0] = open(path, O_RDONLY | O_CLOEXEC);
 	snprintf(path, sizeof(path), "/proc/%d/ns/ipc", (int)pid);
 	ns[1] = open(path, O_RDONLY | O_CLOEXEC);
-	slot_add(pid, sp[1], ns, mem);
+	int net = mem->netfd;
+	if (net < 0) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+		net = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	slot_add(pid, sp[1], ns, net, mem);
 	struct wr_fnp_slot m = {.h = {WR_FNP_MAGIC, WR_FNP_SLOT}, .slot = mk->slot};
 	int fds[2] = {pidfd, sp[0]};
 	send_fds(ctl, &m, sizeof(m), fds, 2);

@@ -18,6 +18,16 @@ int wr_netns_new(struct wr_cerr *e);
  * kernel's default range. No allocation: callable from a clone child. */
 int wr_netns_allow_ping(struct wr_cerr *e);
 
+/* Child half, in a network namespace made by wr_netns_new or
+ * wr_netns_loopback_up for an earlier call and entered again (function
+ * tier, src/agent/warren-zygote.c): 0 when it is as clean as a fresh one:
+ * no socket of any family in it (none open, none in TIME_WAIT, no queued
+ * fragments) and lo the only link, up, with only 127.0.0.1/8 and ::1/128.
+ * Else -1 with the reason (EBUSY: sockets left, EEXIST: lo changed). Call
+ * it before opening any socket in that namespace. No allocation: callable
+ * from a clone child. */
+int wr_netns_reusable(struct wr_cerr *e);
+
 /* Networked sandboxes (tiers/container.c, isolate/netpool.h). */
 /* Child half, after pivot_root: path (under /etc) in the writable layer,
  * owned by the caller (the sandbox's root). Whatever the image had there

@@ -13,12 +13,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "isolate/netns.h"
 #include "function_fixture.h"
 
 static struct wr_function_pool *g_pool;
@@ -634,6 +643,96 @@ static void test_behind_tier_ops(void **state)
 	wr_function_tier_cleanup();
 }
 
+/* The check before a recycled network namespace is handed to a later call
+ * (wr_netns_reusable, used by the zygote): in a child, in namespaces of its
+ * own that go with it. Exit code: the first step that went wrong. */
+static int netns_fresh(void)
+{
+	struct wr_cerr e = {0};
+	return unshare(CLONE_NEWNET) == 0 && wr_netns_loopback_up(&e) == 0 ? 0 : -1;
+}
+
+static int reusable_errno(void)
+{
+	struct wr_cerr e = {0};
+	return wr_netns_reusable(&e) == 0 ? 0 : e.errnum;
+}
+
+static int netns_steps(void)
+{
+	if (netns_fresh() < 0 || reusable_errno() != 0)
+		return 1; /* a fresh one is clean */
+	int u = socket(AF_INET6, SOCK_DGRAM, 0);
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	if (u < 0 || bind(u, (struct sockaddr *)&a6, sizeof(a6)) < 0 || reusable_errno() != EBUSY)
+		return 2; /* a bound socket of any family */
+	close(u);
+	int x = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (x < 0 || reusable_errno() != EBUSY)
+		return 3; /* even an unbound Unix socket */
+	close(x);
+	if (reusable_errno() != 0)
+		return 4; /* clean again once closed */
+	/* TIME_WAIT: the side that closes first keeps it after every fd is gone. */
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0);
+	if (l < 0 || c < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&a, &al) < 0 ||
+	    connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return 5;
+	int s = accept(l, NULL, NULL);
+	if (s < 0)
+		return 5;
+	close(s);
+	usleep(20000);
+	close(c);
+	close(l);
+	usleep(20000);
+	if (reusable_errno() != EBUSY)
+		return 6;
+	/* lo changed: down, or another address. */
+	if (netns_fresh() < 0)
+		return 7;
+	int q = socket(AF_INET, SOCK_DGRAM, 0);
+	struct ifreq ifr = {0};
+	strcpy(ifr.ifr_name, "lo");
+	if (q < 0 || ioctl(q, SIOCGIFFLAGS, &ifr) < 0)
+		return 7;
+	ifr.ifr_flags &= ~IFF_UP;
+	if (ioctl(q, SIOCSIFFLAGS, &ifr) < 0)
+		return 7;
+	close(q);
+	if (reusable_errno() != EEXIST)
+		return 8;
+	if (netns_fresh() < 0 || (q = socket(AF_INET, SOCK_DGRAM, 0)) < 0)
+		return 9;
+	memset(&ifr, 0, sizeof(ifr));
+	strcpy(ifr.ifr_name, "lo:1");
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(0x7f000002);
+	if (ioctl(q, SIOCSIFADDR, &ifr) < 0)
+		return 9;
+	close(q);
+	if (reusable_errno() != EEXIST)
+		return 10;
+	return 0;
+}
+
+static void test_netns_reuse_check(void **state)
+{
+	(void)state;
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(netns_steps());
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -654,6 +753,7 @@ int main(void)
 	    cmocka_unit_test(test_pools_set_and_leftovers),
 	    cmocka_unit_test(test_big_payload_and_argv),
 	    cmocka_unit_test(test_behind_tier_ops),
+	    cmocka_unit_test(test_netns_reuse_check),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
