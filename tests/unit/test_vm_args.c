@@ -37,25 +37,32 @@ static void free_argv(char **argv, size_t n)
 		free(argv[i]);
 }
 
+/* firmware fw's arguments for code fd 9 and vars fds 10, 11 are want */
+static void expect_uefi_argv(enum wr_vm_firmware fw, const char *const *want, size_t nwant)
+{
+	char *argv[16] = {0};
+	size_t n = 0;
+	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, fw, 9, 10, 11), 0);
+	assert_int_equal(n, nwant);
+	for (size_t i = 0; i < n; i++)
+		assert_string_equal(argv[i], want[i]);
+	free_argv(argv, n);
+}
+
 static void test_uefi_argv(void **state)
 {
 	(void)state;
-	char *argv[16] = {0};
-	size_t n = 0;
-	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, WR_VM_FW_UEFI, 9, 10, 11), 0);
 	const char *want[] = {
 	    "-add-fd", "fd=9,set=3",
 	    "-drive",  "if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
 	    "-add-fd", "fd=10,set=4",
 	    "-add-fd", "fd=11,set=4",
 	    "-drive",  "if=pflash,unit=1,format=raw,file=/dev/fdset/4"};
-	assert_int_equal(n, sizeof(want) / sizeof(want[0]));
-	for (size_t i = 0; i < n; i++)
-		assert_string_equal(argv[i], want[i]);
-	free_argv(argv, n);
+	expect_uefi_argv(WR_VM_FW_UEFI, want, sizeof(want) / sizeof(want[0]));
+	char *argv[16] = {0};
+	size_t n = 0;
 	/* no room: refused, nothing past the bound written */
 	char *small[4] = {0};
-	n = 0;
 	assert_int_equal(wr_fullvm_uefi_args(small, 4, &n, WR_VM_FW_UEFI, 9, 10, 11), -E2BIG);
 	assert_true(n < 4 && small[3] == NULL);
 	free_argv(small, n);
@@ -68,9 +75,6 @@ static void test_uefi_argv(void **state)
 static void test_secure_argv_and_names(void **state)
 {
 	(void)state;
-	char *argv[16] = {0};
-	size_t n = 0;
-	assert_int_equal(wr_fullvm_uefi_args(argv, 16, &n, WR_VM_FW_UEFI_SECURE, 9, 10, 11), 0);
 	const char *want[] = {
 	    "-add-fd", "fd=9,set=3",
 	    "-drive",  "if=pflash,unit=0,format=raw,readonly=on,file=/dev/fdset/3",
@@ -78,10 +82,7 @@ static void test_secure_argv_and_names(void **state)
 	    "-add-fd", "fd=11,set=4",
 	    "-drive",  "if=pflash,unit=1,format=raw,file=/dev/fdset/4",
 	    "-global", "driver=cfi.pflash01,property=secure,value=on"};
-	assert_int_equal(n, sizeof(want) / sizeof(want[0]));
-	for (size_t i = 0; i < n; i++)
-		assert_string_equal(argv[i], want[i]);
-	free_argv(argv, n);
+	expect_uefi_argv(WR_VM_FW_UEFI_SECURE, want, sizeof(want) / sizeof(want[0]));
 	assert_string_equal(wr_fullvm_machine(WR_VM_FW_UEFI_SECURE), "q35,smm=on");
 	assert_string_equal(wr_fullvm_machine(WR_VM_FW_UEFI), "q35");
 	assert_string_equal(wr_fullvm_machine(WR_VM_FW_BIOS), "q35");
