@@ -121,6 +121,10 @@ static int copy(const char *from, const char *to)
 static bool ovmf_shows(enum wr_vm_firmware f, const char *code_path, const char *vars_path,
 		       const char *want)
 {
+	if (access(code_path, R_OK) != 0 || access(vars_path, R_OK) != 0) {
+		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
+		skip();
+	}
 	char dir[64], vars[96];
 	snprintf(dir, sizeof(dir), "/tmp/warren-uefi-%d", (int)getpid());
 	assert_int_equal(mkdir(dir, 0700), 0);
@@ -197,10 +201,6 @@ static bool ovmf_shows(enum wr_vm_firmware f, const char *code_path, const char 
 static void test_ovmf_runs_from_fds(void **state)
 {
 	(void)state;
-	if (access(CODE, R_OK) != 0 || access(VARS, R_OK) != 0) {
-		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
-		skip();
-	}
 	/* OVMF's boot manager prints "BdsDxe: ..." on the serial port */
 	assert_true(ovmf_shows(WR_VM_FW_UEFI, CODE, VARS, "BdsDxe"));
 }
@@ -208,10 +208,6 @@ static void test_ovmf_runs_from_fds(void **state)
 static void test_secure_boot_refuses_unsigned(void **state)
 {
 	(void)state;
-	if (access(SB_CODE, R_OK) != 0 || access(SB_VARS, R_OK) != 0) {
-		fprintf(stderr, "(skipped: Debian's ovmf is not installed; scripts/deps.sh)\n");
-		skip();
-	}
 	/* with no disk, the boot manager tries its built-in shell, which is
 	 * not signed: Secure Boot refuses it (plain OVMF starts it) */
 	assert_true(ovmf_shows(WR_VM_FW_UEFI_SECURE, SB_CODE, SB_VARS, "Security Violation"));
