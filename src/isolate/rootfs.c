@@ -176,11 +176,23 @@ static int setup_dev(int rootfd, int storage, int *masks, struct wr_cerr *e)
 	return 0;
 }
 
+/* Which of the masked and read-only paths mask_paths covers: /proc's are
+ * only there once a proc is mounted. */
+enum mask_set { MASK_ALL, MASK_BUT_PROC, MASK_PROC };
+
+static bool mask_wanted(const char *p, enum mask_set set)
+{
+	bool in_proc = strncmp(p, "proc/", 5) == 0;
+	return set == MASK_ALL || (set == MASK_PROC) == in_proc;
+}
+
 /* masks: the read-only clone of devfs/ (setup_dev). */
-static int mask_paths(int rootfd, int masks, struct wr_cerr *e)
+static int mask_paths(int rootfd, int masks, enum mask_set set, struct wr_cerr *e)
 {
 	for (size_t i = 0; wr_rootfs_masked_paths[i]; i++) {
 		const char *p = wr_rootfs_masked_paths[i];
+		if (!mask_wanted(p, set))
+			continue;
 		struct stat st;
 		if (fstatat(rootfd, p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno == ENOENT)
@@ -197,13 +209,39 @@ static int mask_paths(int rootfd, int masks, struct wr_cerr *e)
 			return -1;
 	}
 	for (size_t i = 0; wr_rootfs_readonly_paths[i]; i++) {
+		const char *p = wr_rootfs_readonly_paths[i];
 		struct stat st;
-		if (fstatat(rootfd, wr_rootfs_readonly_paths[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
+		if (!mask_wanted(p, set) || fstatat(rootfd, p, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		if (wr_mount_make_readonly(rootfd, wr_rootfs_readonly_paths[i], e) < 0)
+		if (wr_mount_make_readonly(rootfd, p, e) < 0)
 			return -1;
 	}
 	return 0;
+}
+
+int wr_rootfs_proc(int proc, int masks, struct wr_cerr *e)
+{
+	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+			       .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+	_cleanup_close_ int root = wr_openat2(AT_FDCWD, "/", &how);
+	if (root < 0)
+		return wr_cerr_sys(e, "proc: open /");
+	_cleanup_close_ int dir = wr_openat2(root, "proc", &how);
+	if (dir < 0)
+		return wr_cerr_sys(e, "proc: open /proc");
+	struct statfs sf;
+	if (fstatfs(dir, &sf) < 0)
+		return wr_cerr_sys(e, "proc: statfs /proc");
+	if (sf.f_type == PROC_SUPER_MAGIC)
+		return 0; /* mounted by an earlier process of ours (a restart), or
+			     by the create of a sandbox made before /proc waited */
+	if (sf.f_type != OVERLAYFS_SUPER_MAGIC)
+		return wr_cerr_set(e, EXDEV, "proc: /proc is not on the sandbox's root");
+	if (wr_move_mount(proc, "", dir, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return wr_cerr_sys(e, "proc: attach on /proc");
+	/* Invariant: the masks go on over the proc just attached, before any
+	 * command can see it (the caller runs before the first command). */
+	return mask_paths(root, masks, MASK_PROC, e);
 }
 
 int wr_rootfs_devpts(struct wr_cerr *e)
@@ -329,11 +367,14 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	    ensure_dir(rootfd, "tmp", 01777, e) < 0)
 		return -1;
 
-	/* /proc of the sandbox's PID namespace (we are its PID 1). */
-	_cleanup_close_ int proc = wr_mount_new(
-	    "proc", "proc", NULL, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
-	if (proc < 0 || wr_mount_attach(proc, rootfd, "proc", e) < 0)
-		return -1;
+	/* /proc of the sandbox's PID namespace (we are its PID 1), unless it
+	 * waits for the first command (wr_rootfs_proc). */
+	if (!s->proc_later) {
+		_cleanup_close_ int proc =
+		    wr_mount_new("proc", "proc", NULL, WR_ROOTFS_PROC_ATTRS, e);
+		if (proc < 0 || wr_mount_attach(proc, rootfd, "proc", e) < 0)
+			return -1;
+	}
 	/* /sys: a detached read-only sysfs of a network namespace: the
 	 * sandbox's pool namespace (networked) or the tier's one shared
 	 * offline namespace (container.c), so no sysfs superblock of its own;
@@ -349,9 +390,13 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *s, const int *lower_fds, size_t
 	_cleanup_close_ int masks = -1;
 	if (setup_dev(rootfd, storage, &masks, e) < 0)
 		return -1;
-	/* Invariant: masks go on after /proc, /sys and /dev exist. */
-	if (mask_paths(rootfd, masks, e) < 0)
+	/* Invariant: masks go on after /proc, /sys and /dev exist. /proc's
+	 * wait with it (wr_rootfs_proc): the read-only devfs/ clone they
+	 * come from is kept for them. */
+	if (mask_paths(rootfd, masks, s->proc_later ? MASK_BUT_PROC : MASK_ALL, e) < 0)
 		return -1;
+	if (s->masks_out && (*s->masks_out = fcntl(masks, F_DUPFD_CLOEXEC, 3)) < 0)
+		return wr_cerr_sys(e, "keep the masks' source");
 
 	/* pivot_root(".", "."): the old root ends up stacked under the new one
 	 * and is detached right away; nothing of the host stays reachable. */

@@ -10,12 +10,14 @@
  *                as root of its user namespace: overlay(lower layers, base
  *                first; tmpfs upper
  *                with a hard size and inode limit), /proc with masked and
- *                read-only paths, a given read-only /sys, a minimal /dev and
+ *                read-only paths (or, proc_later, none yet), a given
+ *                read-only /sys, a minimal /dev and
  *                /dev/shm (directories of the upper's tmpfs, which also
  *                serve the masks: no superblock of their own), then
  *                pivot_root.
- *   later        wr_rootfs_devpts(): the sandbox's devpts, before its first
- *                command (tiers/container_mounts.c).
+ *   later        wr_rootfs_proc() and wr_rootfs_devpts(): the sandbox's
+ *                /proc (proc_later) and devpts, before its first command
+ *                (tiers/container_mounts.c).
  * The mount table and why each superblock exists: docs/ARCHITECTURE.md.
  */
 #ifndef WARREN_ISOLATE_ROOTFS_H
@@ -52,7 +54,18 @@ struct wr_rootfs_spec {
 	 * layer's upper directory (the caller keeps it in PID 1 so the host can
 	 * read the sandbox's changes for a snapshot). */
 	int *upper_out;
+	/* true: /proc stays an empty directory and its masks wait too: the
+	 * first command's helper mounts them (wr_rootfs_proc). A proc
+	 * superblock costs memory in every memory cgroup of the node, and a
+	 * sandbox that never runs a command needs none. masks_out (not NULL
+	 * then) receives a close-on-exec fd of the read-only devfs/ clone the
+	 * masks come from, for the caller to keep in PID 1. */
+	bool proc_later;
+	int *masks_out;
 };
+
+/* The mount attributes of a sandbox's /proc. */
+#define WR_ROOTFS_PROC_ATTRS (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)
 
 #define WR_ROOTFS_MAX_LOWER 16
 
@@ -69,6 +82,13 @@ int wr_rootfs_setup(const struct wr_rootfs_spec *spec, const int *lower_fds, siz
  * instance on /dev/pts unless one is there. Children's rules: no
  * allocation. */
 int wr_rootfs_devpts(struct wr_cerr *e);
+
+/* Run in a sandbox's mount namespace (a helper that joined it, whose root
+ * is the sandbox's): attach proc (a detached proc mount of the sandbox's
+ * PID namespace, consumed) on /proc, then the masks and read-only paths
+ * under /proc, cloned from masks (what masks_out gave), unless a proc is
+ * already there. Children's rules: no allocation. */
+int wr_rootfs_proc(int proc, int masks, struct wr_cerr *e);
 
 /* The /proc and /sys paths hidden or made read-only (tests, docs). */
 extern const char *const wr_rootfs_masked_paths[];

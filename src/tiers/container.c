@@ -216,8 +216,10 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	 * root (a test's mkdtemp), and as the sandbox's uid we could not walk
 	 * them. Our mount namespace is already our own, so the fd is usable. */
 	struct wr_rootfs_spec rs = a->rootfs;
-	int upper = -1;
+	int upper = -1, masks = -1;
 	rs.upper_out = &upper;
+	rs.proc_later = true;
+	rs.masks_out = &masks;
 	rs.mountpoint_fd = open(a->mountpoint, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rs.mountpoint_fd < 0) {
 		wr_cerr_sys(&e, "open %s", a->mountpoint);
@@ -303,10 +305,13 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 		wr_cerr_sys(&e, "close_range");
 		child_fail(a->sync, &e);
 	}
-	/* ... but the upper directory stays open in PID 1, its only fd above
-	 * 2: the host finds the sandbox's changes there (wr_container_upper). */
-	if (upper >= 0 && fcntl(upper, F_SETFD, 0) < 0) {
-		wr_cerr_sys(&e, "keep upper");
+	/* ... but two stay open in PID 1, its only fds above 2: the upper
+	 * directory, where the host finds the sandbox's changes
+	 * (wr_container_upper), and the read-only devfs/ clone that /proc's
+	 * masks come from at the first command (wr_container_devpts). */
+	if ((upper >= 0 && fcntl(upper, F_SETFD, 0) < 0) ||
+	    (masks >= 0 && fcntl(masks, F_SETFD, 0) < 0)) {
+		wr_cerr_sys(&e, "keep upper and masks");
 		child_fail(a->sync, &e);
 	}
 	if (wr_seccomp_load(a->seccomp, &e) < 0)

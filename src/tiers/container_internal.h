@@ -59,8 +59,9 @@ struct wr_sandbox {
 	atomic_bool killed;
 	pthread_mutex_t leaves_lock;
 	struct wr_leaf *leaves;
-	/* The sandbox's devpts is mounted before its first command
-	 * (container_mounts.c); the lock serialises that first mount. */
+	/* The sandbox's /proc and devpts are mounted before its first
+	 * command (container_mounts.c); the lock serialises that first
+	 * mount. */
 	pthread_mutex_t devpts_lock;
 	atomic_bool devpts;
 };
@@ -68,9 +69,14 @@ struct wr_sandbox {
 /* container_mounts.c: the shared offline network namespace and its
  * read-only sysfs (wr_container_globals), made at init. */
 int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err);
-/* container_mounts.c: make sure the sandbox's own devpts is on /dev/pts
- * (once; later calls return at once). Before any command or terminal. */
+/* container_mounts.c: make sure the sandbox's /proc (with its masks) and
+ * its own devpts on /dev/pts are mounted (once; later calls return at
+ * once). Before any command or terminal. */
 int wr_container_devpts(struct wr_sandbox *sb, wr_err *err);
+/* container_life.c: one of the two fds PID 1 keeps (container.c): the
+ * upper directory (readonly false) or the read-only devfs/ clone /proc's
+ * masks come from; *fd a new O_RDONLY fd of it. */
+int wr_container_init_fd(struct wr_sandbox *sb, bool readonly, int *fd, wr_err *err);
 
 /* Stacks for children that run in our memory until they exec (PID 1 of a
  * create; the helper and the command of an exec): WR_SPAWN_STACK bytes,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,11 +72,12 @@ int64_t wr_container_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err)
 	return r < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : r;
 }
 
-/* PID 1 (warren-init) keeps one fd above 2: the upper directory of the
- * writable layer (container.c keeps it open through its exec). Its mount
- * is a tmpfs attached nowhere, reachable from the host only through that
- * fd; a restarted daemon finds it the same way. */
-int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err)
+/* PID 1 (warren-init) keeps two fds above 2 (container.c keeps them open
+ * through its exec), both of mounts of the writable layer's tmpfs attached
+ * nowhere, reachable from the host only through them; a restarted daemon
+ * finds them the same way: the upper directory (writable) and the
+ * read-only devfs/ clone /proc's masks come from. */
+int wr_container_init_fd(struct wr_sandbox *sb, bool readonly, int *fd, wr_err *err)
 {
 	if (atomic_load(&sb->killed))
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
@@ -95,7 +97,8 @@ int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *e
 		snprintf(p, sizeof(p), "/proc/%d/fd/%ld", (int)sb->init_pid, n);
 		int f = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		struct statfs sf;
-		if (f >= 0 && fstatfs(f, &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
+		if (f >= 0 && fstatfs(f, &sf) == 0 && sf.f_type == TMPFS_MAGIC &&
+		    !(sf.f_flags & ST_RDONLY) == !readonly) {
 			found = f;
 			break;
 		}
@@ -113,10 +116,18 @@ int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *e
 	}
 	if (found < 0)
 		return wr_err_set(err, EOPNOTSUPP,
-				  "sandbox %s: its writable layer is not reachable (PID 1 gone, "
-				  "or the sandbox predates snapshots)",
-				  sb->id);
+				  "sandbox %s: its %s is not reachable (PID 1 gone, or the "
+				  "sandbox predates %s)",
+				  sb->id, readonly ? "masks' source" : "writable layer",
+				  readonly ? "its /proc waiting for a command" : "snapshots");
 	*fd = found;
+	return 0;
+}
+
+int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err)
+{
+	if (wr_container_init_fd(sb, false, fd, err) < 0)
+		return -1;
 	*id_base = sb->idmap.base;
 	return 0;
 }

@@ -22,10 +22,13 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/cleanup.h"
 #include "common/compat.h"
 #include "isolate/mount.h"
 #include "isolate/netns.h"
@@ -64,19 +67,36 @@ int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err)
 	return 0;
 }
 
-struct devpts_args {
+struct mounts_args {
 	int init_pidfd;
+	int masks; /* PID 1's masks' source (H and G borrow it); -1: /proc is there */
+	char *gstack;
 	struct wr_cerr e;
 };
 
-/* H runs on a stack ASan does not know (as exec.c's helper). */
-static __attribute__((no_sanitize_address)) int devpts_main(void *arg)
+/* H and G run on stacks ASan does not know (as exec.c's helper). */
+#define HELPER_FN __attribute__((no_sanitize_address))
+
+/* G: a child of H, so a process of the sandbox's PID namespace (which proc
+ * takes its namespace from), still in our user and mount namespaces. */
+static HELPER_FN int mounts_main(void *arg)
 {
-	struct devpts_args *a = arg;
+	struct mounts_args *a = arg;
+	int proc = -1;
+	/* Invariant: the proc is made before we join the sandbox's mount
+	 * namespace. In a mount namespace owned by another user namespace
+	 * than the host's, the kernel refuses a proc that would show more
+	 * than one already fully visible there (mount_too_revealing), and
+	 * the sandbox has none: its /proc is empty or masked. Made here, it
+	 * is still the sandbox's own: a proc of its PID namespace, owned by
+	 * its user namespace, attached in its mount namespace. */
+	if (a->masks >= 0 &&
+	    (proc = wr_mount_new("proc", "proc", NULL, WR_ROOTFS_PROC_ATTRS, &a->e)) < 0)
+		_exit(1);
 	/* one atomic setns: the mount namespace's owner is the user
 	 * namespace we join, where we have every capability */
 	if (setns(a->init_pidfd, CLONE_NEWUSER | CLONE_NEWNS) < 0) {
-		wr_cerr_sys(&a->e, "devpts: join the sandbox");
+		wr_cerr_sys(&a->e, "join the sandbox");
 		_exit(1);
 	}
 	/* devpts makes its ptmx node with our fsuid/fsgid: be the sandbox's
@@ -84,10 +104,47 @@ static __attribute__((no_sanitize_address)) int devpts_main(void *arg)
 	 * parent's threads (setxid broadcast). Host uid 0 is not root of the
 	 * namespace, so the change keeps our capabilities in it. */
 	if (syscall(SYS_setresgid, 0, 0, 0) < 0 || syscall(SYS_setresuid, 0, 0, 0) < 0) {
-		wr_cerr_sys(&a->e, "devpts: become root of the user namespace");
+		wr_cerr_sys(&a->e, "become root of the user namespace");
 		_exit(1);
 	}
+	if (proc >= 0 && wr_rootfs_proc(proc, a->masks, &a->e) < 0)
+		_exit(1);
 	_exit(wr_rootfs_devpts(&a->e) < 0 ? 1 : 0);
+}
+
+/* H: joins the sandbox's PID namespace for its children only, and runs G
+ * there. */
+static HELPER_FN int helper_main(void *arg)
+{
+	struct mounts_args *a = arg;
+	if (setns(a->init_pidfd, CLONE_NEWPID) < 0) {
+		wr_cerr_sys(&a->e, "join the sandbox's PID namespace");
+		_exit(1);
+	}
+	/* CLONE_VFORK: G runs on the lower half of our stack while we wait */
+	pid_t g = clone(mounts_main, a->gstack, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+	if (g < 0) {
+		wr_cerr_sys(&a->e, "start the mount helper");
+		_exit(1);
+	}
+	int st;
+	while (waitpid(g, &st, __WALL) < 0 && errno == EINTR)
+		;
+	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+}
+
+/* Whether the sandbox's /proc still waits for its first command: the
+ * directory as the sandbox sees it, no symlink followed. */
+static int proc_waits(struct wr_sandbox *sb, wr_err *err)
+{
+	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+			       .resolve =
+				   RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+	_cleanup_close_ int d = wr_openat2(sb->root_fd, "proc", &how);
+	struct statfs sf;
+	if (d < 0 || fstatfs(d, &sf) < 0)
+		return wr_err_sys(err, "sandbox %s: /proc", sb->id);
+	return sf.f_type != PROC_SUPER_MAGIC;
 }
 
 int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
@@ -97,30 +154,37 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 	pthread_mutex_lock(&sb->devpts_lock);
 	int r = 0;
 	char *stack = NULL;
+	_cleanup_close_ int masks = -1;
 	if (atomic_load(&sb->devpts))
+		goto out;
+	if ((r = proc_waits(sb, err)) < 0)
+		goto out;
+	if (r == 1 && (r = wr_container_init_fd(sb, true, &masks, err)) < 0)
 		goto out;
 	stack = wr_spawn_stack_get();
 	if (stack == NULL) {
-		r = wr_err_sys(err, "devpts: stack");
+		r = wr_err_sys(err, "mounts: stack");
 		goto out;
 	}
-	struct devpts_args a = {.init_pidfd = sb->init_pidfd};
-	/* CLONE_VFORK: we resume once H has exited; it writes only a. */
+	struct mounts_args a = {
+	    .init_pidfd = sb->init_pidfd, .masks = masks, .gstack = stack + WR_SPAWN_STACK / 2};
+	/* CLONE_VFORK: we resume once H has exited; H and G write only a. */
 	pid_t pid =
-	    clone(devpts_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	    clone(helper_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	if (pid < 0) {
-		r = wr_err_sys(err, "devpts: start helper");
+		r = wr_err_sys(err, "mounts: start helper");
 		goto out;
 	}
 	int st;
 	while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
 		;
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		r = wr_err_set(err, a.e.errnum ? a.e.errnum : EIO, "%s",
-			       a.e.msg[0] ? a.e.msg : "devpts: helper failed");
+		r = wr_err_set(err, a.e.errnum ? a.e.errnum : EIO, "sandbox %s: mounts: %s", sb->id,
+			       a.e.msg[0] ? a.e.msg : "helper failed");
 		goto out;
 	}
 	atomic_store(&sb->devpts, true);
+	r = 0;
 out:
 	wr_spawn_stack_put(stack);
 	pthread_mutex_unlock(&sb->devpts_lock);

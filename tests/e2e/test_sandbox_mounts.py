@@ -2,14 +2,20 @@
 table of a container sandbox"): as few superblocks of its own as its
 behaviour allows, since each costs memory in every memory cgroup of the
 node. Read from the host in PID 1's mountinfo: an idle sandbox that never
-ran a command has overlay, proc and one tmpfs, the writable layer's, whose
+ran a command has overlay and one tmpfs, the writable layer's, whose
 directories also serve /dev, /dev/shm and the masks (so /dev/shm counts
 against the disk quota); offline sandboxes share one read-only sysfs;
-devpts comes before the first command, once, also after a daemon
-restart."""
+/proc (with its masks) and devpts come before the first command, once,
+also after a daemon restart."""
+import errno
+import os
 from pathlib import Path
 
 from conftest import own_cgroup_dirs
+
+
+# counts the mounts on /proc and /dev/pts in a mountinfo
+PROC_PTS = '$5 == "/proc" || $5 == "/dev/pts" { n++ } END { print n }'
 
 
 def init_pid(d, sid):
@@ -49,9 +55,10 @@ def test_idle_sandbox_superblocks_and_first_command(warrend, api):
     a, b = api.create(disk_mb=8), api.create()
     try:
         ma, mb = mounts(warrend, a), mounts(warrend, b)
-        # never ran a command: no devpts yet; own: overlay, proc, one tmpfs
-        assert "/dev/pts" not in ma, ma
-        assert sorted(fs for _, fs in own(ma, mb)) == ["overlay", "proc", "tmpfs"], own(ma, mb)
+        # never ran a command: no /proc and no devpts yet; own: overlay and
+        # one tmpfs
+        assert "/dev/pts" not in ma and "/proc" not in ma, ma
+        assert sorted(fs for _, fs in own(ma, mb)) == ["overlay", "tmpfs"], own(ma, mb)
         # one read-only sysfs for every offline sandbox
         assert ma["/sys"][1] == "sysfs" and "ro" in ma["/sys"][3].split(","), ma["/sys"]
         assert ma["/sys"][0] == mb["/sys"][0]
@@ -63,20 +70,36 @@ def test_idle_sandbox_superblocks_and_first_command(warrend, api):
         for k in ("/dev", "/dev/shm"):
             assert {"nosuid", "noexec", "nodev"} <= set(ma[k][3].split(",")), (k, ma[k])
         assert "rw" in ma["/dev/shm"][3].split(",")
-        masks = [k for k in ma if k.startswith(("/proc/", "/sys/")) and ma[k][1] == "tmpfs"]
-        assert "/proc/keys" in masks and "/sys/firmware" in masks, masks
-        for k in masks:
-            assert ma[k][0] == dev and ma[k][2] in ("/devfs/mask", "/devfs/maskf"), (k, ma[k])
-            assert "ro" in ma[k][3].split(","), (k, ma[k])
-        # the first command finds its devpts (ptmx included), mounted once
+
+        def check_masks(m):
+            masks = [k for k in m if k.startswith(("/proc/", "/sys/")) and m[k][1] == "tmpfs"]
+            for k in masks:
+                assert m[k][0] == dev and m[k][2] in ("/devfs/mask", "/devfs/maskf"), (k, m[k])
+                assert "ro" in m[k][3].split(","), (k, m[k])
+            return masks
+
+        assert "/sys/firmware" in check_masks(ma)
+        # the first command finds its /proc (of its PID namespace, masked)
+        # and its devpts (ptmx included), each mounted once
         r = api.run(a, ["sh", "-c", "test -c /dev/pts/ptmx && test -c /dev/ptmx && "
-                        "grep -c ' /dev/pts ' /proc/self/mountinfo"])
-        assert r["exit_code"] == 0 and r["stdout"] == "1\n", r
-        r = api.run(a, ["grep", "-c", " /dev/pts ", "/proc/self/mountinfo"])
-        assert r["stdout"] == "1\n", r
+                        "grep -c ' /dev/pts ' /proc/self/mountinfo && "
+                        "awk '$5 == \"/proc\"' /proc/self/mountinfo | wc -l && "
+                        "cat /proc/1/comm"])
+        assert r["exit_code"] == 0 and r["stdout"] == "1\n1\nwarren-init\n", r
+        r = api.run(a, ["awk", PROC_PTS, "/proc/self/mountinfo"])
+        assert r["stdout"] == "2\n", r
         ma = mounts(warrend, a)
         assert ma["/dev/pts"][1] == "devpts", ma["/dev/pts"]
+        assert ma["/proc"][1] == "proc", ma["/proc"]
+        assert {"nosuid", "noexec", "nodev"} <= set(ma["/proc"][3].split(",")), ma["/proc"]
         assert sorted(fs for _, fs in own(ma, mb)) == ["devpts", "overlay", "proc", "tmpfs"]
+        masks = check_masks(ma)
+        assert {"/proc/keys", "/proc/kpageflags", "/proc/timer_list", "/sys/firmware"} <= set(masks), masks
+        for k in ("/proc/sys", "/proc/bus", "/proc/irq"):
+            assert ma[k][1] == "proc" and "ro" in ma[k][3].split(","), (k, ma[k])
+        # b never ran one: still neither
+        mb = mounts(warrend, b)
+        assert "/proc" not in mb and "/dev/pts" not in mb, mb
         # /dev/shm takes files, the masks and /dev take none
         r = api.run(a, ["sh", "-c", "echo x > /dev/shm/f && cat /dev/shm/f; "
                         "touch /proc/acpi/x /dev/x 2>&1; ls -A /proc/acpi /sys/firmware; "
@@ -109,10 +132,13 @@ def test_devpts_once_across_restart(fresh_daemon):
         d.start()
         c = d.client()
         for sid in (used, fresh):
-            # adopted: an existing devpts is found, a missing one made
-            r = c.run(sid, ["grep", "-c", " /dev/pts ", "/proc/self/mountinfo"])
-            assert r["stdout"] == "1\n", (sid, r)
+            # adopted: an existing /proc and devpts are found, missing ones
+            # made (fresh: from the masks' source PID 1 kept)
+            r = c.run(sid, ["awk", PROC_PTS, "/proc/self/mountinfo"])
+            assert r["stdout"] == "2\n", (sid, r)
             assert pts_mounts(d, sid) == 1
+            r = c.run(sid, ["sh", "-c", "cat /proc/kpageflags | wc -c; ls -A /proc/acpi"])
+            assert r["stdout"] == "0\n", (sid, r)
         assert c.run(fresh, ["true"])["exit_code"] == 0 and pts_mounts(d, fresh) == 1
     finally:
         c.kill(used)
@@ -123,17 +149,34 @@ def test_pid1_upper_fd_leads_only_into_upper(warrend, api):
     """PID 1 keeps the writable layer's upper/ open (the host reads the
     sandbox's changes through it): that fd is a mount of upper/ alone, so
     ".." from it is upper/ again, never the tmpfs with work/ and devfs/
-    (the masks' source, /dev, /dev/shm)."""
+    (the masks' source, /dev, /dev/shm). Its other fd, the masks' source
+    for /proc at the first command, is a read-only mount of devfs/ alone."""
     sid = api.create()
     try:
         fds = Path(f"/proc/{init_pid(warrend, sid)}/fd")
-        uppers = [p for p in fds.iterdir() if int(p.name) > 2]
-        assert len(uppers) == 1, [(p.name, p.readlink()) for p in uppers]
-        top = uppers[0] / ".."
+        kept = [p for p in fds.iterdir() if int(p.name) > 2]
+        assert len(kept) == 2, [(p.name, p.readlink()) for p in kept]
+        writable = [p for p in kept if os.access(p, os.W_OK) and not is_ro(p)]
+        assert len(writable) == 1, kept
+        upper = writable[0]
+        top = upper / ".."
         assert not (top / "devfs").exists() and not (top / "work").exists(), sorted(
             q.name for q in top.iterdir())
         # the same directory: what the sandbox writes shows on both sides
         assert api.put(f"/v1/sandboxes/{sid}/files?path=/marker", b"x").status in (200, 201, 204)
-        assert (uppers[0] / "marker").exists() and (top / "marker").exists()
+        assert (upper / "marker").exists() and (top / "marker").exists()
+        masks = [p for p in kept if p != upper][0]
+        assert is_ro(masks)
+        assert sorted(q.name for q in (masks / "..").iterdir()) == ["dev", "mask", "maskf", "shm"]
+        try:
+            (masks / "mask" / "x").write_text("x")
+        except OSError as e:
+            assert e.errno == errno.EROFS, e
+        else:
+            raise AssertionError("the masks' source took a file")
     finally:
         api.kill(sid)
+
+
+def is_ro(p):
+    return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
