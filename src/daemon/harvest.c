@@ -132,6 +132,11 @@ static void mark_idle(struct wrd_sbx *sb, int64_t now)
 		atomic_fetch_add(&g_reclaimed, (unsigned long long)freed);
 	}
 	atomic_store(&sb->hv.reclaimed_bytes, freed);
+	if (sb->ops->idle_release) {
+		wr_err_free(&err);
+		if (sb->ops->idle_release(sb->tsb, &err) < 0)
+			wr_debug("harvest: sandbox %s: %s", sb->rec.id, err->msg);
+	}
 	atomic_store(&sb->hv.idle_since_ms, now);
 	atomic_fetch_add(&g_to_idle, 1);
 	atomic_store(&sb->hv.state, WRD_HV_IDLE);

@@ -975,6 +975,7 @@ const struct wr_tier_ops wr_container_tier = {
     .cpu_time = wr_container_cpu_time,
     .cpu_share = wr_container_cpu_share,
     .idle_memory = wr_container_idle_memory,
+    .idle_release = wr_container_idle_release,
     .upper = wr_container_upper,
     .destroy = wr_container_destroy,
     .main_pid = wr_sandbox_init_pid,

@@ -33,6 +33,10 @@ int wr_container_usage(struct wr_sandbox *sb, struct wr_cgroup_stats *st, wr_err
 int wr_container_cpu_time(struct wr_sandbox *sb, uint64_t *ns, wr_err *err);
 int wr_container_cpu_share(struct wr_sandbox *sb, uint64_t weight, bool idle, wr_err *err);
 int64_t wr_container_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err);
+/* An idle sandbox with no process but PID 1 and no command starting
+ * unmounts its /proc and devpts (container_mounts.c); its next command
+ * mounts them again. 1 released, 0 nothing to do, negative on error. */
+int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err);
 int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process

@@ -64,6 +64,10 @@ struct wr_sandbox {
 	 * mount. */
 	pthread_mutex_t devpts_lock;
 	atomic_bool devpts;
+	/* Commands counted from before the mounts they need until they end
+	 * (exec.c): an idle sandbox gives its /proc and devpts back only
+	 * while none runs (wr_container_idle_release). */
+	atomic_uint cmds;
 };
 
 /* container_mounts.c: the shared offline network namespace and its

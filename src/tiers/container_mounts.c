@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/statfs.h>
 #include <linux/magic.h>
 #include <sys/syscall.h>
@@ -149,6 +150,8 @@ static int proc_waits(struct wr_sandbox *sb, wr_err *err)
 
 int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 {
+	/* Invariant: the caller counted its command in sb->cmds before this
+	 * load (wr_container_idle_release). */
 	if (atomic_load(&sb->devpts))
 		return 0;
 	pthread_mutex_lock(&sb->devpts_lock);
@@ -185,6 +188,80 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 	}
 	atomic_store(&sb->devpts, true);
 	r = 0;
+out:
+	wr_spawn_stack_put(stack);
+	pthread_mutex_unlock(&sb->devpts_lock);
+	return r;
+}
+
+/* U: joins the sandbox's mount namespace (as the host's root, who may) and
+ * detaches /proc, with its masks, and /dev/pts. */
+static HELPER_FN int release_main(void *arg)
+{
+	struct mounts_args *a = arg;
+	if (setns(a->init_pidfd, CLONE_NEWNS) < 0) {
+		wr_cerr_sys(&a->e, "join the sandbox's mount namespace");
+		_exit(1);
+	}
+	/* MNT_DETACH takes the masks under /proc with it; UMOUNT_NOFOLLOW: a
+	 * mount point, never a symlink's target. EINVAL: nothing mounted. */
+	if (umount2("/proc", MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
+		wr_cerr_sys(&a->e, "unmount /proc");
+		_exit(1);
+	}
+	if (umount2("/dev/pts", MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
+		wr_cerr_sys(&a->e, "unmount /dev/pts");
+		_exit(1);
+	}
+	_exit(0);
+}
+
+int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
+{
+	if (atomic_load(&sb->killed))
+		return 0;
+	pthread_mutex_lock(&sb->devpts_lock);
+	int r = 0;
+	char *stack = NULL;
+	/* Invariant: the flag goes down before the commands are counted, and
+	 * a command is counted before it loads the flag (wr_container_exec,
+	 * then wr_container_devpts; all sequentially consistent). So either
+	 * we see the command and leave, or it sees the flag down, waits for
+	 * our lock and mounts both again. Processes left by earlier commands
+	 * (a background job) are seen in the sandbox's cgroup. A flag found
+	 * down (never ran a command, or a restart) means nothing we mounted:
+	 * left as it is. */
+	if (!atomic_exchange(&sb->devpts, false))
+		goto out;
+	int n = atomic_load(&sb->cmds) > 0 ? 2 : wr_cgroup_nprocs(sb->cg, err);
+	if (n != 1) {
+		atomic_store(&sb->devpts, true);
+		r = n < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : 0;
+		goto out;
+	}
+	stack = wr_spawn_stack_get();
+	if (stack == NULL) {
+		/* the flag stays down: the next command checks and mounts what
+		 * is missing */
+		r = wr_err_sys(err, "release: stack");
+		goto out;
+	}
+	struct mounts_args a = {.init_pidfd = sb->init_pidfd, .masks = -1};
+	pid_t pid =
+	    clone(release_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	if (pid < 0) {
+		r = wr_err_sys(err, "release: start helper");
+		goto out;
+	}
+	int st;
+	while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		r = wr_err_set(err, a.e.errnum ? a.e.errnum : EIO, "sandbox %s: release: %s",
+			       sb->id, a.e.msg[0] ? a.e.msg : "helper failed");
+		goto out;
+	}
+	r = 1;
 out:
 	wr_spawn_stack_put(stack);
 	pthread_mutex_unlock(&sb->devpts_lock);

@@ -466,6 +466,11 @@ static int open_pty(struct wr_sandbox *sb, const struct wr_exec_spec *spec, int 
 	return 0;
 }
 
+static void cmd_done(struct wr_sandbox **sb)
+{
+	atomic_fetch_sub(&(*sb)->cmds, 1);
+}
+
 int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		      struct wr_exec_result *res, wr_err *err)
 {
@@ -476,6 +481,11 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
 	if (spec->user >= (int)WR_IDMAP_SIZE || spec->group >= (int)WR_IDMAP_SIZE)
 		return wr_err_field(err, "user", "must be below %u", WR_IDMAP_SIZE);
+	/* Counted until we return, from before the mounts it needs: an idle
+	 * sandbox's release of them waits for no command
+	 * (wr_container_idle_release). */
+	atomic_fetch_add(&sb->cmds, 1);
+	__attribute__((cleanup(cmd_done))) struct wr_sandbox *counted = sb;
 	/* Invariant: before the first command (and its terminal) exists. */
 	if (wr_container_devpts(sb, err) < 0)
 		return wr_err_wrap(err, "exec");

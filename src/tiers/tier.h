@@ -189,6 +189,10 @@ struct wr_tier_ops {
 	/* Memory of an idle sandbox reclaimed first (wr_cgroup_idle_memory):
 	 * bytes reclaimed now, or negative. */
 	int64_t (*idle_memory)(struct wr_sandbox *sb, bool idle, wr_err *err);
+	/* What an idle sandbox holds for commands only, given back (a
+	 * container's /proc and devpts: superblocks); the next command takes
+	 * it again. 1 released, 0 nothing to give back. NULL: none. */
+	int (*idle_release)(struct wr_sandbox *sb, wr_err *err);
 	/* The writable layer's upper directory as the host sees it (overlay
 	 * whiteouts and user.overlay.* xattrs included): an O_RDONLY directory
 	 * fd the caller closes, and the host id that is 0 inside. NULL: the

@@ -9,6 +9,7 @@ against the disk quota); offline sandboxes share one read-only sysfs;
 also after a daemon restart."""
 import errno
 import os
+import time
 from pathlib import Path
 
 from conftest import own_cgroup_dirs
@@ -180,3 +181,68 @@ def test_pid1_upper_fd_leads_only_into_upper(warrend, api):
 
 def is_ro(p):
     return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+
+
+FAST_IDLE = {"harvest": {"interval_s": 0.2, "idle_after_s": 1}}
+
+
+def wait_mounts(d, sid, present, limit=10):
+    """Until /proc and /dev/pts are both mounted (present) or both not."""
+    deadline = time.time() + limit
+    while True:
+        m = mounts(d, sid)
+        if all((k in m) == present for k in ("/proc", "/dev/pts")):
+            return m
+        if time.time() > deadline:
+            raise AssertionError(f"{sid}: /proc, /dev/pts mounted {not present}: {sorted(m)}")
+        time.sleep(0.1)
+
+
+def test_idle_sandbox_gives_back_proc_and_devpts(fresh_daemon):
+    """Marked idle by the sampler, a sandbox with no process but PID 1
+    unmounts its /proc (with its masks) and devpts: superblocks it holds
+    for commands only. The next command mounts them again, masks included;
+    a sandbox with a process left (a background job) keeps them."""
+    d = fresh_daemon(extra=FAST_IDLE).start()
+    c = d.client()
+    a = b = None
+    try:
+        a, b = c.create(), c.create()
+        assert c.run(a, ["true"])["exit_code"] == 0
+        r = c.post(f"/v1/sandboxes/{b}/commands",
+                   {"cmd": "sleep 1000", "background": True})
+        assert r.status in (200, 201, 202), r
+        wait_mounts(d, a, True)
+        # a: idle with PID 1 alone -> both gone, masks with them
+        m = wait_mounts(d, a, False)
+        assert not [k for k in m if k.startswith("/proc/")], sorted(m)
+        # b: idle too, but its sleep may look at /proc: kept
+        wait_harvest(c, b, "idle")
+        mb = mounts(d, b)
+        assert "/proc" in mb and "/dev/pts" in mb, sorted(mb)
+        # the next command of a finds both, masked, mounted once
+        r = c.run(a, ["sh", "-c", "awk '" + PROC_PTS + "' /proc/self/mountinfo; "
+                      "cat /proc/1/comm; ls -A /proc/acpi; test -c /dev/ptmx && echo pty"])
+        assert r["exit_code"] == 0 and r["stdout"] == "2\nwarren-init\npty\n", r
+        m = mounts(d, a)
+        assert m["/proc/keys"][2] in ("/devfs/mask", "/devfs/maskf"), m["/proc/keys"]
+        assert m["/proc/sys"][1] == "proc" and "ro" in m["/proc/sys"][3].split(","), m
+        # idle again -> gone again; many rounds keep one mount of each
+        wait_mounts(d, a, False)
+        for _ in range(3):
+            r = c.run(a, ["awk", PROC_PTS, "/proc/self/mountinfo"])
+            assert r["stdout"] == "2\n", r
+    finally:
+        for sid in (a, b):
+            if sid:
+                c.kill(sid)
+        c.close()
+
+
+def wait_harvest(c, sid, state, limit=10):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if c.get(f"/v1/sandboxes/{sid}").json()["usage"]["harvest"]["state"] == state:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{sid} not {state}")
