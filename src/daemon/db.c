@@ -145,7 +145,10 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS events ("
     " sandbox_id TEXT NOT NULL, seq INTEGER NOT NULL, time_ms INTEGER NOT NULL,"
     " type TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (sandbox_id, seq))"
-    " WITHOUT ROWID;";
+    " WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS leaf_counts ("
+    " sandbox_id TEXT NOT NULL, leaf TEXT NOT NULL, oom_kills INTEGER NOT NULL,"
+    " pids_max_hits INTEGER NOT NULL, PRIMARY KEY (sandbox_id, leaf)) WITHOUT ROWID;";
 
 /* Columns added by the lifecycle work (pause/resume) to databases made
  * before it; a new database gets them here too. */
@@ -434,6 +437,65 @@ int wrd_db_delete(const char *id, wr_err *err)
 	if (r == 0)
 		r = write_stmt("DELETE FROM commands WHERE sandbox_id = ?1", "delete commands", err,
 			       bind_id, id, false);
+	if (r == 0)
+		r = write_stmt("DELETE FROM leaf_counts WHERE sandbox_id = ?1",
+			       "delete leaf counts", err, bind_id, id, false);
+	return r;
+}
+
+/* ---- counters of removed command leaves ----------------------------------- */
+
+int wrd_db_leaf_keep(const char *sandbox_id, const char *leaf, uint64_t oom_kills,
+		     uint64_t pids_max_hits, wr_err *err)
+{
+	pthread_mutex_lock(&g_wlock);
+	int r = 0;
+	/* IGNORE: a leaf recorded before (a crash came before its rmdir)
+	 * keeps its row; the kernel's counters of an empty leaf no longer
+	 * change, so the values are the same anyway. */
+	sqlite3_stmt *st = writer_stmt("INSERT OR IGNORE INTO leaf_counts"
+				       " (sandbox_id, leaf, oom_kills, pids_max_hits)"
+				       " VALUES (?1, ?2, ?3, ?4)");
+	if (st == NULL) {
+		r = db_fail(g_w, err, "record leaf counts");
+		goto out;
+	}
+	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, leaf, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 3, (sqlite3_int64)oom_kills);
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)pids_max_hits);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		r = db_fail(g_w, err, "record leaf counts");
+	else
+		r = sqlite3_changes(g_w) > 0 ? 1 : 0;
+out:
+	if (st)
+		writer_stmt_done(st);
+	pthread_mutex_unlock(&g_wlock);
+	return r;
+}
+
+struct leaf_sums {
+	uint64_t oom, pmax;
+};
+
+static int leaf_sums_row(sqlite3_stmt *st, void *ctx)
+{
+	struct leaf_sums *s = ctx;
+	s->oom = (uint64_t)sqlite3_column_int64(st, 0);
+	s->pmax = (uint64_t)sqlite3_column_int64(st, 1);
+	return 0;
+}
+
+int wrd_db_leaf_sums(const char *sandbox_id, uint64_t *oom_kills, uint64_t *pids_max_hits,
+		     wr_err *err)
+{
+	struct leaf_sums s = {0};
+	int r = wrd_db_read("SELECT COALESCE(SUM(oom_kills), 0), COALESCE(SUM(pids_max_hits), 0)"
+			    " FROM leaf_counts WHERE sandbox_id = ?1",
+			    "load leaf counts", bind_id, sandbox_id, leaf_sums_row, &s, err);
+	*oom_kills = s.oom;
+	*pids_max_hits = s.pmax;
 	return r;
 }
 

@@ -111,6 +111,17 @@ int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err);
 int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
 		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err);
 
+/* Counters of a container sandbox's removed command leaves (OOM kills,
+ * refused forks), one row per leaf (isolate/cgroup.h, retiring): written
+ * before the leaf's rmdir, keyed by the leaf for good, so a retirement a
+ * crash cut short and done again records once. 1: recorded now, 0: it
+ * was already, negative on failure. Deleted with the sandbox's record. */
+int wrd_db_leaf_keep(const char *sandbox_id, const char *leaf, uint64_t oom_kills,
+		     uint64_t pids_max_hits, wr_err *err);
+/* Their sums for a sandbox (adoption). */
+int wrd_db_leaf_sums(const char *sandbox_id, uint64_t *oom_kills, uint64_t *pids_max_hits,
+		     wr_err *err);
+
 /* Events. seq comes from the caller (per sandbox, dense). detail is
  * stolen (may be NULL). */
 void wrd_db_event(const char *sandbox_id, uint64_t seq, const char *type, json_t *detail);

@@ -493,6 +493,15 @@ int wrd_mgr_set_timeout(struct wrd_sbx *sb, int64_t seconds, wr_err *err)
 	return r;
 }
 
+/* A finished command's OOM kills and refused forks, recorded before its
+ * leaf cgroup goes (tiers/exec.c; the sandbox's cgroup is named by its id). */
+static int keep_leaf(void *ctx, const char *sandbox_id, const char *leaf,
+		     const struct wr_cgroup_stats *c, wr_err *err)
+{
+	(void)ctx;
+	return wrd_db_leaf_keep(sandbox_id, leaf, c->oom_kills, c->pids_max_hits, err);
+}
+
 int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 {
 	wrd_mgr_cfg = cfg;
@@ -504,6 +513,7 @@ int wrd_mgr_init(const struct wrd_config *cfg, wr_err *err)
 	};
 	if (wr_container_init(&cc, err) < 0)
 		return -1;
+	wr_container_keep_counts(keep_leaf, NULL);
 	/* Now, while the daemon is small: creates then never copy it. One
 	 * spawner per create-lane worker (pool.c, `workers`), up to 8: a
 	 * create that reached a worker then never waits a second time for a

@@ -265,6 +265,16 @@ static int recover_one(struct wrd_record *rec, void *ctx)
 			      : sb->ops->adopt(&spec, rec->init_pid, &sb->tsb, &err);
 	else if (err == NULL)
 		wr_err_set(&err, EINVAL, "no PID 1 recorded");
+	/* Its finished commands' OOM kills, which their removed leaves took
+	 * with them: the recorded ones, and the leaves a crash left. A
+	 * failure costs the counts, not the sandbox. */
+	if (r == 0 && container) {
+		struct wr_cgroup_stats kept = {0};
+		_cleanup_err_ wr_err kerr = NULL;
+		if (wrd_db_leaf_sums(rec->id, &kept.oom_kills, &kept.pids_max_hits, &kerr) < 0 ||
+		    wr_container_adopt_counts(sb->tsb, &kept, &kerr) < 0)
+			wr_warn("sandbox %s: counters of its commands: %s", rec->id, kerr->msg);
+	}
 	/* Its network filter again before it is served (the links died with
 	 * the previous daemon); a sandbox whose policy cannot be enforced is
 	 * not kept. */

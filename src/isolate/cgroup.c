@@ -218,6 +218,7 @@ static struct wr_cgroup *cg_alloc(struct wr_cgroup_root *root, const char *paren
 		return NULL;
 	cg->root = root;
 	cg->v2_fd = -1;
+	pthread_mutex_init(&cg->retire_lock, NULL);
 	for (int h = 0; h < WR_CG_NCTRL; h++)
 		cg->fd[h] = cg->up_fd[h] = -1;
 	cg->name = strdup(name);
@@ -249,6 +250,7 @@ void wr_cgroup_close(struct wr_cgroup *cg)
 	free(cg->children);
 	free(cg->name);
 	free(cg->rel);
+	pthread_mutex_destroy(&cg->retire_lock);
 	free(cg);
 }
 
@@ -631,8 +633,13 @@ int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err)
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err)
 {
 	memset(st, 0, sizeof(*st));
+	/* the subtree and the retired leaves at one instant (retire_leaf) */
+	pthread_mutex_lock(&cg->retire_lock);
 	int r =
 	    cg->root->mode == WR_CG_V2 ? wr_cg_v2_stats(cg, st, err) : wr_cg_v1_stats(cg, st, err);
+	st->oom_kills += cg->retired.oom_kills;
+	st->pids_max_hits += cg->retired.pids_max_hits;
+	pthread_mutex_unlock(&cg->retire_lock);
 	return r < 0 ? wr_err_wrap(err, "stats of cgroup %s", cg->rel) : 0;
 }
 
@@ -825,4 +832,130 @@ int wr_cgroup_sweep(struct wr_cgroup_root *root, bool (*keep)(const char *name, 
 	if (ret < 0 && err)
 		return wr_err_wrap(err, "sweep cgroups");
 	return ret;
+}
+
+/* ---- retiring a command's leaf (cgroup.h) --------------------------- */
+
+/* The parent's directory in the hierarchy holding the leaves' memory
+ * counters: v1 memory (hybrid too), else v2. */
+static int count_dir_fd(const struct wr_cgroup *parent)
+{
+	return parent->root->mode == WR_CG_V2 ? parent->v2_fd
+					      : wr_cgroup_ctrl_fd(parent, WR_CG_MEMORY);
+}
+
+/* parent->retire_lock held. */
+static int retire_locked(struct wr_cgroup *parent, struct wr_cgroup **pleaf, wr_cgroup_keep_fn keep,
+			 void *ctx, wr_err *err)
+{
+	struct wr_cgroup *leaf = *pleaf;
+	struct wr_cgroup_stats c;
+	uint64_t id = 0;
+	int r = wr_cg_leaf_counts(leaf, &c, &id);
+	if (r < 0)
+		return wr_err_set(err, -r, "retire cgroup %s: read its counters: %s", leaf->rel,
+				  strerror(-r));
+	int fresh = 1;
+	if (keep && (c.oom_kills || c.pids_max_hits)) {
+		char key[200];
+		snprintf(key, sizeof(key), "%s@%llu", leaf->name, (unsigned long long)id);
+		fresh = keep(ctx, parent->name, key, &c, err);
+		if (fresh < 0)
+			return wr_err_wrap(err, "retire cgroup %s", leaf->rel);
+	}
+	char name[256];
+	snprintf(name, sizeof(name), "%s", leaf->name);
+	r = wr_cgroup_destroy(pleaf, err);
+	/* Its counts left the subtree with its counting directory (a destroy
+	 * that failed may have removed it all the same). */
+	int dfd = count_dir_fd(parent);
+	bool gone =
+	    dfd < 0 || (faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT);
+	if (fresh > 0 && gone) {
+		parent->retired.oom_kills += c.oom_kills;
+		parent->retired.pids_max_hits += c.pids_max_hits;
+	}
+	return r;
+}
+
+int wr_cgroup_retire_leaf(struct wr_cgroup *parent, struct wr_cgroup **leaf, wr_cgroup_keep_fn keep,
+			  void *ctx, wr_err *err)
+{
+	if (*leaf == NULL)
+		return 0;
+	pthread_mutex_lock(&parent->retire_lock);
+	int r = retire_locked(parent, leaf, keep, ctx, err);
+	pthread_mutex_unlock(&parent->retire_lock);
+	return r;
+}
+
+/* A handle on the existing leaf parent/name: its directories in the
+ * hierarchies where it has one. ENOENT when it has none. */
+static int open_leaf(struct wr_cgroup *parent, const char *name, struct wr_cgroup **out)
+{
+	if (!wr_cg_valid_name(name))
+		return -EINVAL;
+	_cleanup_(cg_closep) struct wr_cgroup *cg = cg_alloc(parent->root, parent->rel, name);
+	if (cg == NULL)
+		return -ENOMEM;
+	for (int h = 0; h < parent->root->nhier; h++) {
+		if (parent->fd[h] < 0)
+			continue;
+		cg->fd[h] =
+		    openat(parent->fd[h], name, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cg->fd[h] >= 0)
+			cg->hiers |= 1u << h;
+		else if (errno != ENOENT)
+			return -errno;
+	}
+	if (parent->v2_fd >= 0) {
+		cg->v2_fd =
+		    openat(parent->v2_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (cg->v2_fd < 0 && errno != ENOENT)
+			return -errno;
+	}
+	if (cg->hiers == 0 && cg->v2_fd < 0)
+		return -ENOENT;
+	*out = steal_ptr(&cg);
+	return 0;
+}
+
+int wr_cgroup_adopt_retired(struct wr_cgroup *parent, const struct wr_cgroup_stats *kept,
+			    const char *skip, wr_cgroup_keep_fn keep, void *ctx, wr_err *err)
+{
+	int dfd = count_dir_fd(parent);
+	_cleanup_(names_free) struct names ns = {0};
+	int r = dfd < 0 ? 0 : names_add_dir(&ns, dfd);
+	if (r < 0)
+		return wr_err_set(err, -r, "adopt cgroup %s: list its leaves: %s", parent->rel,
+				  strerror(-r));
+	pthread_mutex_lock(&parent->retire_lock);
+	memset(&parent->retired, 0, sizeof(parent->retired));
+	if (kept) {
+		parent->retired.oom_kills = kept->oom_kills;
+		parent->retired.pids_max_hits = kept->pids_max_hits;
+	}
+	int n = 0;
+	for (size_t i = 0; i < ns.n && r >= 0; i++) {
+		if (skip && strcmp(ns.v[i], skip) == 0)
+			continue;
+		struct wr_cgroup *leaf = NULL;
+		if ((r = open_leaf(parent, ns.v[i], &leaf)) < 0) {
+			r = r == -ENOENT ? 0
+					 : wr_err_set(err, -r, "adopt cgroup %s: open %s: %s",
+						      parent->rel, ns.v[i], strerror(-r));
+			continue;
+		}
+		/* processes still in it: its counts are in the subtree */
+		if (wr_cgroup_nprocs(leaf, NULL) != 0) {
+			wr_cgroup_close(leaf);
+			continue;
+		}
+		r = retire_locked(parent, &leaf, keep, ctx, err);
+		wr_cgroup_close(leaf); /* NULL unless keep() failed */
+		if (r == 0)
+			n++;
+	}
+	pthread_mutex_unlock(&parent->retire_lock);
+	return r < 0 ? wr_err_wrap(err, "adopt cgroup %s", parent->rel) : n;
 }

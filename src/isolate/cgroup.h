@@ -65,8 +65,10 @@ struct wr_cgroup_limits {
 };
 void wr_cgroup_limits_default(struct wr_cgroup_limits *l); /* all UNSET */
 
-/* Of a cgroup and its descendants. A value whose controller the cgroup does
- * not have (memory on a v2 hierarchy without it delegated) reads 0. */
+/* Of a cgroup and its descendants, removed leaves included (their OOM
+ * kills and refused forks through wr_cgroup_retire_leaf). A value whose
+ * controller the cgroup does not have (memory on a v2 hierarchy without it
+ * delegated) reads 0. */
 struct wr_cgroup_stats {
 	uint64_t cpu_usage_ns;
 	uint64_t memory_current;
@@ -180,6 +182,44 @@ int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *er
  * tier reads it on the path of every call. A leaf's subtree is itself
  * (wr_cg_walk_cg); a cgroup with children gets wr_cgroup_stats. */
 int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err);
+
+/* Retiring a command's leaf (cgroup.c). The kernel keeps two of a
+ * leaf's counters in the leaf alone: OOM kills (v1 memory.oom_control and
+ * v2 memory.events.local count the victim's own cgroup; v1 never counts
+ * upwards) and, where the leaf has a pids directory and the kernel counts
+ * a refused fork where it forked (v2 before 6.12 or with pids_localevents),
+ * pids.events "max". Its rmdir would lose them. A parent's CPU time and
+ * peak memory already include removed children (cpuacct charges every
+ * ancestor, v2's rstat flushes a dying child into its parent, the page
+ * counter's watermark is the parent's own), so they need nothing.
+ *
+ * keep persists one leaf's counters before the leaf goes; key names the
+ * leaf for good ("<name>@<cgroup id>": the id is never reused while the
+ * machine is up, and no sandbox outlives a reboot). Returns 1 when newly
+ * recorded, 0 when already recorded (a retry of a retirement a crash cut
+ * short after the record), negative when not recorded. */
+typedef int (*wr_cgroup_keep_fn)(void *ctx, const char *parent, const char *key,
+				 const struct wr_cgroup_stats *counts, wr_err *err);
+/* Remove *leaf, an empty leaf of parent, keeping its counters: read them;
+ * keep() them when not all 0 (keep NULL: nothing persists); rmdir; add
+ * them to parent's retired counters, which wr_cgroup_stats(parent) adds to
+ * its subtree's. Ordering invariant: the record before the rmdir, so a
+ * crash in between leaves the leaf (read again at adoption, keep() says 0)
+ * and never a count that is nowhere. Under parent's lock, which
+ * wr_cgroup_stats(parent) takes too: a reader sees a leaf's counts once,
+ * in the leaf or in the retired ones. keep() failing leaves *leaf as it
+ * was (its counts stay in the subtree; retire it again later); otherwise
+ * *leaf is NULL afterwards, as with wr_cgroup_destroy. */
+int wr_cgroup_retire_leaf(struct wr_cgroup *parent, struct wr_cgroup **leaf, wr_cgroup_keep_fn keep,
+			  void *ctx, wr_err *err);
+/* Adoption of parent by a new process: its retired counters become kept
+ * (the sums of what keep() recorded before; NULL: none), then every empty
+ * leaf of parent other than `skip` (PID 1's) is retired; keep() saying 0
+ * (recorded, but a crash came before the rmdir) adds nothing, kept holds
+ * it already. Leaves with processes stay: their counts are in the subtree.
+ * One hold of parent's lock throughout. Returns the number retired. */
+int wr_cgroup_adopt_retired(struct wr_cgroup *parent, const struct wr_cgroup_stats *kept,
+			    const char *skip, wr_cgroup_keep_fn keep, void *ctx, wr_err *err);
 
 /* Kill, wait (bounded, ~2 s) until empty, remove every directory including
  * leaves, free. *cg is NULL afterwards even on failure. */

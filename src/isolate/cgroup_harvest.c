@@ -3,10 +3,12 @@
  * for every sandbox, and its CPU share: weight and SCHED_IDLE-like
  * treatment through cpu.idle where the kernel has the file), and the
  * usage a function call reports (wr_cgroup_stats_call: CPU time and peak
- * memory, the OOM count only when asked). */
+ * memory, the OOM count only when asked), and the counters a command's
+ * leaf keeps for itself alone, read before it is removed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "isolate/cgroup_internal.h"
 
@@ -115,4 +117,39 @@ int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err
 		return wr_err_set(err, -r, "cgroup %s: write cpu.idle=1: %s", cg->rel,
 				  strerror(-r));
 	return 1;
+}
+
+int wr_cg_leaf_counts(struct wr_cgroup *leaf, struct wr_cgroup_stats *c, uint64_t *id)
+{
+	memset(c, 0, sizeof(*c));
+	bool v2 = leaf->root->mode == WR_CG_V2;
+	/* The memory counters live in the v1 memory hierarchy (hybrid too),
+	 * else in v2; the cgroup id is that directory's. */
+	int mfd = v2 ? leaf->v2_fd : wr_cgroup_ctrl_fd(leaf, WR_CG_MEMORY);
+	struct stat sb;
+	if (mfd < 0 || fstat(mfd, &sb) < 0)
+		return mfd < 0 ? -ENOENT : -errno;
+	*id = (uint64_t)sb.st_ino;
+	int r = 0;
+	if (!v2 || (leaf->root->v2_ctrls & WR_CG2_MEMORY)) {
+		/* The files wr_cgroup_stats sums over a subtree. A v2 kernel
+		 * without memory.events.local (before 5.2, which cannot run
+		 * warren: no CLONE_INTO_CGROUP) would count upwards: 0 here. */
+		r = wr_cg_read_key(mfd, v2 ? "memory.events.local" : "memory.oom_control",
+				   "oom_kill", &c->oom_kills);
+		if (r < 0 && r != -ENOENT && r != -ENODEV)
+			return r;
+	}
+	/* pids.events where the leaf has pids of its own (v2; a v1 command
+	 * leaf joins its parent's pids cgroup, which counts its forks) */
+	int pfd = v2 ? ((leaf->root->v2_ctrls & WR_CG2_PIDS) ? leaf->v2_fd : -1)
+		     : wr_cgroup_ctrl_fd(leaf, WR_CG_PIDS);
+	if (pfd >= 0) {
+		r = wr_cg_read_key(pfd, "pids.events", "max", &c->pids_max_hits);
+		if (r < 0 && r != -ENOENT && r != -ENODEV)
+			return r;
+		if (c->pids_max_hits == UINT64_MAX)
+			c->pids_max_hits = 0;
+	}
+	return 0;
 }

@@ -6,6 +6,7 @@
 #ifndef WARREN_ISOLATE_CGROUP_INTERNAL_H
 #define WARREN_ISOLATE_CGROUP_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -99,6 +100,11 @@ struct wr_cgroup {
 	int up_fd[WR_CG_NCTRL];
 	char **children; /* leaves created through this handle */
 	size_t nchildren;
+	/* Counters of leaves already removed (wr_cgroup_retire_leaf), which
+	 * wr_cgroup_stats adds; the lock orders a retirement (record, rmdir,
+	 * add) against a read of the subtree plus these. */
+	pthread_mutex_t retire_lock;
+	struct wr_cgroup_stats retired;
 };
 
 /* Write val to dfd/file; 0 or -errno, no message. */
@@ -122,6 +128,10 @@ int wr_cg_walk(int dfd, int (*fn)(int dirfd, void *ctx), void *ctx);
  * nothing makes cgroups below a leaf (processes live there, and no sandbox
  * mounts a cgroup filesystem), so a leaf needs no directory scan. */
 int wr_cg_walk_cg(const struct wr_cgroup *cg, int dfd, int (*fn)(int dirfd, void *ctx), void *ctx);
+/* A leaf's own counters that its removal would lose (cgroup.h, retiring),
+ * and the id of the directory they are in (its inode: the cgroup id);
+ * cgroup_harvest.c. Missing files read 0. 0 or -errno. */
+int wr_cg_leaf_counts(struct wr_cgroup *leaf, struct wr_cgroup_stats *c, uint64_t *id);
 /* Sleep for us microseconds. */
 void wr_cg_sleep_us(unsigned us);
 

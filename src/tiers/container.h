@@ -50,6 +50,14 @@ int wr_container_adopt(const struct wr_sandbox_spec *spec, pid_t init_pid, struc
 /* The same when the uid range is known (no scan of the range files). */
 int wr_container_adopt_known(const struct wr_sandbox_spec *spec, pid_t init_pid, uint32_t slot,
 			     struct wr_sandbox **out, wr_err *err);
+/* Counters of finished commands that their leaf cgroups keep alone (OOM
+ * kills; cgroup.h, retiring): keep() persists each before its leaf goes
+ * (exec.c). Set once before the first command; NULL: kept in memory only. */
+void wr_container_keep_counts(wr_cgroup_keep_fn keep, void *ctx);
+/* After wr_container_adopt: the sums keep() recorded for this sandbox
+ * before, and the empty leaves a previous process left retired. */
+int wr_container_adopt_counts(struct wr_sandbox *sb, const struct wr_cgroup_stats *kept,
+			      wr_err *err);
 /* Free a handle and leave the sandbox running (it is someone else's now). */
 void wr_container_release(struct wr_sandbox **sb);
 

@@ -310,6 +310,24 @@ static int stream_pump(struct stream *s, const struct wr_exec_spec *spec, bool *
 	}
 }
 
+/* Where a finished command's counters go before its leaf does (cgroup.h,
+ * retiring): set once, before the first command (the daemon: SQLite). */
+static wr_cgroup_keep_fn g_keep;
+static void *g_keep_ctx;
+
+void wr_container_keep_counts(wr_cgroup_keep_fn keep, void *ctx)
+{
+	g_keep = keep;
+	g_keep_ctx = ctx;
+}
+
+int wr_container_adopt_counts(struct wr_sandbox *sb, const struct wr_cgroup_stats *kept,
+			      wr_err *err)
+{
+	int r = wr_cgroup_adopt_retired(sb->cg, kept, "init", g_keep, g_keep_ctx, err);
+	return r < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : r;
+}
+
 static void leaf_park(struct wr_sandbox *sb, struct wr_cgroup *leaf)
 {
 	/* Background processes of a finished command may live on; their leaf is
@@ -332,7 +350,11 @@ static void leaves_reap(struct wr_sandbox *sb)
 	struct wr_leaf **pp = &sb->leaves;
 	while (*pp) {
 		struct wr_leaf *l = *pp;
-		if (wr_cgroup_nprocs(l->cg, NULL) == 0 && wr_cgroup_destroy(&l->cg, NULL) == 0) {
+		/* retired even when the rmdir fails (the handle is gone then);
+		 * kept only when its counters could not be recorded */
+		if (wr_cgroup_nprocs(l->cg, NULL) == 0 &&
+		    (wr_cgroup_retire_leaf(sb->cg, &l->cg, g_keep, g_keep_ctx, NULL) == 0 ||
+		     l->cg == NULL)) {
 			*pp = l->next;
 			free(l);
 			continue;
@@ -774,9 +796,11 @@ out:
 	if (leaf) {
 		if (r < 0)
 			wr_cgroup_kill(leaf, NULL);
+		/* Its OOM kills (and v2 refused forks) live in the leaf alone:
+		 * recorded and added to the sandbox's before the rmdir. */
 		if (wr_cgroup_nprocs(leaf, NULL) == 0)
-			wr_cgroup_destroy(&leaf, NULL);
-		else
+			wr_cgroup_retire_leaf(sb->cg, &leaf, g_keep, g_keep_ctx, NULL);
+		if (leaf) /* processes remain, or the record failed: later */
 			leaf_park(sb, leaf);
 	}
 	wr_env_free(envp);

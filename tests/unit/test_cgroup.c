@@ -848,6 +848,133 @@ static void test_oom(void **state)
 	destroy_ok(&cg);
 }
 
+/* What keep() was told, and what it answers. */
+struct keeper {
+	int calls;
+	int answer;	     /* 1 recorded now, 0 recorded before, < 0 failure */
+	const char *old_key; /* answered 0: "recorded before" */
+	char parent[64], key[200];
+	struct wr_cgroup_stats last;
+};
+
+static int keep_cb(void *ctx, const char *parent, const char *key, const struct wr_cgroup_stats *c,
+		   wr_err *err)
+{
+	struct keeper *k = ctx;
+	k->calls++;
+	snprintf(k->parent, sizeof(k->parent), "%s", parent);
+	snprintf(k->key, sizeof(k->key), "%s", key);
+	k->last = *c;
+	if (k->answer < 0)
+		return wr_err_set(err, EIO, "keep: refused");
+	return k->old_key && strcmp(key, k->old_key) == 0 ? 0 : k->answer;
+}
+
+/* A command's leaf, OOM-killed in: its process gone, the leaf left. */
+static struct wr_cgroup *oom_leaf(struct fx *fx, struct wr_cgroup *cg, const char *name)
+{
+	struct wr_cgroup *leaf = NULL;
+	_cleanup_err_ wr_err e = NULL;
+	if (wr_cgroup_create_cmd_leaf(cg, name, &leaf, &e) < 0)
+		fail_msg("create leaf %s: %s", name, e->msg);
+	size_t len = 64 * MiB;
+	int gofd, status;
+	pid_t pid = spawn(fx, body_hog, &len, &gofd);
+	attach_or_fail(leaf, pid);
+	go(gofd);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	wait_empty(leaf, 2000);
+	return leaf;
+}
+
+/* The OOM kills of a removed leaf stay the sandbox's: recorded (keep)
+ * before the rmdir, then added to what the parent reports; a record that
+ * fails keeps the leaf; adoption counts a leaf a crash left after its
+ * record once (kept has it) and retires the leaves left without one. */
+static void test_retire_leaf(void **state)
+{
+	struct fx *fx = *state;
+	NEED_ROOT(fx);
+	if (fx->flavour == V2 && !(fx->root->v2_ctrls & WR_CG2_MEMORY))
+		skip();
+	struct wr_cgroup_limits l;
+	wr_cgroup_limits_default(&l);
+	l.memory_bytes = 32 * MiB;
+	struct wr_cgroup *cg = mk(fx, "ret", &l);
+	struct wr_cgroup_stats st;
+	struct keeper k = {.answer = -1};
+	_cleanup_err_ wr_err e = NULL;
+
+	/* a plain destroy loses the count: why retiring exists */
+	struct wr_cgroup *leaf = oom_leaf(fx, cg, "cmd-0");
+	destroy_ok(&leaf);
+	get_stats(cg, &st);
+	assert_int_equal(st.oom_kills, 0);
+
+	leaf = oom_leaf(fx, cg, "cmd-1");
+	assert_true(wr_cgroup_retire_leaf(cg, &leaf, keep_cb, &k, &e) < 0);
+	assert_non_null(leaf); /* not recorded: the leaf stays, counted there */
+	assert_true(exists_anywhere(fx->root, "ret/cmd-1"));
+	assert_int_equal(k.calls, 1);
+	assert_int_equal(k.last.oom_kills, 1);
+	assert_string_equal(k.parent, "ret");
+	assert_memory_equal(k.key, "cmd-1@", 6);
+	get_stats(cg, &st);
+	assert_int_equal(st.oom_kills, 1);
+	wr_err_free(&e);
+
+	k.answer = 1;
+	assert_int_equal(wr_cgroup_retire_leaf(cg, &leaf, keep_cb, &k, &e), 0);
+	assert_null(leaf);
+	assert_false(exists_anywhere(fx->root, "ret/cmd-1"));
+	assert_int_equal(k.calls, 2);
+	get_stats(cg, &st);
+	assert_int_equal(st.oom_kills, 1);
+
+	/* a leaf without a kill is not recorded */
+	leaf = mk_leaf(cg, "cmd-2");
+	assert_int_equal(wr_cgroup_retire_leaf(cg, &leaf, keep_cb, &k, &e), 0);
+	assert_int_equal(k.calls, 2);
+
+	/* A crash after cmd-3's record, before its rmdir; cmd-4 ended while
+	 * no process ran; cmd-5 still runs. A new process adopts with the
+	 * sums of the records (cmd-1, cmd-3). */
+	leaf = oom_leaf(fx, cg, "cmd-3");
+	uint64_t id = 0;
+	struct wr_cgroup_stats c3;
+	assert_int_equal(wr_cg_leaf_counts(leaf, &c3, &id), 0);
+	char key3[200];
+	snprintf(key3, sizeof(key3), "cmd-3@%llu", (unsigned long long)id);
+	wr_cgroup_close(leaf);
+	leaf = oom_leaf(fx, cg, "cmd-4");
+	wr_cgroup_close(leaf);
+	struct wr_cgroup *busy = NULL;
+	if (wr_cgroup_create_cmd_leaf(cg, "cmd-5", &busy, &e) < 0)
+		fail_msg("create leaf: %s", e->msg);
+	int gofd;
+	pid_t pid = spawn(fx, body_busy, NULL, &gofd);
+	attach_or_fail(busy, pid);
+	go(gofd);
+	wr_cgroup_close(cg);
+	if (wr_cgroup_open(fx->root, "ret", &cg, &e) < 0)
+		fail_msg("open: %s", e->msg);
+	get_stats(cg, &st); /* the new handle: the live leaves only */
+	assert_int_equal(st.oom_kills, 2);
+	struct wr_cgroup_stats kept = {.oom_kills = 2};
+	k.old_key = key3;
+	k.calls = 0;
+	assert_int_equal(wr_cgroup_adopt_retired(cg, &kept, "init", keep_cb, &k, &e), 2);
+	assert_int_equal(k.calls, 2); /* cmd-3 (already) and cmd-4 (now) */
+	assert_false(exists_anywhere(fx->root, "ret/cmd-3"));
+	assert_false(exists_anywhere(fx->root, "ret/cmd-4"));
+	assert_true(exists_anywhere(fx->root, "ret/cmd-5"));
+	get_stats(cg, &st);
+	assert_int_equal(st.oom_kills, 3); /* cmd-1, cmd-3, cmd-4: each once */
+	wr_cgroup_close(busy);
+	destroy_ok(&cg);
+}
+
 static void test_freeze(void **state)
 {
 	struct fx *fx = *state;
@@ -1132,6 +1259,7 @@ int main(void)
 	    T(test_kill_tree, setup_hybrid),
 	    T(test_fork_bomb, setup_hybrid),
 	    T(test_oom, setup_hybrid),
+	    T(test_retire_leaf, setup_hybrid),
 	    T(test_freeze, setup_hybrid),
 	    T(test_stats_cpu, setup_hybrid),
 	    T(test_destroy_removes_everything, setup_hybrid),
@@ -1146,6 +1274,7 @@ int main(void)
 	    T(test_v1_stray_thread, setup_v1),
 	    T(test_fork_bomb, setup_v1),
 	    T(test_oom, setup_v1),
+	    T(test_retire_leaf, setup_v1),
 	    T(test_freeze, setup_v1),
 	    T(test_stats_cpu, setup_v1),
 	    T(test_destroy_removes_everything, setup_v1),
