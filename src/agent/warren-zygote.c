@@ -18,17 +18,18 @@
  *   in its own mount and IPC namespaces -> joins its leaf cgroup (fds from
  *   the host) -> fresh tmpfs on /tmp, /work and /dev/shm, its own devpts
  *   and a /proc of its pid namespace only (subset=pid) -> the call user
- *   without capabilities -> no_new_privs -> Landlock -> seccomp -> waits
- *   for CALL (all of that ahead of the call, off its path), having told
- *   the host it is PREPARED.
+ *   without capabilities -> Landlock -> seccomp -> waits for CALL (all of
+ *   that ahead of the call, off its path), having told the host it is
+ *   PREPARED. no_new_privs, the empty bounding set and the rlimits that do
+ *   not depend on the call are the zygote's, set once (zygote_confine).
  * On CALL S writes the input files (as the call user, into its own /work),
  * takes its stdio, lowers its rlimits, marks every other fd close-on-exec
  * and execs argv.
  * The zygote reaps S and tells the host on S's socket (REAPED); the host
  * reads the exit status from the kernel (pidfd) and usage from the leaf.
  *
- * Statically linked with the isolate modules it needs (mount, caps,
- * landlock, rlimit, seccomp) and nothing of the image.
+ * Statically linked with the isolate modules it needs (caps, landlock,
+ * netns, rlimit, seccomp) and nothing of the image.
  */
 #include <elf.h>
 #include <errno.h>
@@ -57,7 +58,6 @@
 #include "common/error.h"
 #include "isolate/caps.h"
 #include "isolate/landlock.h"
-#include "isolate/mount.h"
 #include "isolate/netns.h"
 #include "isolate/rlimit.h"
 #include "isolate/seccomp.h"
@@ -187,43 +187,73 @@ static void send_error(int sock, uint64_t slot, const struct wr_cerr *e)
 
 /* ---- the call slot S ------------------------------------------------------ */
 
-static int tmpfs_at(const char *path, uint64_t size, const char *mode, struct wr_cerr *e)
+/* The mount points of a slot's fresh filesystems, with their options.
+ * Invariant (mount(2) resolves its target path, following symlinks): each
+ * is a directory reached through directories only, checked once by the
+ * zygote (mountpoints_plain) before its first slot. The zygote's root is
+ * read-only and no call ever runs in the zygote's mount namespace (a slot
+ * makes its own at clone, before anything of a call runs), so what the
+ * check saw is what every slot finds: a slot's mount(2) lands exactly
+ * where the fd-based mount (fsmount + move_mount, which never follows the
+ * last component) would. One mount(2) per filesystem instead of ~10
+ * fsopen/fsconfig/fsmount/move_mount/close calls (the result is the
+ * same superblock and mount flags). */
+static const struct slot_mount {
+	const char *path, *type;
+	unsigned long flags;
+	const char *opts; /* tmpfs: mode; the size and owner are added */
+} g_slot_mounts[] = {
+    {"/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "1777"},
+    {WR_FNP_WORKDIR, "tmpfs", MS_NOSUID | MS_NODEV, "0755"},
+    {"/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "1777"},
+    {"/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
+    /* Only this call's processes; subset=pid leaves out every global
+     * /proc file (kcore, sysrq-trigger, ...) instead of masking them. */
+    {"/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "subset=pid"},
+};
+#define N_SLOT_MOUNTS (sizeof(g_slot_mounts) / sizeof(g_slot_mounts[0]))
+
+/* Zygote, before the first slot: every component of every slot mount point
+ * is a directory, not a symlink (see g_slot_mounts). */
+static int mountpoints_plain(struct wr_cerr *e)
 {
-	char sz[48], md[24], uid[24], gid[24];
-	snprintf(sz, sizeof(sz), "size=%llu", (unsigned long long)size);
-	snprintf(md, sizeof(md), "mode=%s", mode);
-	snprintf(uid, sizeof(uid), "uid=%d", WR_FNP_CALL_UID);
-	snprintf(gid, sizeof(gid), "gid=%d", WR_FNP_CALL_UID);
-	const char *opts[] = {sz, md, uid, gid, NULL};
-	int m = wr_mount_new("tmpfs", "tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, e);
-	if (m < 0)
-		return -1;
-	int r = wr_mount_attach(m, AT_FDCWD, path, e);
-	close(m);
-	return r;
+	for (size_t i = 0; i < N_SLOT_MOUNTS; i++) {
+		char p[64];
+		snprintf(p, sizeof(p), "%s", g_slot_mounts[i].path);
+		size_t n = strlen(p);
+		for (size_t k = 1; k <= n; k++) {
+			if (k < n && p[k] != '/')
+				continue;
+			char c = p[k];
+			struct stat st;
+			p[k] = 0;
+			int r = lstat(p, &st);
+			if (r < 0)
+				return wr_cerr_sys(e, "slot mount point %s", p);
+			if (!S_ISDIR(st.st_mode))
+				return wr_cerr_set(e, ENOTDIR,
+						   "slot mount point %s: not a directory", p);
+			p[k] = c;
+		}
+	}
+	return 0;
 }
 
 /* Fresh per-call filesystems in S's own mount namespace. */
 static int slot_mounts(uint64_t tmp_bytes, struct wr_cerr *e)
 {
-	if (tmpfs_at("/tmp", tmp_bytes, "1777", e) < 0 ||
-	    tmpfs_at(WR_FNP_WORKDIR, tmp_bytes, "0755", e) < 0 ||
-	    tmpfs_at("/dev/shm", tmp_bytes, "1777", e) < 0)
-		return -1;
-	static const char *const pts_opts[] = {"newinstance", "ptmxmode=0666", "mode=0620", NULL};
-	int pts =
-	    wr_mount_new("devpts", "devpts", pts_opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e);
-	if (pts < 0 || wr_mount_attach(pts, AT_FDCWD, "/dev/pts", e) < 0)
-		return -1;
-	close(pts);
-	/* Only this call's processes; subset=pid leaves out every global
-	 * /proc file (kcore, sysrq-trigger, ...) instead of masking them. */
-	static const char *const proc_opts[] = {"subset=pid", NULL};
-	int proc = wr_mount_new("proc", "proc", proc_opts,
-				MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, e);
-	if (proc < 0 || wr_mount_attach(proc, AT_FDCWD, "/proc", e) < 0)
-		return -1;
-	close(proc);
+	for (size_t i = 0; i < N_SLOT_MOUNTS; i++) {
+		const struct slot_mount *m = &g_slot_mounts[i];
+		char data[128];
+		if (strcmp(m->type, "tmpfs") == 0)
+			snprintf(data, sizeof(data), "size=%llu,mode=%s,uid=%d,gid=%d",
+				 (unsigned long long)tmp_bytes, m->opts, WR_FNP_CALL_UID,
+				 WR_FNP_CALL_UID);
+		else
+			snprintf(data, sizeof(data), "%s", m->opts);
+		if (mount(m->type, m->path, m->type, m->flags, data) < 0)
+			return wr_cerr_sys(e, "mount %s on %s", m->type, m->path);
+	}
 	return 0;
 }
 
@@ -360,8 +390,9 @@ static int slot_main(void *arg)
 			wr_cerr_sys(&e, "join the call's cgroup");
 			slot_fail(sock, &e, 126);
 		}
-		close(m->procs[i]);
 	}
+	/* (The cgroup.procs fds are close-on-exec: they go at the call's exec,
+	 * with no close call each here.) */
 	if (slot_mounts(m->tmp_bytes, &e) < 0)
 		slot_fail(sock, &e, 126);
 	/* A network namespace of its own, loopback only: no call reaches a
@@ -388,13 +419,8 @@ static int slot_main(void *arg)
 		wr_cerr_sys(&e, "chdir %s", WR_FNP_WORKDIR);
 		slot_fail(sock, &e, 126);
 	}
-	/* The limits that do not depend on the call: no core dumps, no
-	 * real-time priority. */
-	struct wr_rlimits rl;
-	wr_rlimits_default(&rl);
-	rl.nofile = WR_RLIM_UNSET;
-	if (wr_rlimits_apply(&rl, &e) < 0)
-		slot_fail(sock, &e, 126);
+	/* The limits that do not depend on the call (no core dumps, no
+	 * real-time priority) are the zygote's already (zygote_confine). */
 	/* Confined before the call arrives, so that none of this (the filter's
 	 * JIT compile above all) is on the call's path: the call user without
 	 * capabilities, no_new_privs, Landlock, seccomp. What remains after the
@@ -404,12 +430,11 @@ static int slot_main(void *arg)
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (wr_caps_switch_user(WR_FNP_CALL_UID, WR_FNP_CALL_UID, 0, &e) < 0)
+	/* The bounding set is empty already and no_new_privs set: both since
+	 * before our first slot (zygote_confine), inherited by clone, and no
+	 * slot makes or enters a user namespace. */
+	if (wr_caps_switch_user_bounded(WR_FNP_CALL_UID, WR_FNP_CALL_UID, 0, &e) < 0)
 		slot_fail(sock, &e, 126);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		wr_cerr_sys(&e, "no_new_privs");
-		slot_fail(sock, &e, 126);
-	}
 	if (wr_landlock_restrict(WR_FNP_FD_LANDLOCK, g_ll_flags, &e) < 0)
 		slot_fail(sock, &e, 126);
 	close(WR_FNP_FD_LANDLOCK);
@@ -697,6 +722,32 @@ fail:
 	send_error(ctl, mk->slot, &e);
 }
 
+/* What every slot would otherwise do for itself, done once before the first
+ * slot; slots inherit it through clone. Invariants:
+ *  - Bounding set empty: it only limits what an execve can grant, and the
+ *    zygote never execs; it keeps every cap it holds now (CAP_SYS_ADMIN for
+ *    the slots' namespaces and mounts, CAP_SETUID/SETGID for their switch
+ *    to the call user), so only the slots' and calls' execs see it. No
+ *    slot makes or enters a user namespace (that would fill it again).
+ *  - no_new_privs: set by our parent before it exec'd us (function.c),
+ *    kept across exec and clone, never cleared; checked here, not set.
+ *  - No core dumps (a dump would write the zygote's memory, shared with
+ *    the slots, and happens only if we crash), RLIMIT_RTPRIO 0. */
+static int zygote_confine(struct wr_cerr *e)
+{
+	int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+	if (nnp != 1)
+		return wr_cerr_set(e, nnp < 0 ? errno : EPERM, "zygote without no_new_privs");
+	if (wr_caps_drop_bounding(0, e) < 0)
+		return -1;
+	struct wr_rlimits rl;
+	wr_rlimits_default(&rl);
+	rl.nofile = WR_RLIM_UNSET;
+	if (wr_rlimits_apply(&rl, e) < 0)
+		return -1;
+	return mountpoints_plain(e);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || tls_layout() < 0)
@@ -719,6 +770,11 @@ int main(int argc, char **argv)
 	if (sfd < 0)
 		return 4;
 	int ctl = WR_FNP_FD_CTL;
+	struct wr_cerr e = {0};
+	if (zygote_confine(&e) < 0) {
+		send_error(ctl, 0, &e);
+		return 7;
+	}
 	struct wr_fnp_hdr ready = {WR_FNP_MAGIC, WR_FNP_READY};
 	if (send_fds(ctl, &ready, sizeof(ready), NULL, 0) < 0)
 		return 6;

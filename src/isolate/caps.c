@@ -71,7 +71,25 @@ static int set_caps(uint64_t eff, uint64_t perm, uint64_t inh)
 	return (int)syscall(SYS_capset, &hdr, data);
 }
 
-int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
+int wr_caps_drop_bounding(uint64_t keep, struct wr_cerr *e)
+{
+	/* Drop every cap not kept, up to the kernel's last, found without
+	 * reading /proc: CAPBSET_DROP answers EINVAL past it (and 0 for a cap
+	 * already dropped), so one call per cap does, with no CAPBSET_READ. A
+	 * kept cap is always a valid one (keep is a subset of our own sets). */
+	for (int cap = 0;; cap++) {
+		if (cap < 64 && (keep & WR_CAP_BIT(cap)))
+			continue;
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+			if (errno == EINVAL && cap > 0)
+				break;
+			return wr_cerr_sys(e, "caps: drop bounding cap %d", cap);
+		}
+	}
+	return 0;
+}
+
+static int switch_user(uid_t uid, gid_t gid, uint64_t keep, bool bounded, struct wr_cerr *e)
 {
 	/* Ordering: every step below needs a capability that a later step
 	 * removes, so the order is fixed:
@@ -88,33 +106,26 @@ int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
 	if (syscall(SYS_setresgid, gid, gid, gid) < 0)
 		return wr_cerr_sys(e, "caps: setresgid(%u)", (unsigned int)gid);
 
-	/* Drop every cap not kept, up to the kernel's last, found without
-	 * reading /proc: CAPBSET_DROP answers EINVAL past it (and 0 for a cap
-	 * already dropped), so one call per cap does, with no CAPBSET_READ. A
-	 * kept cap is always a valid one (keep is a subset of our own sets). */
-	for (int cap = 0;; cap++) {
-		if (cap < 64 && (keep & WR_CAP_BIT(cap)))
-			continue;
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
-			if (errno == EINVAL && cap > 0)
-				break;
-			return wr_cerr_sys(e, "caps: drop bounding cap %d", cap);
-		}
-	}
+	if (!bounded && wr_caps_drop_bounding(keep, e) < 0)
+		return -1;
 
-	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+	/* With nothing to keep, KEEPCAPS has nothing to keep: step 4 empties
+	 * every set anyway. */
+	if (keep && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
 		return wr_cerr_sys(e, "caps: set keepcaps");
 	if (syscall(SYS_setresuid, uid, uid, uid) < 0)
 		return wr_cerr_sys(e, "caps: setresuid(%u)", (unsigned int)uid);
 	/* execve clears KEEPCAPS too; clear it now so nothing before exec
 	 * depends on it. */
-	if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) < 0)
+	if (keep && prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) < 0)
 		return wr_cerr_sys(e, "caps: clear keepcaps");
 
 	if (set_caps(keep, keep, keep) < 0)
 		return wr_cerr_sys(e, "caps: capset 0x%llx", (unsigned long long)keep);
 
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+	/* capset leaves only ambient caps that are both permitted and
+	 * inheritable: with keep 0 that is none already, without this call. */
+	if (keep && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
 		return wr_cerr_sys(e, "caps: clear ambient set");
 	/* uid 0 needs no ambient caps: at execve root gets inheritable |
 	 * bounding, both exactly `keep`. Any other uid loses every cap at
@@ -128,4 +139,14 @@ int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
 		}
 	}
 	return 0;
+}
+
+int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
+{
+	return switch_user(uid, gid, keep, false, e);
+}
+
+int wr_caps_switch_user_bounded(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e)
+{
+	return switch_user(uid, gid, keep, true, e);
 }

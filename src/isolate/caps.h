@@ -30,4 +30,18 @@ uint64_t wr_capset_mask(enum wr_capset set);
  * bounding sets. Call before no_new_privs/Landlock/seccomp. */
 int wr_caps_switch_user(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e);
 
+/* The bounding-set step of wr_caps_switch_user alone: drop every cap not in
+ * `keep` from the bounding set (needs CAP_SETPCAP). Inherited by every
+ * process cloned or forked afterwards; it limits only what an execve can
+ * grant, not the caps the caller holds now. */
+int wr_caps_drop_bounding(uint64_t keep, struct wr_cerr *e);
+/* wr_caps_switch_user without the bounding-set step, for a process whose
+ * bounding set is within `keep` already: wr_caps_drop_bounding(k) with k a
+ * subset of keep ran in it, or in an ancestor before it cloned or forked
+ * this process, and no user namespace was entered or made in between (a
+ * cloned process starts with its parent's set; only a new or entered user
+ * namespace fills it again). The caller writes that invariant next to its
+ * call. */
+int wr_caps_switch_user_bounded(uid_t uid, gid_t gid, uint64_t keep, struct wr_cerr *e);
+
 #endif

@@ -630,6 +630,16 @@ static int new_filter(scmp_filter_ctx *out, uint32_t def_action, const char *wha
 	 * seccomp_load, but keep libseccomp from assuming it either way. */
 	if (r == 0)
 		r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+	/* A binary search on the syscall number instead of one compare per
+	 * rule in a row: the same actions, ~20 compares instead of up to
+	 * ~400. It matters most at load, which a function slot does per call:
+	 * the kernel runs the program once per syscall number to fill its
+	 * action cache (seccomp_cache_prepare, with interrupts off), ~250 us of
+	 * the ~550 us a load of the linear program (456 instructions) cost on
+	 * the benchmark host; the tree (550) loads in ~370 us, its extra
+	 * instructions costing the JIT less than the search saves. */
+	if (r == 0)
+		r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (r < 0) {
 		seccomp_release(ctx);
 		return wr_err_set(err, -r, "seccomp %s: set filter attributes", what);

@@ -142,6 +142,10 @@ static void test_confinement_of_a_call(void **state)
 	assert_non_null(strstr(r.out, "nonewprivs=1"));
 	assert_non_null(strstr(r.out, "seccomp=2"));
 	assert_non_null(strstr(r.out, "capeff=0000000000000000"));
+	assert_non_null(strstr(r.out, "capprm=0000000000000000"));
+	assert_non_null(strstr(r.out, "capinh=0000000000000000"));
+	assert_non_null(strstr(r.out, "capamb=0000000000000000"));
+	assert_non_null(strstr(r.out, "capbnd=0000000000000000"));
 	assert_non_null(strstr(r.out, "uid=1000,1000,1000,1000"));
 	assert_non_null(strstr(r.out, "pid=1 "));
 	wr_call_result_free(&r);
@@ -341,6 +345,58 @@ static void test_zygote_state_unchanged(void **state)
 	free(after);
 	assert_true(same_mounts);
 	assert_int_equal(settled_fds(z), fds);
+}
+
+/* What every slot inherits instead of doing per slot (zygote_confine in
+ * warren-zygote.c): the zygote's bounding set is empty and no_new_privs
+ * set, while it keeps the caps it makes slots with. */
+static void test_zygote_confined_once(void **state)
+{
+	(void)state;
+	struct wr_call_result r = sh("true", 0);
+	wr_call_result_free(&r);
+	pid_t z = wr_function_pool_zygote_pid(g_pool);
+	assert_true(z > 0);
+	char *st = zygote_view(z, "status");
+	bool bnd = strstr(st, "\nCapBnd:\t0000000000000000\n") != NULL;
+	bool nnp = strstr(st, "\nNoNewPrivs:\t1\n") != NULL;
+	bool eff = strstr(st, "\nCapEff:\t0000000000000000\n") == NULL;
+	free(st);
+	assert_true(bnd);
+	assert_true(nnp);
+	assert_true(eff);
+}
+
+/* Slots mount over their mount points with mount(2), which follows
+ * symlinks: the zygote checks once that each is a plain directory, and an
+ * image whose /tmp is a symlink is refused when its pool starts, by name,
+ * instead of a tmpfs landing on wherever the link points. */
+static void test_symlinked_mount_point_refused(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/warren-fn-lnk-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "cp -a '%s' %s/img && rmdir %s/img/tmp && mkdir -p %s/img/var/tmp && "
+		 "ln -s /var/tmp %s/img/tmp",
+		 fx_image(), dir, dir, dir, dir);
+	assert_int_equal(system(cmd), 0);
+	char img[64];
+	snprintf(img, sizeof(img), "%s/img", dir);
+	struct wr_function_pool_spec spec = {.image = img, .tenant = "tenant-lnk"};
+	struct wr_function_pool *p = NULL;
+	wr_err err = NULL;
+	int r = wr_function_pool_create(&spec, &p, &err);
+	bool named = r < 0 && err && strstr(err->msg, "slot mount point /tmp: not a directory");
+	if (r == 0)
+		wr_function_pool_destroy(&p, NULL);
+	if (err)
+		fprintf(stderr, "pool: %s\n", err->msg);
+	wr_err_free(&err);
+	snprintf(cmd, sizeof(cmd), "rm -rf --one-file-system %s", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_true(named);
 }
 
 static void test_crashed_zygote_is_replaced(void **state)
@@ -746,6 +802,8 @@ int main(void)
 	    cmocka_unit_test(test_output_flood_is_truncated),
 	    cmocka_unit_test(test_timeout_kills_double_forked),
 	    cmocka_unit_test(test_zygote_state_unchanged),
+	    cmocka_unit_test(test_zygote_confined_once),
+	    cmocka_unit_test(test_symlinked_mount_point_refused),
 	    cmocka_unit_test(test_crashed_zygote_is_replaced),
 	    cmocka_unit_test(test_tenants_never_share_a_uid),
 	    cmocka_unit_test(test_bad_specs_name_the_field),
