@@ -82,19 +82,29 @@ libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 # fork copied): milliseconds on a paravirtualised host, and before the exit
 # is visible the call would wait for it. So a prepared slot P hands the call
 # to a child S sharing its memory (clone(CLONE_VM | CLONE_VFORK)): S runs the
-# call; P, suspended until S's exit releases the memory, then exits without
-# touching it, and the last of the two to let go of the memory (P, nearly
-# always) pays for the teardown, after the host has seen S's exit. This is
-# machine code because P must not return through a stack S has since used:
-#   mov edi, CLONE_VM|CLONE_VFORK|SIGCHLD; xor esi, esi (same stack);
-#   xor edx, edx; xor r10d, r10d; xor r8d, r8d; mov eax, SYS_clone; syscall
+# call; P, suspended until S's exit releases the memory, then waits until
+# the host is done with the call (it closes its end of the slot's socket,
+# fd in the argument: POLLHUP) or 100 ms passed, and exits without touching
+# the memory: the teardown, paid by the last of the two to let go of the
+# memory (P), comes after the host read the call's status and usage, not
+# while the host (on a machine of few CPUs) waits for a CPU to read them.
+# This is machine code because P must not return through a stack S has
+# since used (the pollfd goes below the stack pointer, in the red zone):
+#   mov r9d, edi (fd: clone keeps r9); mov edi, CLONE_VM|CLONE_VFORK|SIGCHLD;
+#   xor esi, esi (same stack); xor edx, edx; xor r10d, r10d; xor r8d, r8d;
+#   mov eax, SYS_clone; syscall
 #   test rax, rax; jg parent; ret (S: 0, or -errno: no S, P runs the call)
-#   parent: mov eax, SYS_exit; xor edi, edi; syscall; jmp parent
+#   parent: mov [rsp-16], r9d; mov dword [rsp-12], POLLIN; lea rdi, [rsp-16];
+#   mov esi, 1; mov edx, 100; mov eax, SYS_poll; syscall
+#   exit: mov eax, SYS_exit; xor edi, edi; syscall; jmp exit
 # P and S have the same confinement (S inherits all of it), so S gains
 # nothing over P by writing P's memory. x86-64 only; elsewhere P runs the
 # call itself.
-VCLONE_X86_64 = bytes.fromhex("bf11410000" "31f6" "31d2" "4531d2" "4531c0" "b838000000" "0f05"
-                              "4885c0" "7f01" "c3" "b83c000000" "31ff" "0f05" "ebf5")
+VCLONE_X86_64 = bytes.fromhex("4189f9" "bf11410000" "31f6" "31d2" "4531d2" "4531c0" "b838000000"
+                              "0f05" "4885c0" "7f01" "c3"
+                              "44894c24f0" "c74424f401000000" "488d7c24f0" "be01000000"
+                              "ba64000000" "b807000000" "0f05"
+                              "b83c000000" "31ff" "0f05" "ebf5")
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 
 
@@ -107,7 +117,7 @@ def make_vclone():
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     if libc.mprotect(addr, mmap.PAGESIZE, PROT_READ | PROT_EXEC) < 0:
         return None
-    fn = ctypes.PYFUNCTYPE(ctypes.c_long)(addr)  # the GIL stays held: S takes over
+    fn = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_int)(addr)  # the GIL stays held: S takes over
     fn.mapping = m  # kept (and never written again) while fn lives
     return fn
 
@@ -448,7 +458,7 @@ def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps, vclone):
         if learn >= 0:
             report_hot(learn, pagemap, maps)
         # From here on we are S (or P when there is no S: clone failed).
-        flags = PREPARED_HOLDER if vclone is not None and vclone() == 0 else 0
+        flags = PREPARED_HOLDER if vclone is not None and vclone(sock.fileno()) == 0 else 0
         # The host hands calls to prepared slots first; with a holder it
         # watches S (P's only child) instead of P.
         send(sock, PREPARED.pack(MAGIC, T_PREPARED, flags, 0))
