@@ -8,11 +8,14 @@
 #   bench/fn_quick.sh BUILD_DIR [MODE...]    (default: bare bare-img fn-true)
 #
 # Modes as in bench/run_function.sh: bare bare-img fn-true python-c py-fork
-# fn-python, and true@DIR: fn-true with the bench_function and zygote of
-# another build DIR (e.g. a copy of main's build), for a paired
-# before/after in one run. Environment: FN_QUICK_N (default 100),
+# fn-python fn-python-full (a Python call on a full pool: an untimed
+# FN_QUICK_GAP_MS pause, default 200, before each call), and true@DIR,
+# python@DIR, python-full@DIR: fn-true, fn-python, fn-python-full with the
+# bench_function and zygote of another build DIR (e.g. a copy of main's
+# build), for a paired before/after in one run (the Python zygote's source
+# is built into the library). Environment: FN_QUICK_N (default 100),
 # FN_QUICK_ROUNDS (5), FN_QUICK_PAR (1); WARREN_FN_PHASES=1: each fn-true
-# run prints where its calls' time went. Removes what it made on exit.
+# or fn-python run prints where its calls' time went. Removes what it made on exit.
 set -eu
 BUILD=${1:?usage: bench/fn_quick.sh BUILD_DIR [MODE...]}
 shift
@@ -40,7 +43,8 @@ trap 'exit 130' INT TERM HUP
 mapfile -t imgs < <("$ROOT/scripts/mkimage.sh" "$BUILD/bench-images")
 ROOTFS=${imgs[0]}
 EROFS=${imgs[1]}
-case " $MODES " in *" fn-python "*) PYIMG=$("$ROOT/scripts/mkimage-python.sh" "$BUILD/bench-images") ;; esac
+GAP=${FN_QUICK_GAP_MS:-200}
+case " $MODES " in *" fn-python"* | *" python"*) PYIMG=$("$ROOT/scripts/mkimage-python.sh" "$BUILD/bench-images") ;; esac
 export WARREN_INIT=$BUILD/warren-init WARREN_ZYGOTE=${WARREN_ZYGOTE:-$BUILD/warren-zygote}
 export WARREN_STATE_DIR=$WORK/state WARREN_RUN_DIR=$WORK/run WARREN_CGROUP_BASE=$CG_BASE
 export BENCH_WARMUP=3
@@ -60,6 +64,14 @@ for r in $(seq 1 "$ROUNDS"); do
 				"$B/bench/bench_function" true "$N" "$PAR" "$EROFS")
 			;;
 		fn-python) cmd=("$BUILD/bench/bench_function" python "$N" "$PAR" "$PYIMG") ;;
+		fn-python-full) cmd=(env BENCH_GAP_MS="$GAP" "$BUILD/bench/bench_function" python "$N" "$PAR" "$PYIMG") ;;
+		python@* | python-full@*)
+			B=${m#*@}
+			gap=0
+			case $m in python-full@*) gap=$GAP ;; esac
+			cmd=(env BENCH_GAP_MS="$gap" WARREN_ZYGOTE="$B/warren-zygote" WARREN_INIT="$B/warren-init"
+				"$B/bench/bench_function" python "$N" "$PAR" "$PYIMG")
+			;;
 		py-fork) cmd=("$PY" "$ROOT/bench/bench_pyfork.py" "$N" "$PAR") ;;
 		*) echo "fn_quick: unknown mode $m" >&2; exit 2 ;;
 		esac

@@ -82,19 +82,29 @@ libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 # fork copied): milliseconds on a paravirtualised host, and before the exit
 # is visible the call would wait for it. So a prepared slot P hands the call
 # to a child S sharing its memory (clone(CLONE_VM | CLONE_VFORK)): S runs the
-# call; P, suspended until S's exit releases the memory, then exits without
-# touching it, and the last of the two to let go of the memory (P, nearly
-# always) pays for the teardown, after the host has seen S's exit. This is
-# machine code because P must not return through a stack S has since used:
-#   mov edi, CLONE_VM|CLONE_VFORK|SIGCHLD; xor esi, esi (same stack);
-#   xor edx, edx; xor r10d, r10d; xor r8d, r8d; mov eax, SYS_clone; syscall
+# call; P, suspended until S's exit releases the memory, then waits until
+# the host is done with the call (it closes its end of the slot's socket,
+# fd in the argument: POLLHUP) or 100 ms passed, and exits without touching
+# the memory: the teardown, paid by the last of the two to let go of the
+# memory (P), comes after the host read the call's status and usage, not
+# while the host (on a machine of few CPUs) waits for a CPU to read them.
+# This is machine code because P must not return through a stack S has
+# since used (the pollfd goes below the stack pointer, in the red zone):
+#   mov r9d, edi (fd: clone keeps r9); mov edi, CLONE_VM|CLONE_VFORK|SIGCHLD;
+#   xor esi, esi (same stack); xor edx, edx; xor r10d, r10d; xor r8d, r8d;
+#   mov eax, SYS_clone; syscall
 #   test rax, rax; jg parent; ret (S: 0, or -errno: no S, P runs the call)
-#   parent: mov eax, SYS_exit; xor edi, edi; syscall; jmp parent
+#   parent: mov [rsp-16], r9d; mov dword [rsp-12], POLLIN; lea rdi, [rsp-16];
+#   mov esi, 1; mov edx, 100; mov eax, SYS_poll; syscall
+#   exit: mov eax, SYS_exit; xor edi, edi; syscall; jmp exit
 # P and S have the same confinement (S inherits all of it), so S gains
 # nothing over P by writing P's memory. x86-64 only; elsewhere P runs the
 # call itself.
-VCLONE_X86_64 = bytes.fromhex("bf11410000" "31f6" "31d2" "4531d2" "4531c0" "b838000000" "0f05"
-                              "4885c0" "7f01" "c3" "b83c000000" "31ff" "0f05" "ebf5")
+VCLONE_X86_64 = bytes.fromhex("4189f9" "bf11410000" "31f6" "31d2" "4531d2" "4531c0" "b838000000"
+                              "0f05" "4885c0" "7f01" "c3"
+                              "44894c24f0" "c74424f401000000" "488d7c24f0" "be01000000"
+                              "ba64000000" "b807000000" "0f05"
+                              "b83c000000" "31ff" "0f05" "ebf5")
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 
 
@@ -107,7 +117,7 @@ def make_vclone():
     addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
     if libc.mprotect(addr, mmap.PAGESIZE, PROT_READ | PROT_EXEC) < 0:
         return None
-    fn = ctypes.PYFUNCTYPE(ctypes.c_long)(addr)  # the GIL stays held: S takes over
+    fn = ctypes.PYFUNCTYPE(ctypes.c_long, ctypes.c_int)(addr)  # the GIL stays held: S takes over
     fn.mapping = m  # kept (and never written again) while fn lives
     return fn
 
@@ -238,7 +248,8 @@ def limits(cpu, fsize, nofile):
         resource.setrlimit(res, (v, v))
 
 
-def run_call(sock):
+def take_call(sock):
+    # The call message, its files written: (argv, env, code, fds, limits).
     data, fds = recv(sock, CALL.size + INLINE_MAX, 4)
     if not data:
         os._exit(0)
@@ -263,14 +274,23 @@ def run_call(sock):
     argv, env = strs[:argc], strs[argc:]
     off = write_files(blob, off, nfiles)
     code = blob[off:off + clen].decode("utf-8", "surrogateescape")
+    return argv, env, code, fds, (cpu, fsize, nofile)
+
+
+def apply_call(argv, env, fds, lim):
     for i in range(3):
         os.dup2(fds[i], i)
-    limits(cpu, fsize, nofile)
+    limits(*lim)
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition("=")
         os.environ[k] = v
     sys.argv = argv or [""]
+
+
+def run_call(sock):
+    argv, env, code, fds, lim = take_call(sock)
+    apply_call(argv, env, fds, lim)
     keep = sock.fileno()
     os.closerange(3, keep)
     os.closerange(keep + 1, 1 << 20)
@@ -278,7 +298,7 @@ def run_call(sock):
     return argv, code
 
 
-def execute(argv, code):
+def run_code(argv, code):
     status = 0
     try:
         if code:
@@ -305,7 +325,11 @@ def execute(argv, code):
             f.flush()
         except BaseException:
             pass
-    os._exit(status)
+    return status
+
+
+def execute(argv, code):
+    os._exit(run_code(argv, code))
 
 
 def hand_over_namespaces(keep):
@@ -319,22 +343,51 @@ def hand_over_namespaces(keep):
     keep.close()
 
 
-def prefault():
-    # A dry run of what the call's path touches: every page the interpreter
-    # writes there (reference counts of the code, modules and objects it
-    # uses) is copied from the zygote now, while the slot waits, and not
-    # after the call arrived.
-    CALL.unpack_from(bytes(CALL.size), 0)
-    FILEREC.unpack_from(bytes(FILEREC.size), 0)
-    bytes(8).index(b"\0", 0)
-    b"".decode("utf-8", "surrogateescape")
-    for res in (resource.RLIMIT_NOFILE, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE):
-        resource.getrlimit(res)
-    dict(os.environ)
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile("print(end='')", "<call>", "exec"), g)
-    for f in (sys.stdout, sys.stderr):
-        f.flush()
+REHEARSAL_FILE = "warren-rehearsal"
+REHEARSAL_CODE = b"print(sum(range(10)))\n"
+
+
+def rehearse():
+    # A dry run of the call's path, with a call of our own: every page the
+    # interpreter writes there (reference counts of the code, modules and
+    # objects it uses, the allocator's and libc's state) and every page of
+    # code it runs becomes this slot's own now, while the slot waits, and
+    # not after the call arrived (a fault traps: about 50 us each on a
+    # paravirtualised host); the first slot's pages are learned for every
+    # later one (report_hot). The call's own functions run: its message over
+    # a socket with fds, a file, stdio, limits (at their hard values:
+    # nothing is lowered), environment, compile, exec, print. The call
+    # replaces what is left: environment and argv; stdio, the files of
+    # /work and the fds are as they were.
+    name = REHEARSAL_FILE.encode()
+    blob = (b"-c\0PATH=/bin\0HOME=" + WORKDIR.encode() + b"\0" +
+            FILEREC.pack(0o644, len(name), 1) + name + b"x" + REHEARSAL_CODE)
+    msg = CALL.pack(MAGIC, T_CALL, 0, 0, 0, len(blob), len(REHEARSAL_CODE), 1, 2, 1, 0)
+    hard = [max(resource.getrlimit(r)[1], 0) for r in
+            (resource.RLIMIT_CPU, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE)]
+    saved = [os.dup(i) for i in range(3)]
+    r, w = os.pipe2(os.O_CLOEXEC)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        send(a, msg + blob, [saved[0], w, w])
+        argv, env, code, fds, _ = take_call(b)
+        apply_call(argv, env, fds, hard)
+        for fd in fds:
+            os.close(fd)
+        run_code(argv, code)
+    finally:
+        for i in range(3):
+            os.dup2(saved[i], i)
+            os.close(saved[i])
+        os.close(w)
+        os.read(r, 4096)
+        os.close(r)
+        a.close()
+        b.close()
+        try:
+            os.unlink(REHEARSAL_FILE)
+        except OSError:
+            pass
 
 
 def private_maps():
@@ -401,11 +454,14 @@ def slot_main(sock, keep, procs, tmp_bytes, bpf, learn, maps, vclone):
         pagemap = os.open("/proc/self/pagemap", os.O_RDONLY) if learn >= 0 else -1
         confine(bpf)
         os.chdir(WORKDIR)
-        prefault()
+        try:
+            rehearse()
+        except Exception:
+            pass  # only speed is lost (test_call_path_prefaulted); the call redoes it all
         if learn >= 0:
             report_hot(learn, pagemap, maps)
         # From here on we are S (or P when there is no S: clone failed).
-        flags = PREPARED_HOLDER if vclone is not None and vclone() == 0 else 0
+        flags = PREPARED_HOLDER if vclone is not None and vclone(sock.fileno()) == 0 else 0
         # The host hands calls to prepared slots first; with a holder it
         # watches S (P's only child) instead of P.
         send(sock, PREPARED.pack(MAGIC, T_PREPARED, flags, 0))

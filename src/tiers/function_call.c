@@ -464,8 +464,15 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 	close(steal_fd(&pay_fd));
 	free(steal_ptr(&payload.p));
 	/* The refill thread forks the next spare (not this thread: the exit
-	 * of a short call must not wait for cgroup work). */
-	wr_fn_top_up(p);
+	 * of a short call must not wait for cgroup work). On a Python pool
+	 * with another slot ready or coming, not before this call's end
+	 * (wr_fn_slot_retire wakes it then): the zygote's fork of the
+	 * interpreter, its copy-on-write and the new slot's set-up would take
+	 * the CPUs this call and its host thread wait for, on a machine of few
+	 * cores, for a slot no call needs yet. A pool without a spare refills
+	 * at once (calls back to back are bound by the refill). */
+	if (p->language == NULL || !slot->spare_left)
+		wr_fn_top_up(p);
 
 	uint64_t deadline = t0 + s.timeout_ms * 1000000ull;
 	uint64_t cpu_limit_ns = s.cpu_time_ms * 1000000ull;

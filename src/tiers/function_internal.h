@@ -31,6 +31,7 @@ struct fn_slot {
 	uint64_t mem, pids;	/* the leaf's current limits */
 	bool low;		/* the leaf still has the preparation's CPU weight */
 	bool prepared;		/* S said PREPARED: it waits for its call */
+	bool spare_left;	/* when a call took it, another slot was ready or coming */
 	/* pidfd: the process that runs the call: S, or S's child when S
 	 * said PREPARED with a holder (function_proto.h). */
 	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */

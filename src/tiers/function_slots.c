@@ -297,6 +297,7 @@ int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *er
 			goto out;
 		struct fn_slot *s = ready_pick(p);
 		if (s) {
+			s->spare_left = p->nready + p->npending > 0;
 			p->inflight++;
 			p->last_used_ns = wr_now_ns();
 			/* Demand: keep as many spares as calls run at once. */
