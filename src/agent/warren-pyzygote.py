@@ -368,19 +368,32 @@ def rehearse():
     saved = [os.dup(i) for i in range(3)]
     r, w = os.pipe2(os.O_CLOEXEC)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds = []
     try:
         send(a, msg + blob, [saved[0], w, w])
         argv, env, code, fds, _ = take_call(b)
         apply_call(argv, env, fds, hard)
         for fd in fds:
             os.close(fd)
+        fds = []
         run_code(argv, code)
     finally:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         for i in range(3):
             os.dup2(saved[i], i)
             os.close(saved[i])
         os.close(w)
-        os.read(r, 4096)
+        # Not blocking: a step that failed may have left a copy of w
+        # open (inside take_call), and then no EOF would come.
+        os.set_blocking(r, False)
+        try:
+            os.read(r, 4096)
+        except BlockingIOError:
+            pass
         os.close(r)
         a.close()
         b.close()

@@ -8,6 +8,7 @@
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -219,6 +220,26 @@ static int mask_paths(int rootfd, int masks, enum mask_set set, struct wr_cerr *
 	return 0;
 }
 
+int wr_rootfs_proc_state(int rootfd)
+{
+	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+			       .resolve =
+				   RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+	_cleanup_close_ int dir = wr_openat2(rootfd, "proc", &how);
+	struct statfs sf;
+	if (dir < 0 || fstatfs(dir, &sf) < 0)
+		return -errno;
+	if (sf.f_type != PROC_SUPER_MAGIC)
+		return WR_PROC_NONE;
+	/* proc/sys read-only is mask_paths' last step (the read-only list
+	 * ends with it), so it says every mask before it went on. */
+	_cleanup_close_ int sys = wr_openat2(dir, "sys", &how);
+	struct statvfs sv;
+	if (sys >= 0 && fstatvfs(sys, &sv) == 0 && (sv.f_flag & ST_RDONLY))
+		return WR_PROC_DONE;
+	return WR_PROC_PARTIAL;
+}
+
 int wr_rootfs_proc(int proc, int masks, struct wr_cerr *e)
 {
 	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
@@ -226,22 +247,37 @@ int wr_rootfs_proc(int proc, int masks, struct wr_cerr *e)
 	_cleanup_close_ int root = wr_openat2(AT_FDCWD, "/", &how);
 	if (root < 0)
 		return wr_cerr_sys(e, "proc: open /");
+	int st = wr_rootfs_proc_state(root);
+	if (st < 0)
+		return wr_cerr_set(e, -st, "proc: /proc");
+	if (st == WR_PROC_DONE)
+		return 0; /* mounted by an earlier process of ours (a restart), or
+			     by the create of a sandbox made before /proc waited */
+	/* A proc without all its masks (a helper that died between the
+	 * attach and the last mask) never serves a command: detached, and
+	 * made again. */
+	if (st == WR_PROC_PARTIAL && umount2("/proc", MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+		return wr_cerr_sys(e, "proc: detach an unmasked /proc");
 	_cleanup_close_ int dir = wr_openat2(root, "proc", &how);
 	if (dir < 0)
 		return wr_cerr_sys(e, "proc: open /proc");
 	struct statfs sf;
 	if (fstatfs(dir, &sf) < 0)
 		return wr_cerr_sys(e, "proc: statfs /proc");
-	if (sf.f_type == PROC_SUPER_MAGIC)
-		return 0; /* mounted by an earlier process of ours (a restart), or
-			     by the create of a sandbox made before /proc waited */
 	if (sf.f_type != OVERLAYFS_SUPER_MAGIC)
 		return wr_cerr_set(e, EXDEV, "proc: /proc is not on the sandbox's root");
 	if (wr_move_mount(proc, "", dir, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
 		return wr_cerr_sys(e, "proc: attach on /proc");
 	/* Invariant: the masks go on over the proc just attached, before any
-	 * command can see it (the caller runs before the first command). */
-	return mask_paths(root, masks, MASK_PROC, e);
+	 * command can see it (the caller runs before the first command, and
+	 * holds back every command until it is done); a proc whose masks
+	 * failed is detached at once (and one left by a helper that died is,
+	 * by the next). */
+	if (mask_paths(root, masks, MASK_PROC, e) < 0) {
+		umount2("/proc", MNT_DETACH | UMOUNT_NOFOLLOW);
+		return -1;
+	}
+	return 0;
 }
 
 int wr_rootfs_devpts(struct wr_cerr *e)

@@ -90,6 +90,13 @@ int wr_rootfs_devpts(struct wr_cerr *e);
  * already there. Children's rules: no allocation. */
 int wr_rootfs_proc(int proc, int masks, struct wr_cerr *e);
 
+/* What is on /proc of the sandbox root rootfd (an O_PATH fd; resolved in
+ * it, no symlink followed): the empty directory (proc_later), a proc with
+ * all its masks, or a proc without (its helper died half-way); negative
+ * errno on failure. */
+enum { WR_PROC_NONE, WR_PROC_DONE, WR_PROC_PARTIAL };
+int wr_rootfs_proc_state(int rootfd);
+
 /* The /proc and /sys paths hidden or made read-only (tests, docs). */
 extern const char *const wr_rootfs_masked_paths[];
 extern const char *const wr_rootfs_readonly_paths[];

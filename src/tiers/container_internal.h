@@ -60,8 +60,8 @@ struct wr_sandbox {
 	pthread_mutex_t leaves_lock;
 	struct wr_leaf *leaves;
 	/* The sandbox's /proc and devpts are mounted before its first
-	 * command (container_mounts.c); the lock serialises that first
-	 * mount. */
+	 * command and given back while idle (container_mounts.c); the lock
+	 * serialises the mounts and the release. */
 	pthread_mutex_t devpts_lock;
 	atomic_bool devpts;
 	/* Commands counted from before the mounts they need until they end

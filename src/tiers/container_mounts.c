@@ -1,21 +1,35 @@
 /* The container tier: the mounts made outside a create's rootfs set-up
  * (isolate/rootfs.c): the offline sandboxes' shared sysfs, and a sandbox's
- * devpts, mounted before its first command.
+ * /proc and devpts, mounted before its first command and given back while
+ * it is idle.
  *
  * Every superblock costs memory in every memory cgroup of the node (a
  * memcg-aware shrinker each, docs/ARCHITECTURE.md "Mount table of a
- * container sandbox"), and a sandbox that never runs a command needs no
- * terminals: PID 1 (warren-init) runs nothing. So the create leaves
- * /dev/pts an empty directory, and the first command (or terminal) of the
- * sandbox mounts its devpts instance there first. Every process that could
- * open /dev/ptmx is a command, so every one of them sees the same /dev as
- * when the create mounted it.
+ * container sandbox"), and a sandbox that runs no command needs neither a
+ * /proc nor terminals: PID 1 (warren-init) runs nothing and reads no file.
+ * So the create leaves /proc and /dev/pts empty directories, and the first
+ * command (or terminal) of the sandbox mounts them first, /proc with its
+ * masks. Every process that could look at them is a command, so every one
+ * of them sees the same /proc and /dev as when the create mounted them.
  *
- *   P  lock -> clone(CLONE_VM | CLONE_VFORK) H on a spawn stack
- *   H  setns(pidfd of PID 1: user + mount) -> uid 0 there -> wr_rootfs_devpts: the
- *      devpts instance is owned by the sandbox's user namespace (made
- *      after joining it), as one made by PID 1 itself -> _exit
+ *   P  lock -> what is missing, seen from here (wr_rootfs_proc_state, the
+ *      type of /dev/pts): nothing -> done; /proc -> PID 1's masks' source
+ *      (wr_container_init_fd) -> clone(CLONE_VM | CLONE_VFORK) H on a
+ *      spawn stack
+ *   H  setns(pidfd of PID 1: pid, for its children) -> clone(CLONE_VM |
+ *      CLONE_VFORK) G on the lower half of the stack -> wait -> _exit
+ *   G  (a process of the sandbox's PID namespace) a proc of it, made in
+ *      our mount namespace -> setns(user + mount) -> uid 0 there ->
+ *      wr_rootfs_proc: /proc and its masks (a proc found without them is
+ *      detached and made again) -> wr_rootfs_devpts: the devpts instance
+ *      is owned by the sandbox's user namespace (made after joining it), as
+ *      one made by PID 1 itself -> _exit
  *   P  done: the flag is set, later calls return at once.
+ *
+ * Idle (wr_container_idle_release, from the harvest sampler): with PID 1
+ * its only process and no command starting, U joins the sandbox's mount
+ * namespace and detaches both; the flag goes down and the next command
+ * mounts them again. The same lock serialises both directions.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,7 +84,8 @@ int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err)
 
 struct mounts_args {
 	int init_pidfd;
-	int masks; /* PID 1's masks' source (H and G borrow it); -1: /proc is there */
+	int masks;	   /* PID 1's masks' source (H and G borrow it); -1: /proc is there */
+	bool release_proc; /* U: /proc goes too (it can come back: masks' source kept) */
 	char *gstack;
 	struct wr_cerr e;
 };
@@ -134,18 +149,18 @@ static HELPER_FN int helper_main(void *arg)
 	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
 }
 
-/* Whether the sandbox's /proc still waits for its first command: the
- * directory as the sandbox sees it, no symlink followed. */
-static int proc_waits(struct wr_sandbox *sb, wr_err *err)
+/* Whether the sandbox's devpts is on /dev/pts: the directory as the
+ * sandbox sees it, no symlink followed. */
+static int pts_there(struct wr_sandbox *sb, wr_err *err)
 {
 	struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
 			       .resolve =
 				   RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-	_cleanup_close_ int d = wr_openat2(sb->root_fd, "proc", &how);
+	_cleanup_close_ int d = wr_openat2(sb->root_fd, "dev/pts", &how);
 	struct statfs sf;
 	if (d < 0 || fstatfs(d, &sf) < 0)
-		return wr_err_sys(err, "sandbox %s: /proc", sb->id);
-	return sf.f_type != PROC_SUPER_MAGIC;
+		return wr_err_sys(err, "sandbox %s: /dev/pts", sb->id);
+	return sf.f_type == DEVPTS_SUPER_MAGIC;
 }
 
 int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
@@ -160,9 +175,26 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 	_cleanup_close_ int masks = -1;
 	if (atomic_load(&sb->devpts))
 		goto out;
-	if ((r = proc_waits(sb, err)) < 0)
+	/* Looked at from here first: H and G run only when something is
+	 * missing. G is a process of the sandbox's PID namespace, which the
+	 * sandbox's root could stop or kill once G has joined its user
+	 * namespace; when the flag is down with commands' processes alive
+	 * (a daemon restart), both mounts are there and G never runs. */
+	int ps = wr_rootfs_proc_state(sb->root_fd);
+	if (ps < 0) {
+		r = wr_err_set(err, -ps, "sandbox %s: /proc", sb->id);
 		goto out;
-	if (r == 1 && (r = wr_container_init_fd(sb, true, &masks, err)) < 0)
+	}
+	int pts = pts_there(sb, err);
+	if (pts < 0) {
+		r = pts;
+		goto out;
+	}
+	if (ps == WR_PROC_DONE && pts) {
+		atomic_store(&sb->devpts, true);
+		goto out;
+	}
+	if (ps != WR_PROC_DONE && (r = wr_container_init_fd(sb, true, &masks, err)) < 0)
 		goto out;
 	stack = wr_spawn_stack_get();
 	if (stack == NULL) {
@@ -205,7 +237,8 @@ static HELPER_FN int release_main(void *arg)
 	}
 	/* MNT_DETACH takes the masks under /proc with it; UMOUNT_NOFOLLOW: a
 	 * mount point, never a symlink's target. EINVAL: nothing mounted. */
-	if (umount2("/proc", MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL) {
+	if (a->release_proc && umount2("/proc", MNT_DETACH | UMOUNT_NOFOLLOW) < 0 &&
+	    errno != EINVAL) {
 		wr_cerr_sys(&a->e, "unmount /proc");
 		_exit(1);
 	}
@@ -246,7 +279,14 @@ int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 		r = wr_err_sys(err, "release: stack");
 		goto out;
 	}
-	struct mounts_args a = {.init_pidfd = sb->init_pidfd, .masks = -1};
+	/* A sandbox made before /proc waited for commands has no masks'
+	 * source in PID 1: its /proc stays, or no command could run again. */
+	int mfd = -1;
+	struct mounts_args a = {.init_pidfd = sb->init_pidfd,
+				.masks = -1,
+				.release_proc = wr_container_init_fd(sb, true, &mfd, NULL) == 0};
+	if (mfd >= 0)
+		close(mfd);
 	pid_t pid =
 	    clone(release_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	if (pid < 0) {

@@ -93,3 +93,24 @@ def test_holder_does_not_wait_for_a_host_that_never_lets_go():
         os.close(sfd)
         host.close()
         reap(pid)
+
+
+def test_failed_rehearsal_does_not_hang_the_slot(tmp_path):
+    """A rehearsal step that fails after the call's fds arrived (here its
+    file cannot be written: the work directory takes no files) raises at
+    once: no copy of the output pipe's write end is left to keep the slot
+    waiting for an EOF that never comes (the slot then serves its call
+    without the rehearsal's pages)."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('z', {str(ROOT / 'src/agent/warren-pyzygote.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "m.WORKDIR = '/proc'\n"
+        "try:\n"
+        "    m.rehearse()\n"
+        "except OSError as e:\n"
+        "    print('raised', e.errno, file=sys.stderr); sys.exit(3)\n")
+    import subprocess
+    p = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True,
+                       timeout=20, cwd=tmp_path)
+    assert p.returncode == 3 and "raised" in p.stderr, (p.returncode, p.stderr)

@@ -246,3 +246,32 @@ def wait_harvest(c, sid, state, limit=10):
             return
         time.sleep(0.1)
     raise AssertionError(f"{sid} not {state}")
+
+
+def test_proc_without_its_masks_is_made_again(fresh_daemon):
+    """A /proc found without all its masks (its helper died between the
+    attach and the last mask; here: the read-only /proc/sys bind removed
+    from the host) never serves a command: the next command's helper
+    detaches it and mounts a masked one."""
+    import subprocess
+    d = fresh_daemon().start()
+    c = d.client()
+    sid = c.create()
+    try:
+        assert c.run(sid, ["true"])["exit_code"] == 0
+        pid = init_pid(d, sid)
+        subprocess.run(["nsenter", "-t", str(pid), "-m", "umount", "/proc/sys"], check=True)
+        subprocess.run(["nsenter", "-t", str(pid), "-m", "umount", "/proc/keys"], check=True)
+        assert "/proc/sys" not in mounts(d, sid)
+        d.kill9()
+        d.start()
+        c = d.client()
+        r = c.run(sid, ["sh", "-c", "awk '" + PROC_PTS + "' /proc/self/mountinfo; "
+                        "awk '$5 == \"/proc/sys\" && $6 ~ /^ro/' /proc/self/mountinfo | wc -l; "
+                        "wc -c < /proc/keys"])
+        assert r["stdout"] == "2\n1\n0\n", r
+        m = mounts(d, sid)
+        assert m["/proc/sys"][1] == "proc" and "ro" in m["/proc/sys"][3].split(","), m
+        assert m["/proc/keys"][2] == "/devfs/maskf", m["/proc/keys"]
+    finally:
+        c.kill(sid)
