@@ -308,7 +308,10 @@ static void test_call_path_prefaulted(void **state)
 			best = n;
 		wr_call_result_free(&r);
 	}
-	assert_true(best <= 6);
+	/* Without the rehearsal: 22. With it: 4-7, depending on the
+	 * checkout and the node (7 in a fresh clone at 18:40); 12 keeps the
+	 * two apart without depending on either. */
+	assert_true(best <= 12);
 #else
 	skip();
 #endif
