@@ -149,6 +149,32 @@ static HELPER_FN int helper_main(void *arg)
 	_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
 }
 
+/* Runs fn (H or U) on a spawn stack (G, if fn starts one, on its lower
+ * half) and waits for it: CLONE_VFORK, we resume once it has exited; the
+ * helpers write only a. */
+static int run_helper(struct wr_sandbox *sb, int (*fn)(void *), struct mounts_args *a,
+		      const char *what, wr_err *err)
+{
+	char *stack = wr_spawn_stack_get();
+	if (stack == NULL)
+		return wr_err_sys(err, "%s: stack", what);
+	a->gstack = stack + WR_SPAWN_STACK / 2;
+	int r = 0;
+	pid_t pid = clone(fn, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, a);
+	if (pid < 0) {
+		r = wr_err_sys(err, "%s: start helper", what);
+	} else {
+		int st;
+		while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			r = wr_err_set(err, a->e.errnum ? a->e.errnum : EIO, "sandbox %s: %s: %s",
+				       sb->id, what, a->e.msg[0] ? a->e.msg : "helper failed");
+	}
+	wr_spawn_stack_put(stack);
+	return r;
+}
+
 /* Whether the sandbox's devpts is on /dev/pts: the directory as the
  * sandbox sees it, no symlink followed. */
 static int pts_there(struct wr_sandbox *sb, wr_err *err)
@@ -171,7 +197,6 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 		return 0;
 	pthread_mutex_lock(&sb->devpts_lock);
 	int r = 0;
-	char *stack = NULL;
 	_cleanup_close_ int masks = -1;
 	if (atomic_load(&sb->devpts))
 		goto out;
@@ -196,32 +221,12 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err)
 	}
 	if (ps != WR_PROC_DONE && (r = wr_container_init_fd(sb, true, &masks, err)) < 0)
 		goto out;
-	stack = wr_spawn_stack_get();
-	if (stack == NULL) {
-		r = wr_err_sys(err, "mounts: stack");
+	struct mounts_args a = {.init_pidfd = sb->init_pidfd, .masks = masks};
+	if ((r = run_helper(sb, helper_main, &a, "mounts", err)) < 0)
 		goto out;
-	}
-	struct mounts_args a = {
-	    .init_pidfd = sb->init_pidfd, .masks = masks, .gstack = stack + WR_SPAWN_STACK / 2};
-	/* CLONE_VFORK: we resume once H has exited; H and G write only a. */
-	pid_t pid =
-	    clone(helper_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-	if (pid < 0) {
-		r = wr_err_sys(err, "mounts: start helper");
-		goto out;
-	}
-	int st;
-	while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
-		;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		r = wr_err_set(err, a.e.errnum ? a.e.errnum : EIO, "sandbox %s: mounts: %s", sb->id,
-			       a.e.msg[0] ? a.e.msg : "helper failed");
-		goto out;
-	}
 	atomic_store(&sb->devpts, true);
 	r = 0;
 out:
-	wr_spawn_stack_put(stack);
 	pthread_mutex_unlock(&sb->devpts_lock);
 	return r;
 }
@@ -255,7 +260,6 @@ int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 		return 0;
 	pthread_mutex_lock(&sb->devpts_lock);
 	int r = 0;
-	char *stack = NULL;
 	/* Invariant: the flag goes down before the commands are counted, and
 	 * a command is counted before it loads the flag (wr_container_exec,
 	 * then wr_container_devpts; all sequentially consistent). So either
@@ -272,13 +276,6 @@ int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 		r = n < 0 ? wr_err_wrap(err, "sandbox %s", sb->id) : 0;
 		goto out;
 	}
-	stack = wr_spawn_stack_get();
-	if (stack == NULL) {
-		/* the flag stays down: the next command checks and mounts what
-		 * is missing */
-		r = wr_err_sys(err, "release: stack");
-		goto out;
-	}
 	/* A sandbox made before /proc waited for commands has no masks'
 	 * source in PID 1: its /proc stays, or no command could run again. */
 	int mfd = -1;
@@ -287,23 +284,12 @@ int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 				.release_proc = wr_container_init_fd(sb, true, &mfd, NULL) == 0};
 	if (mfd >= 0)
 		close(mfd);
-	pid_t pid =
-	    clone(release_main, stack + WR_SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-	if (pid < 0) {
-		r = wr_err_sys(err, "release: start helper");
+	/* On failure the flag stays down: the next command checks and mounts
+	 * what is missing. */
+	if ((r = run_helper(sb, release_main, &a, "release", err)) < 0)
 		goto out;
-	}
-	int st;
-	while (waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
-		;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		r = wr_err_set(err, a.e.errnum ? a.e.errnum : EIO, "sandbox %s: release: %s",
-			       sb->id, a.e.msg[0] ? a.e.msg : "helper failed");
-		goto out;
-	}
 	r = 1;
 out:
-	wr_spawn_stack_put(stack);
 	pthread_mutex_unlock(&sb->devpts_lock);
 	return r;
 }
