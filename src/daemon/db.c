@@ -91,6 +91,11 @@ static int db_fail(sqlite3 *db, wr_err *err, const char *what)
 	return wr_err_set(err, e, "database: %s: %s", what, sqlite3_errmsg(db));
 }
 
+int wrd_db_fail(sqlite3 *db, wr_err *err, const char *what)
+{
+	return db_fail(db, err, what);
+}
+
 static int exec_sql(sqlite3 *db, const char *sql, wr_err *err)
 {
 	char *msg = NULL;
@@ -440,135 +445,6 @@ int wrd_db_delete(const char *id, wr_err *err)
 	if (r == 0)
 		r = write_stmt("DELETE FROM leaf_counts WHERE sandbox_id = ?1",
 			       "delete leaf counts", err, bind_id, id, false);
-	return r;
-}
-
-/* ---- counters of removed command leaves ----------------------------------- */
-
-int wrd_db_leaf_keep(const char *sandbox_id, const char *leaf, uint64_t oom_kills,
-		     uint64_t pids_max_hits, wr_err *err)
-{
-	pthread_mutex_lock(&g_wlock);
-	int r = 0;
-	/* IGNORE: a leaf recorded before (a crash came before its rmdir)
-	 * keeps its row; the kernel's counters of an empty leaf no longer
-	 * change, so the values are the same anyway. */
-	sqlite3_stmt *st = writer_stmt("INSERT OR IGNORE INTO leaf_counts"
-				       " (sandbox_id, leaf, oom_kills, pids_max_hits)"
-				       " VALUES (?1, ?2, ?3, ?4)");
-	if (st == NULL) {
-		r = db_fail(g_w, err, "record leaf counts");
-		goto out;
-	}
-	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, leaf, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 3, (sqlite3_int64)oom_kills);
-	sqlite3_bind_int64(st, 4, (sqlite3_int64)pids_max_hits);
-	if (sqlite3_step(st) != SQLITE_DONE)
-		r = db_fail(g_w, err, "record leaf counts");
-	else
-		r = sqlite3_changes(g_w) > 0 ? 1 : 0;
-out:
-	if (st)
-		writer_stmt_done(st);
-	pthread_mutex_unlock(&g_wlock);
-	return r;
-}
-
-struct leaf_sums {
-	uint64_t oom, pmax;
-};
-
-static int leaf_sums_row(sqlite3_stmt *st, void *ctx)
-{
-	struct leaf_sums *s = ctx;
-	s->oom = (uint64_t)sqlite3_column_int64(st, 0);
-	s->pmax = (uint64_t)sqlite3_column_int64(st, 1);
-	return 0;
-}
-
-int wrd_db_leaf_sums(const char *sandbox_id, uint64_t *oom_kills, uint64_t *pids_max_hits,
-		     wr_err *err)
-{
-	struct leaf_sums s = {0};
-	int r = wrd_db_read("SELECT COALESCE(SUM(oom_kills), 0), COALESCE(SUM(pids_max_hits), 0)"
-			    " FROM leaf_counts WHERE sandbox_id = ?1",
-			    "load leaf counts", bind_id, sandbox_id, leaf_sums_row, &s, err);
-	*oom_kills = s.oom;
-	*pids_max_hits = s.pmax;
-	return r;
-}
-
-/* ---- background commands ------------------------------------------------ */
-
-static void bind_cmd(sqlite3_stmt *st, const void *ctx)
-{
-	const struct wrd_cmd_row *c = ctx;
-	sqlite3_bind_text(st, 1, c->sandbox_id, -1, SQLITE_STATIC);
-	sqlite3_bind_text(st, 2, c->id, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 3, (sqlite3_int64)c->seq);
-	sqlite3_bind_text(st, 4, c->cmd, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 5, c->started_ms);
-	sqlite3_bind_int64(st, 6, c->host_pid);
-	sqlite3_bind_int64(st, 7, c->ns_pid);
-	sqlite3_bind_int64(st, 8, (sqlite3_int64)c->start_ticks);
-	if (c->result)
-		sqlite3_bind_text(st, 9, c->result, -1, SQLITE_STATIC);
-}
-
-int wrd_db_cmd_insert(const struct wrd_cmd_row *c, wr_err *err)
-{
-	return write_stmt("INSERT OR REPLACE INTO commands (sandbox_id, id, seq, cmd, started_ms,"
-			  " host_pid, ns_pid, start_ticks, result)"
-			  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-			  "insert command", err, bind_cmd, c, false);
-}
-
-int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err)
-{
-	/* ?3..?8 are bound but unused: ?9 makes them valid indexes */
-	return write_stmt("UPDATE commands SET result = ?9 WHERE sandbox_id = ?1 AND id = ?2",
-			  "finish command", err, bind_cmd, c, false);
-}
-
-int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
-		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err)
-{
-	sqlite3 *db = reader_get(err);
-	if (db == NULL)
-		return -EIO;
-	sqlite3_stmt *st = NULL;
-	int r = 0;
-	/* the newest `max`, handed over oldest first */
-	if (sqlite3_prepare_v2(db,
-			       "SELECT id, seq, cmd, started_ms, host_pid, ns_pid, start_ticks, "
-			       "result FROM (SELECT * FROM commands WHERE sandbox_id = ?1 "
-			       "ORDER BY seq DESC LIMIT ?2) ORDER BY seq",
-			       -1, &st, NULL) != SQLITE_OK) {
-		r = db_fail(db, err, "load commands");
-		goto out;
-	}
-	sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(st, 2, max);
-	int rc;
-	while (r == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		struct wrd_cmd_row c = {
-		    .sandbox_id = sandbox_id,
-		    .id = (const char *)sqlite3_column_text(st, 0),
-		    .seq = (uint64_t)sqlite3_column_int64(st, 1),
-		    .cmd = (const char *)sqlite3_column_text(st, 2),
-		    .started_ms = sqlite3_column_int64(st, 3),
-		    .host_pid = (pid_t)sqlite3_column_int64(st, 4),
-		    .ns_pid = (pid_t)sqlite3_column_int64(st, 5),
-		    .start_ticks = (uint64_t)sqlite3_column_int64(st, 6),
-		    .result = (const char *)sqlite3_column_text(st, 7),
-		};
-		if (c.id && c.cmd)
-			r = cb(&c, ctx);
-	}
-out:
-	sqlite3_finalize(st);
-	reader_put(db);
 	return r;
 }
 

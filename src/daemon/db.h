@@ -111,8 +111,8 @@ int wrd_db_cmd_finish(const struct wrd_cmd_row *c, wr_err *err);
 int wrd_db_cmd_each(const char *sandbox_id, unsigned max,
 		    int (*cb)(const struct wrd_cmd_row *c, void *ctx), void *ctx, wr_err *err);
 
-/* Counters of a container sandbox's removed command leaves (OOM kills,
- * refused forks), one row per leaf (isolate/cgroup.h, retiring): written
+/* db_cmds.c: counters of a container sandbox's removed command leaves (OOM
+ * kills, refused forks), one row per leaf (isolate/cgroup.h, retiring): written
  * before the leaf's rmdir, keyed by the leaf for good, so a retirement a
  * crash cut short and done again records once. 1: recorded now, 0: it
  * was already, negative on failure. Deleted with the sandbox's record. */
@@ -145,6 +145,9 @@ int wrd_db_read(const char *sql, const char *what,
  * (never beside) sandbox records: fn runs with the writer lock held. */
 struct sqlite3;
 int wrd_db_with_writer(int (*fn)(struct sqlite3 *db, void *ctx), void *ctx);
+/* The error of a failed statement on db, as every db function reports it
+ * (ENOSPC for a full disk, EBUSY, else EIO): negative. */
+int wrd_db_fail(struct sqlite3 *db, wr_err *err, const char *what);
 /* fn with a pooled reader connection; its return value is returned. */
 int wrd_db_with_reader(int (*fn)(struct sqlite3 *db, void *ctx), void *ctx, wr_err *err);
 
