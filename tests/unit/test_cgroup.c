@@ -816,16 +816,22 @@ static void test_fork_bomb(void **state)
 	destroy_ok(&cg);
 }
 
+/* A cgroup limited to 32 MiB of memory (the OOM tests'). */
+static struct wr_cgroup *mk_32m(struct fx *fx, const char *name)
+{
+	struct wr_cgroup_limits l;
+	wr_cgroup_limits_default(&l);
+	l.memory_bytes = 32 * MiB;
+	return mk(fx, name, &l);
+}
+
 static void test_oom(void **state)
 {
 	struct fx *fx = *state;
 	NEED_ROOT(fx);
 	if (fx->flavour == V2 && !(fx->root->v2_ctrls & WR_CG2_MEMORY))
 		skip();
-	struct wr_cgroup_limits l;
-	wr_cgroup_limits_default(&l);
-	l.memory_bytes = 32 * MiB;
-	struct wr_cgroup *cg = mk(fx, "oom", &l);
+	struct wr_cgroup *cg = mk_32m(fx, "oom");
 	struct wr_cgroup *leaf = mk_leaf(cg, "cmd-1");
 	size_t len = 64 * MiB;
 	int gofd;
@@ -898,10 +904,7 @@ static void test_retire_leaf(void **state)
 	NEED_ROOT(fx);
 	if (fx->flavour == V2 && !(fx->root->v2_ctrls & WR_CG2_MEMORY))
 		skip();
-	struct wr_cgroup_limits l;
-	wr_cgroup_limits_default(&l);
-	l.memory_bytes = 32 * MiB;
-	struct wr_cgroup *cg = mk(fx, "ret", &l);
+	struct wr_cgroup *cg = mk_32m(fx, "ret");
 	struct wr_cgroup_stats st;
 	struct keeper k = {.answer = -1};
 	_cleanup_err_ wr_err e = NULL;
