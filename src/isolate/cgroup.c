@@ -217,7 +217,7 @@ static struct wr_cgroup *cg_alloc(struct wr_cgroup_root *root, const char *paren
 	if (cg == NULL)
 		return NULL;
 	cg->root = root;
-	cg->v2_fd = -1;
+	cg->v2_fd = cg->peak_fd = -1;
 	pthread_mutex_init(&cg->retire_lock, NULL);
 	for (int h = 0; h < WR_CG_NCTRL; h++)
 		cg->fd[h] = cg->up_fd[h] = -1;
@@ -245,6 +245,7 @@ void wr_cgroup_close(struct wr_cgroup *cg)
 		wr_closep(&cg->up_fd[h]);
 	}
 	wr_closep(&cg->v2_fd);
+	wr_closep(&cg->peak_fd);
 	for (size_t i = 0; i < cg->nchildren; i++)
 		free(cg->children[i]);
 	free(cg->children);

@@ -182,6 +182,20 @@ int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *er
  * tier reads it on the path of every call. A leaf's subtree is itself
  * (wr_cg_walk_cg); a cgroup with children gets wr_cgroup_stats. */
 int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err);
+/* Make the empty leaf of a finished call ready for another call of the same
+ * owner, instead of an rmdir and a mkdir (the function tier, per call: a
+ * memory cgroup's creation and offline are the dearest cgroup work there
+ * is, and grow with the machine's count of memory-aware shrinkers). From
+ * now on wr_cgroup_stats_call and wr_cgroup_cpu_ns count from zero again:
+ * CPU time and OOM kills as differences from now, the peak reset (v1
+ * memory.max_usage_in_bytes; v2 memory.peak through a file of its own,
+ * Linux 6.12). Limits are left as they are. Returns 1 when ready, 0 when
+ * the leaf cannot be reused: a process is still in it, more than
+ * max_left bytes are still charged to it (what the last call left, e.g. a
+ * tmpfs whose unmount is under way, would count against the next call's
+ * limit), or the kernel cannot reset the peak; negative on error. A leaf
+ * that is not ready is as it was: remove it. */
+int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err);
 
 /* Retiring a command's leaf (cgroup.c). The kernel keeps two of a
  * leaf's counters in the leaf alone: OOM kills (v1 memory.oom_control and

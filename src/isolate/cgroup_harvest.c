@@ -3,13 +3,18 @@
  * for every sandbox, and its CPU share: weight and SCHED_IDLE-like
  * treatment through cpu.idle where the kernel has the file), and the
  * usage a function call reports (wr_cgroup_stats_call: CPU time and peak
- * memory, the OOM count only when asked), and the counters a command's
+ * memory, the OOM count only when asked; wr_cgroup_leaf_recycle readies a
+ * call's leaf for the next call), and the counters a command's
  * leaf keeps for itself alone, read before it is removed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/cleanup.h"
 #include "isolate/cgroup_internal.h"
 
 int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err)
@@ -27,7 +32,7 @@ int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err)
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup %s: read its CPU time: %s", cg->rel,
 				  strerror(-r));
-	*ns = v;
+	*ns = v > cg->base_cpu_ns ? v - cg->base_cpu_ns : 0;
 	return 0;
 }
 
@@ -58,7 +63,18 @@ int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats 
 	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
 	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
 		mfd = cg->v2_fd;
-	if (r == 0 && mfd >= 0) {
+	if (r == 0 && cg->peak_fd >= 0) {
+		/* recycled on v2: the peak since the reset through this file */
+		char buf[32];
+		ssize_t n = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);
+		file = "memory.peak";
+		if (n < 0)
+			r = -errno;
+		else {
+			buf[n] = 0;
+			st->memory_peak = strtoull(buf, NULL, 10);
+		}
+	} else if (r == 0 && mfd >= 0) {
 		file = v2 ? "memory.peak" : "memory.max_usage_in_bytes";
 		r = opt_read(wr_cg_read_u64(mfd, file, &st->memory_peak));
 	}
@@ -75,7 +91,72 @@ int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats 
 	}
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup %s: read %s: %s", cg->rel, file, strerror(-r));
+	st->cpu_usage_ns =
+	    st->cpu_usage_ns > cg->base_cpu_ns ? st->cpu_usage_ns - cg->base_cpu_ns : 0;
+	st->oom_kills = st->oom_kills > cg->base_oom_kills ? st->oom_kills - cg->base_oom_kills : 0;
 	return 0;
+}
+
+int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
+{
+	if (!cg->leaf)
+		return wr_err_set(err, EINVAL, "cgroup %s: only a leaf is recycled", cg->rel);
+	int n = wr_cgroup_nprocs(cg, err);
+	if (n != 0)
+		return n < 0 ? n : 0;
+	bool v2 = cg->root->mode == WR_CG_V2;
+	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
+	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
+		mfd = cg->v2_fd;
+	int r = 0;
+	const char *file = "";
+	if (mfd >= 0) {
+		uint64_t used = 0;
+		file = v2 ? "memory.current" : "memory.usage_in_bytes";
+		if ((r = wr_cg_read_u64(mfd, file, &used)) < 0)
+			goto fail;
+		if (used > max_left)
+			return 0;
+		if (!v2) {
+			/* v1: a write resets the watermark to the usage now */
+			file = "memory.max_usage_in_bytes";
+			if ((r = wr_cg_try_write(mfd, file, "0")) < 0)
+				goto fail;
+		} else {
+			/* v2 (6.12+): a write resets the peak seen through the
+			 * same open file; older kernels' file is read-only. */
+			int fd = openat(mfd, "memory.peak", O_RDWR | O_CLOEXEC);
+			if (fd < 0)
+				return 0;
+			if (write(fd, "reset", 5) != 5) {
+				close(fd);
+				return 0;
+			}
+			wr_closep(&cg->peak_fd);
+			cg->peak_fd = fd;
+		}
+	}
+	/* The bases last: the old ones are still subtracted until here. */
+	uint64_t cpu = 0;
+	cg->base_cpu_ns = 0;
+	if (wr_cgroup_cpu_ns(cg, &cpu, err) < 0)
+		return -1;
+	cg->base_cpu_ns = cpu;
+	uint64_t oom = 0;
+	if (mfd >= 0) {
+		file = v2 ? "memory.events.local" : "memory.oom_control";
+		r = wr_cg_read_key(mfd, file, "oom_kill", &oom);
+		if (r == -ENOENT && v2) {
+			file = "memory.events";
+			r = wr_cg_read_key(mfd, file, "oom_kill", &oom);
+		}
+		if ((r = opt_read(r)) < 0)
+			goto fail;
+	}
+	cg->base_oom_kills = oom;
+	return 1;
+fail:
+	return wr_err_set(err, -r, "cgroup %s: recycle: %s: %s", cg->rel, file, strerror(-r));
 }
 
 int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err *err)

@@ -105,6 +105,12 @@ struct wr_cgroup {
 	 * add) against a read of the subtree plus these. */
 	pthread_mutex_t retire_lock;
 	struct wr_cgroup_stats retired;
+	/* A recycled leaf (wr_cgroup_leaf_recycle): its CPU time and OOM kills
+	 * when it was made ready again, which wr_cgroup_stats_call and
+	 * wr_cgroup_cpu_ns subtract; v2: memory.peak opened and reset then,
+	 * read through this fd (the reset is per open file); -1 otherwise. */
+	uint64_t base_cpu_ns, base_oom_kills;
+	int peak_fd;
 };
 
 /* Write val to dfd/file; 0 or -errno, no message. */

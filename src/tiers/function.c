@@ -540,6 +540,7 @@ static void pool_free(struct wr_function_pool *p)
 	free(p->tenant);
 	free(p->preload_csv);
 	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->leaves_lock);
 	free(p);
 }
 
@@ -605,6 +606,7 @@ int wr_function_pool_create(const struct wr_function_pool_spec *s, struct wr_fun
 	if (p == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&p->lock, NULL);
+	pthread_mutex_init(&p->leaves_lock, NULL);
 	p->lower_fd = p->bpf_fd = p->ctl = p->zpidfd = p->wake = p->devnull = -1;
 	p->ready_tail = &p->ready;
 	p->pending_tail = &p->pending;
@@ -717,6 +719,10 @@ int wr_function_pool_destroy(struct wr_function_pool **pp, wr_err *err)
 	wr_fn_zygote_stop(p);
 	wr_fn_slots_drop(&p->retired);
 	pthread_mutex_unlock(&p->lock);
+	pthread_mutex_lock(&p->leaves_lock);
+	wr_fn_slots_drop(&p->leaves);
+	p->nleaves = 0;
+	pthread_mutex_unlock(&p->leaves_lock);
 	int r = 0;
 	/* Kills what is left (calls in flight), removes every leaf. */
 	if (p->zcg)
@@ -739,9 +745,17 @@ int wr_function_pool_park(struct wr_function_pool *p, wr_err *err)
 	if (p->inflight == 0) {
 		wr_fn_zygote_stop(p);
 		dead = steal_ptr(&p->retired);
+		/* Lock order: the pool's, then the leaves'. */
+		pthread_mutex_lock(&p->leaves_lock);
+		struct fn_slot **end = &dead;
+		while (*end)
+			end = &(*end)->next;
+		*end = steal_ptr(&p->leaves);
+		p->nleaves = 0;
+		pthread_mutex_unlock(&p->leaves_lock);
 	}
 	pthread_mutex_unlock(&p->lock);
-	/* A parked pool keeps no leaf of a call. */
+	/* A parked pool keeps no leaf of a call, recycled ones included. */
 	wr_fn_slots_drop(&dead);
 	return 0;
 }
@@ -765,6 +779,14 @@ uint64_t wr_function_pool_idle_ns(struct wr_function_pool *p)
 	uint64_t idle = p->inflight ? 0 : wr_now_ns() - p->last_used_ns;
 	pthread_mutex_unlock(&p->lock);
 	return idle;
+}
+
+void wr_function_pool_leaf_counts(struct wr_function_pool *p, uint64_t *made, uint64_t *reused)
+{
+	pthread_mutex_lock(&p->leaves_lock);
+	*made = p->leaves_made;
+	*reused = p->leaves_reused;
+	pthread_mutex_unlock(&p->leaves_lock);
 }
 
 unsigned wr_function_pool_restarts(struct wr_function_pool *p)

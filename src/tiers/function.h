@@ -126,6 +126,9 @@ const char *wr_function_pool_id(const struct wr_function_pool *pool);
 pid_t wr_function_pool_zygote_pid(struct wr_function_pool *pool); /* 0 when none runs */
 uint64_t wr_function_pool_idle_ns(struct wr_function_pool *pool);
 unsigned wr_function_pool_restarts(struct wr_function_pool *pool);
+/* Leaf cgroups of its slots: made (mkdir) and reused (a finished call's,
+ * recycled) since the pool's creation. */
+void wr_function_pool_leaf_counts(struct wr_function_pool *pool, uint64_t *made, uint64_t *reused);
 /* Stop the zygote of an idle pool (the next call starts a new one). */
 int wr_function_pool_park(struct wr_function_pool *pool, wr_err *err);
 

@@ -385,6 +385,10 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			lim.memory_bytes = s.memory_bytes;
 		if (s.pids != slot->pids)
 			lim.pids = s.pids;
+		/* The leaf's record: a recycled leaf whose limits differ from
+		 * the defaults is reset to them (function_slots.c). */
+		slot->mem = s.memory_bytes;
+		slot->pids = s.pids;
 		if ((r = wr_cgroup_set_limits(slot->leaf, &lim, err)) < 0)
 			goto out;
 	}
@@ -661,7 +665,8 @@ out:
 		free(se.b.p);
 	}
 	/* The slot is used up. Its pid namespace died with it, so its leaf is
-	 * empty: removed by a later top-up, unless this call failed. */
+	 * empty: recycled for a later slot or removed by the refill thread
+	 * (wr_fn_slots_recycle), unless this call failed (removed now). */
 	if (r == 0 && started)
 		wr_fn_slot_retire(p, slot);
 	else

@@ -69,7 +69,21 @@ struct wr_function_pool {
 	unsigned broken_gen; /* the zygote of this generation stopped answering */
 	int wake;	     /* eventfd: work for the refill thread */
 	int devnull;	     /* stdin of calls without one */
+
+	/* Leaves of finished calls kept for the next slots of this pool (one
+	 * tenant's): the refill thread readies them (wr_cgroup_leaf_recycle)
+	 * instead of an rmdir and a mkdir per call. Their own lock:
+	 * leaf_prepare runs with and without the pool lock. */
+	pthread_mutex_t leaves_lock;
+	struct fn_slot *leaves; /* pidfd, sock -1; leaf, mem, pids kept */
+	unsigned nleaves;
+	uint64_t leaves_made, leaves_reused;
 };
+
+/* At most this many recycled leaves wait per pool; a leaf is reused only
+ * when at most WR_FN_LEAF_MAX_LEFT bytes are still charged to it. */
+#define WR_FN_KEEP_LEAVES 8
+#define WR_FN_LEAF_MAX_LEFT (1ull << 20)
 
 /* PIDFD_GET_INFO (Linux 6.13, exit status 6.15); newer than our headers. */
 struct wr_pidfd_info {
@@ -86,6 +100,9 @@ int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err);
 void wr_fn_zygote_stop(struct wr_function_pool *p);
 bool wr_fn_zygote_alive(struct wr_function_pool *p);
 void wr_fn_slots_drop(struct fn_slot **list);
+/* Used slots of finished calls: their leaves kept for later slots of p when
+ * ready for another call, else removed (the refill thread, no pool lock). */
+void wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list);
 
 /* function_slots.c */
 /* Make a slot's leaf and send its MAKE (pool lock held). */

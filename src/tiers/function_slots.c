@@ -1,7 +1,8 @@
 /* The function tier's call slots (host side): making them ahead of the
- * calls (a leaf cgroup, then MAKE to the zygote, SLOT back), handing one to
- * a call, and the refill thread that keeps spares forked and removes the
- * leaves of finished calls. Pools and zygotes: function.c. */
+ * calls (a leaf cgroup, new or recycled, then MAKE to the zygote, SLOT
+ * back), handing one to a call, and the refill thread that keeps spares
+ * forked and recycles (or removes) the leaves of finished calls. Pools and
+ * zygotes: function.c. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -44,9 +45,12 @@ void wr_fn_slot_free(struct fn_slot *s, bool kill)
 	free(s);
 }
 
-/* A slot's leaf with its limits and its cgroup.procs fds, without the
- * pool lock (the refill thread makes leaves while calls take slots). */
-static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
+/* The leaf's limits before a call asks for its own (function_call.c). */
+#define SLOT_MEM_DEFAULT (256ull << 20)
+#define SLOT_PIDS_DEFAULT 64
+
+/* A new slot with a leaf of its own: made now. */
+static struct fn_slot *leaf_new(struct wr_function_pool *p, wr_err *err)
 {
 	struct fn_slot *s = calloc(1, sizeof(*s));
 	if (s == NULL) {
@@ -54,7 +58,6 @@ static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 		return NULL;
 	}
 	s->pidfd = s->sock = -1;
-	s->nprocs = 0;
 	s->id = __atomic_add_fetch(&p->next_slot, 1, __ATOMIC_RELAXED);
 	char name[32];
 	snprintf(name, sizeof(name), "c-%llu", (unsigned long long)s->id);
@@ -64,11 +67,59 @@ static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 	}
 	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
-	lim.memory_bytes = s->mem = 256ull << 20;
-	lim.pids = s->pids = 64;
-	int np = -1;
-	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0 ||
-	    (np = wr_cgroup_procs_fds(s->leaf, false, s->procs, WR_FNP_MAX_PROCS, err)) < 0) {
+	lim.memory_bytes = s->mem = SLOT_MEM_DEFAULT;
+	lim.pids = s->pids = SLOT_PIDS_DEFAULT;
+	if (wr_cgroup_set_limits(s->leaf, &lim, err) < 0) {
+		wr_fn_slot_free(s, false);
+		return NULL;
+	}
+	pthread_mutex_lock(&p->leaves_lock);
+	p->leaves_made++;
+	pthread_mutex_unlock(&p->leaves_lock);
+	return s;
+}
+
+/* A new slot in the leaf of a finished call (wr_fn_slots_recycle), its
+ * limits back to the defaults; NULL when none is kept. The leaf keeps its
+ * name (c-<first slot's id>); the slot gets an id of its own. */
+static struct fn_slot *leaf_reuse(struct wr_function_pool *p)
+{
+	pthread_mutex_lock(&p->leaves_lock);
+	struct fn_slot *s = p->leaves;
+	if (s) {
+		p->leaves = s->next;
+		p->nleaves--;
+		p->leaves_reused++;
+	}
+	pthread_mutex_unlock(&p->leaves_lock);
+	if (s == NULL)
+		return NULL;
+	s->next = NULL;
+	s->id = __atomic_add_fetch(&p->next_slot, 1, __ATOMIC_RELAXED);
+	if (s->mem != SLOT_MEM_DEFAULT || s->pids != SLOT_PIDS_DEFAULT) {
+		struct wr_cgroup_limits lim;
+		wr_cgroup_limits_default(&lim);
+		lim.memory_bytes = SLOT_MEM_DEFAULT;
+		lim.pids = SLOT_PIDS_DEFAULT;
+		if (wr_cgroup_set_limits(s->leaf, &lim, NULL) < 0) {
+			wr_fn_slot_free(s, true);
+			return NULL;
+		}
+		s->mem = SLOT_MEM_DEFAULT;
+		s->pids = SLOT_PIDS_DEFAULT;
+	}
+	return s;
+}
+
+/* A slot's leaf with its limits and its cgroup.procs fds, without the
+ * pool lock (the refill thread makes leaves while calls take slots). */
+static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
+{
+	struct fn_slot *s = leaf_reuse(p);
+	if (s == NULL && (s = leaf_new(p, err)) == NULL)
+		return NULL;
+	int np = wr_cgroup_procs_fds(s->leaf, false, s->procs, WR_FNP_MAX_PROCS, err);
+	if (np < 0) {
 		wr_fn_slot_free(s, false);
 		return NULL;
 	}
@@ -76,10 +127,38 @@ static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 	/* Preparing a slot is work ahead of time: it yields the CPU to calls
 	 * that run; the call's start raises the weight (function_call.c).
 	 * Best effort: a host without the cpu controller has no weights. */
+	struct wr_cgroup_limits lim;
 	wr_cgroup_limits_default(&lim);
 	lim.cpu_weight = WR_FN_WEIGHT_PREP;
 	s->low = wr_cgroup_set_limits(s->leaf, &lim, NULL) == 0;
 	return s;
+}
+
+void wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
+{
+	while (*list) {
+		struct fn_slot *s = *list;
+		*list = s->next;
+		s->next = NULL;
+		pthread_mutex_lock(&p->leaves_lock);
+		bool room = p->nleaves < WR_FN_KEEP_LEAVES;
+		pthread_mutex_unlock(&p->leaves_lock);
+		/* Invariant: the slot's process is gone (its pidfd said so) and
+		 * the recycle checks the leaf has no process at all (a holder's
+		 * PID 1 can outlive the call by a moment: such a leaf goes). */
+		if (!room || s->pidfd >= 0 || s->sock >= 0 || s->nprocs ||
+		    wr_cgroup_leaf_recycle(s->leaf, WR_FN_LEAF_MAX_LEFT, NULL) != 1) {
+			wr_fn_slot_free(s, true);
+			continue;
+		}
+		s->prepared = s->spare_left = s->low = false;
+		s->gen = 0;
+		pthread_mutex_lock(&p->leaves_lock);
+		s->next = p->leaves;
+		p->leaves = s;
+		p->nleaves++;
+		pthread_mutex_unlock(&p->leaves_lock);
+	}
 }
 
 /* Send the MAKE of a prepared slot (pool lock held); on failure the
@@ -391,7 +470,7 @@ void *wr_fn_refill_main(void *arg)
 		/* Leaves of finished calls and of the next slots, while calls run
 		 * and without the lock (a call that takes a slot never waits for
 		 * a mkdir or rmdir). */
-		wr_fn_slots_drop(&dead);
+		wr_fn_slots_recycle(p, &dead);
 		struct fn_slot *made = NULL;
 		for (unsigned i = 0; i < need; i++) {
 			struct fn_slot *s = leaf_prepare(p, NULL);

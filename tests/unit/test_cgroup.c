@@ -978,6 +978,115 @@ static void test_retire_leaf(void **state)
 	destroy_ok(&cg);
 }
 
+/* Write 4 MiB to a tmpfs file (charged to our memory cgroup) and exit. */
+static void body_shm(void *arg)
+{
+	int fd = open(arg, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	static char buf[1 << 16];
+	memset(buf, 'x', sizeof(buf));
+	for (int i = 0; fd >= 0 && i < 64; i++)
+		if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
+			_exit(2);
+	_exit(fd >= 0 ? 0 : 2);
+}
+
+static void run_to_end(struct fx *fx, struct wr_cgroup *leaf, void (*fn)(void *), void *arg)
+{
+	int gofd, status;
+	pid_t pid = spawn(fx, fn, arg, &gofd);
+	attach_or_fail(leaf, pid);
+	go(gofd);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	wait_empty(leaf, 2000);
+}
+
+static int recycle(struct wr_cgroup *leaf, uint64_t max_left)
+{
+	_cleanup_err_ wr_err e = NULL;
+	int r = wr_cgroup_leaf_recycle(leaf, max_left, &e);
+	if (r < 0)
+		fail_msg("recycle: %s", e->msg);
+	return r;
+}
+
+static void call_stats(struct wr_cgroup *leaf, struct wr_cgroup_stats *st)
+{
+	_cleanup_err_ wr_err e = NULL;
+	if (wr_cgroup_stats_call(leaf, true, st, &e) < 0)
+		fail_msg("stats_call: %s", e->msg);
+}
+
+/* A leaf recycled for the next call of its owner (the function tier):
+ * refused while a process is in it or while more than max_left is still
+ * charged to it; once recycled, its CPU time, OOM kills and peak count
+ * from zero, as in a new leaf. */
+static void test_leaf_recycle(void **state)
+{
+	struct fx *fx = *state;
+	NEED_ROOT(fx);
+	bool mem = fx->flavour != V2 || (fx->root->v2_ctrls & WR_CG2_MEMORY);
+	struct wr_cgroup *cg = mk(fx, "rec", NULL);
+	struct wr_cgroup *leaf = mk_leaf(cg, "c-1");
+	_cleanup_err_ wr_err e = NULL;
+	assert_true(wr_cgroup_leaf_recycle(cg, 0, &e) < 0); /* a leaf only */
+	assert_int_equal(wr_err_code(e), EINVAL);
+
+	/* a process in it: not now */
+	int gofd;
+	pid_t pid = spawn(fx, body_busy, NULL, &gofd);
+	attach_or_fail(leaf, pid);
+	go(gofd);
+	assert_true(cpu_grows(leaf, 0, 50000000ull, 5000));
+	assert_int_equal(recycle(leaf, WR_CG_UNSET), 0);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, NULL, 0), pid);
+	wait_empty(leaf, 2000);
+	struct wr_cgroup_stats st;
+	call_stats(leaf, &st);
+	assert_true(st.cpu_usage_ns > 50000000ull);
+	assert_int_equal(recycle(leaf, WR_CG_UNSET), 1);
+	call_stats(leaf, &st);
+	assert_true(st.cpu_usage_ns < 5000000ull);
+	uint64_t cpu_ns = 0;
+	assert_int_equal(wr_cgroup_cpu_ns(leaf, &cpu_ns, NULL), 0);
+	assert_true(cpu_ns < 5000000ull);
+
+	if (mem) {
+		/* an OOM kill and a peak of ~32 MiB, then none of either */
+		struct wr_cgroup_limits l;
+		wr_cgroup_limits_default(&l);
+		l.memory_bytes = 32 * MiB;
+		if (wr_cgroup_set_limits(leaf, &l, &e) < 0)
+			fail_msg("limits: %s", e->msg);
+		size_t len = 64 * MiB;
+		run_to_end(fx, leaf, body_hog, &len);
+		call_stats(leaf, &st);
+		assert_int_equal(st.oom_kills, 1);
+		assert_true(st.memory_peak > 16 * MiB);
+		assert_int_equal(recycle(leaf, MiB), 1);
+		call_stats(leaf, &st);
+		assert_int_equal(st.oom_kills, 0);
+		assert_true(st.memory_peak <= 2 * MiB);
+		/* the same again: the bases move with each recycle */
+		run_to_end(fx, leaf, body_hog, &len);
+		call_stats(leaf, &st);
+		assert_int_equal(st.oom_kills, 1);
+		assert_int_equal(recycle(leaf, MiB), 1);
+		call_stats(leaf, &st);
+		assert_int_equal(st.oom_kills, 0);
+
+		/* 4 MiB of tmpfs still charged: refused until it is gone */
+		char path[64];
+		snprintf(path, sizeof(path), "/dev/shm/wr-test-recycle-%d", (int)getpid());
+		run_to_end(fx, leaf, body_shm, path);
+		assert_int_equal(recycle(leaf, MiB), 0);
+		assert_int_equal(unlink(path), 0);
+		assert_int_equal(recycle(leaf, MiB), 1);
+	}
+	wr_cgroup_close(leaf);
+	destroy_ok(&cg);
+}
+
 static void test_freeze(void **state)
 {
 	struct fx *fx = *state;
@@ -1263,6 +1372,7 @@ int main(void)
 	    T(test_fork_bomb, setup_hybrid),
 	    T(test_oom, setup_hybrid),
 	    T(test_retire_leaf, setup_hybrid),
+	    T(test_leaf_recycle, setup_hybrid),
 	    T(test_freeze, setup_hybrid),
 	    T(test_stats_cpu, setup_hybrid),
 	    T(test_destroy_removes_everything, setup_hybrid),
@@ -1278,6 +1388,7 @@ int main(void)
 	    T(test_fork_bomb, setup_v1),
 	    T(test_oom, setup_v1),
 	    T(test_retire_leaf, setup_v1),
+	    T(test_leaf_recycle, setup_v1),
 	    T(test_freeze, setup_v1),
 	    T(test_stats_cpu, setup_v1),
 	    T(test_destroy_removes_everything, setup_v1),
@@ -1293,6 +1404,7 @@ int main(void)
 	    T(test_kill_tree, setup_v2),
 	    T(test_freeze, setup_v2),
 	    T(test_stats_cpu, setup_v2),
+	    T(test_leaf_recycle, setup_v2),
 	    T(test_destroy_removes_everything, setup_v2),
 	    T(test_open_adopt, setup_v2),
 	    T(test_sweep, setup_v2),

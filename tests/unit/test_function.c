@@ -232,6 +232,77 @@ static void test_memory_bomb_is_oom(void **state)
 	wr_call_result_free(&r);
 }
 
+/* The leaf a call ran in: the first line of out, from
+ * `grep -m1 /c- /proc/self/cgroup` (leaves are named c-<n>). */
+static char *leaf_of(const struct wr_call_result *r)
+{
+	const char *nl = strchr(r->out, '\n');
+	return strndup(r->out, nl ? (size_t)(nl - r->out) : strlen(r->out));
+}
+
+/* Later calls run in recycled leaves (no mkdir, no rmdir per call), yet
+ * each call's usage is its own: the CPU time, OOM kill and peak of an
+ * earlier call in the same leaf are not reported again, and the limits it
+ * asked for are not left to the next call. */
+static void test_leaf_recycled_counts_from_zero(void **state)
+{
+	(void)state;
+	uint64_t made0, reused0, made, reused;
+	wr_function_pool_leaf_counts(g_pool, &made0, &reused0);
+	/* 32 MiB: one process OOM-killed (the call goes on), then a CPU loop */
+	const char *a[] = {"sh", "-c",
+			   "grep -m1 /c- /proc/self/cgroup; wr-probe membomb 300 >/dev/null; i=0; "
+			   "while [ $i -lt 40000 ]; do i=$((i+1)); done; exit 0",
+			   NULL};
+	struct wr_call_result ra =
+	    fx_call(g_pool, &(struct wr_call_spec){.argv = a, .memory_bytes = 32ull << 20});
+	assert_int_equal(ra.reason, WR_EXIT_EXITED);
+	assert_int_equal(ra.exit_code, 0);
+	assert_true(ra.memory_peak > (16ull << 20));
+	char *leaf_a = leaf_of(&ra);
+	print_message("first call: %s, cpu %.1f ms, peak %llu\n", leaf_a, ra.cpu_ns / 1e6,
+		      (unsigned long long)ra.memory_peak);
+	/* Default limits (256 MiB): 64 MiB is no OOM, unless A's 32 MiB
+	 * stayed; exit 1 is no OOM either, unless A's kill is counted. */
+	const char *b[] = {"sh", "-c",
+			   "grep -m1 /c- /proc/self/cgroup; wr-probe membomb 64 >/dev/null; exit 1",
+			   NULL};
+	bool same = false;
+	for (int i = 0; i < 12 && !same; i++) {
+		struct wr_call_result rb = fx_call(g_pool, &(struct wr_call_spec){.argv = b});
+		char *leaf_b = leaf_of(&rb);
+		same = strcmp(leaf_a, leaf_b) == 0;
+		if (same)
+			print_message("call %d in the same leaf: cpu %.1f ms, peak %llu\n", i,
+				      rb.cpu_ns / 1e6, (unsigned long long)rb.memory_peak);
+		assert_int_equal(rb.reason, WR_EXIT_EXITED);
+		assert_int_equal(rb.exit_code, 1);
+		free(leaf_b);
+		wr_call_result_free(&rb);
+	}
+	assert_true(same);
+	/* CPU time and peak restart too: a call that uses next to nothing */
+	const char *c[] = {"grep", "-m1", "/c-", "/proc/self/cgroup", NULL};
+	same = false;
+	for (int i = 0; i < 12 && !same; i++) {
+		struct wr_call_result rc = fx_call(g_pool, &(struct wr_call_spec){.argv = c});
+		char *leaf_c = leaf_of(&rc);
+		same = strcmp(leaf_a, leaf_c) == 0;
+		assert_int_equal(rc.reason, WR_EXIT_EXITED);
+		assert_true(rc.memory_peak < (16ull << 20));
+		assert_true(rc.cpu_ns < ra.cpu_ns / 2);
+		free(leaf_c);
+		wr_call_result_free(&rc);
+	}
+	assert_true(same);
+	wr_function_pool_leaf_counts(g_pool, &made, &reused);
+	print_message("leaves made %llu, reused %llu\n", (unsigned long long)(made - made0),
+		      (unsigned long long)(reused - reused0));
+	assert_true(reused - reused0 >= 2);
+	free(leaf_a);
+	wr_call_result_free(&ra);
+}
+
 static void test_cpu_loop_and_timeout(void **state)
 {
 	(void)state;
@@ -798,6 +869,7 @@ int main(void)
 	    cmocka_unit_test(test_calls_cannot_see_each_other),
 	    cmocka_unit_test(test_fork_bomb_is_bounded),
 	    cmocka_unit_test(test_memory_bomb_is_oom),
+	    cmocka_unit_test(test_leaf_recycled_counts_from_zero),
 	    cmocka_unit_test(test_cpu_loop_and_timeout),
 	    cmocka_unit_test(test_output_flood_is_truncated),
 	    cmocka_unit_test(test_timeout_kills_double_forked),
