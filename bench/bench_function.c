@@ -169,6 +169,8 @@ int main(int argc, char **argv)
 	for (long i = 0; i < b.par; i++)
 		pthread_join(th[i], NULL);
 	getrusage(RUSAGE_SELF, &ru1);
+	uint64_t leaves_made = 0, leaves_reused = 0;
+	wr_function_pool_leaf_counts(b.pool, &leaves_made, &leaves_reused);
 	wr_function_pool_destroy(&b.pool, NULL);
 	if (getenv("WARREN_FN_PHASES")) {
 		/* Warm-up calls included: per call means, to stderr. */
@@ -186,7 +188,9 @@ int main(int argc, char **argv)
 				  1e6 +
 			      (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec +
 				       ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec);
-		fprintf(stderr, " host_cpu_timed %.0f\n", host / (double)b.n);
+		fprintf(stderr,
+			" host_cpu_timed %.0f leaves_made %" PRIu64 " leaves_reused %" PRIu64 "\n",
+			host / (double)b.n, leaves_made, leaves_reused);
 	}
 	if (b.failed) {
 		fprintf(stderr, "bench_function: %s: a call failed\n", argv[1]);

@@ -190,11 +190,12 @@ int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats 
  * CPU time and OOM kills as differences from now, the peak reset (v1
  * memory.max_usage_in_bytes; v2 memory.peak through a file of its own,
  * Linux 6.12). Limits are left as they are. Returns 1 when ready, 0 when
- * the leaf cannot be reused: a process is still in it, more than
- * max_left bytes are still charged to it (what the last call left, e.g. a
- * tmpfs whose unmount is under way, would count against the next call's
- * limit), or the kernel cannot reset the peak; negative on error. A leaf
- * that is not ready is as it was: remove it. */
+ * the leaf cannot be reused: a process is still in it, it is frozen (pure
+ * v1), more than max_left bytes of anonymous or tmpfs memory are still
+ * charged to it (what the last call left, e.g. a tmpfs whose unmount is
+ * under way, would count against the next call's limit), or the kernel
+ * cannot reset the peak; negative on error. A leaf that is not ready is
+ * for removal (its counters may have been reset already). */
 int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err);
 
 /* Retiring a command's leaf (cgroup.c). The kernel keeps two of a

@@ -104,6 +104,11 @@ int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
 	int n = wr_cgroup_nprocs(cg, err);
 	if (n != 0)
 		return n < 0 ? n : 0;
+	/* Pure v1 kills through the freezer (wr_cgroup_kill): a thaw that
+	 * failed there would freeze the next call for good. */
+	if (cg->v2_fd < 0 && wr_cgroup_ctrl_fd(cg, WR_CG_FREEZER) >= 0 &&
+	    wr_cgroup_frozen(cg, NULL) != 0)
+		return 0;
 	bool v2 = cg->root->mode == WR_CG_V2;
 	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
 	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
@@ -111,11 +116,25 @@ int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
 	int r = 0;
 	const char *file = "";
 	if (mfd >= 0) {
-		uint64_t used = 0;
-		file = v2 ? "memory.current" : "memory.usage_in_bytes";
-		if ((r = wr_cg_read_u64(mfd, file, &used)) < 0)
+		/* What the next call could not get back: anonymous memory and
+		 * tmpfs pages (no swap: not reclaimable). Not memory.current or
+		 * usage_in_bytes, which also hold page cache (reclaimed under
+		 * the next call's limit) and the per-CPU charge caches (up to
+		 * 256 KiB per CPU, drained when a limit needs them). */
+		char buf[8192];
+		uint64_t anon = 0, shmem = 0;
+		file = "memory.stat";
+		ssize_t len = wr_cg_read(mfd, file, buf, sizeof(buf));
+		if (len < 0) {
+			r = (int)len;
 			goto fail;
-		if (used > max_left)
+		}
+		if (wr_cg_key_u64(buf, v2 ? "anon" : "rss", &anon) < 0 ||
+		    wr_cg_key_u64(buf, "shmem", &shmem) < 0) {
+			r = -EPROTO;
+			goto fail;
+		}
+		if (anon + shmem > max_left)
 			return 0;
 		if (!v2) {
 			/* v1: a write resets the watermark to the usage now */
@@ -124,22 +143,25 @@ int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
 				goto fail;
 		} else {
 			/* v2 (6.12+): a write resets the peak seen through the
-			 * same open file; older kernels' file is read-only. */
-			int fd = openat(mfd, "memory.peak", O_RDWR | O_CLOEXEC);
+			 * same open file, which the leaf keeps; older kernels'
+			 * file is read-only: not recycled. */
+			int fd = cg->peak_fd >= 0 ? cg->peak_fd
+						  : openat(mfd, "memory.peak", O_RDWR | O_CLOEXEC);
 			if (fd < 0)
 				return 0;
+			cg->peak_fd = fd;
 			if (write(fd, "reset", 5) != 5) {
-				close(fd);
+				wr_closep(&cg->peak_fd);
 				return 0;
 			}
-			wr_closep(&cg->peak_fd);
-			cg->peak_fd = fd;
 		}
 	}
-	/* The bases last: the old ones are still subtracted until here. */
+	/* The bases last: the old ones are still subtracted until here. A
+	 * v1 host without cpuacct has no CPU time at all: base 0. */
 	uint64_t cpu = 0;
 	cg->base_cpu_ns = 0;
-	if (wr_cgroup_cpu_ns(cg, &cpu, err) < 0)
+	bool have_cpu = cg->v2_fd >= 0 || wr_cgroup_ctrl_fd(cg, WR_CG_CPUACCT) >= 0;
+	if (have_cpu && wr_cgroup_cpu_ns(cg, &cpu, err) < 0)
 		return -1;
 	cg->base_cpu_ns = cpu;
 	uint64_t oom = 0;

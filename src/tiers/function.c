@@ -17,7 +17,8 @@
  *      preload that failed to import).
  * Slots: MAKE {leaf cgroup.procs fds} -> SLOT {pidfd, socket}. The pool
  * keeps `spare` slots forked ahead (grown with concurrency); the leaf of a
- * slot is made when its MAKE is sent, so a call never waits for a mkdir.
+ * slot (a finished call's, recycled, or a new one) is ready when its MAKE is
+ * sent, so a call never waits for a mkdir.
  * A zygote that died (its pidfd readable) is replaced on the next call;
  * the slots it made died with it (it is PID 1 of their pid namespaces'
  * parent).

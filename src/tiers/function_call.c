@@ -8,7 +8,8 @@
  *   zygote reaped it -> at the deadline or past the CPU time: cgroup.kill
  *   of the leaf (every process of the call, double-forked ones too) ->
  *   exit status from the kernel through the slot's pidfd (PIDFD_INFO_EXIT),
- *   OOM, CPU time and peak memory from the leaf -> leaf removed.
+ *   OOM, CPU time and peak memory from the leaf -> leaf to the refill thread
+ *   (recycled for a later slot of the pool, or removed).
  * Nothing the sandbox says is taken for a result: the zygote's REAPED only
  * tells us when to ask the kernel.
  */
@@ -643,6 +644,14 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		res->reason = WR_EXIT_KILLED;
 	r = 0;
 out:
+	/* A kill from now on must not reach the leaf: the slot is freed or
+	 * retired below (a failure after the handle was published left it). */
+	if (s.ctl) {
+		pthread_mutex_lock(&s.ctl->lock);
+		if (s.ctl->leaf == slot->leaf)
+			s.ctl->leaf = NULL;
+		pthread_mutex_unlock(&s.ctl->lock);
+	}
 	if (!started)
 		free(payload.p);
 	if (so.fd >= 0)

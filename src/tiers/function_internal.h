@@ -36,6 +36,7 @@ struct fn_slot {
 	 * said PREPARED with a holder (function_proto.h). */
 	int procs[WR_FNP_MAX_PROCS]; /* the leaf's cgroup.procs until MAKE is sent */
 	int nprocs;
+	uint64_t retired_ns; /* when its call ended (wr_fn_slot_retire) */
 	struct fn_slot *next;
 };
 
@@ -58,12 +59,12 @@ struct wr_function_pool {
 	/* Both in the order the zygote answered: a call takes the oldest
 	 * prepared slot (function_slots.c). */
 	struct fn_slot *ready, **ready_tail, *pending, **pending_tail;
-	struct fn_slot *retired; /* used slots whose leaf is still to remove */
+	struct fn_slot *retired; /* used slots whose leaf is to recycle or remove */
 	unsigned nready, npending, inflight, spare;
 	uint64_t next_slot, last_used_ns;
 	bool destroyed;
 	/* The refill thread: forks spares ahead, collects their SLOT answers
-	 * and removes used leaves, off the path of every call. */
+	 * and recycles (or removes) used leaves, off the path of every call. */
 	pthread_t refill;
 	bool refill_running, refill_stop;
 	unsigned broken_gen; /* the zygote of this generation stopped answering */
@@ -101,17 +102,22 @@ void wr_fn_zygote_stop(struct wr_function_pool *p);
 bool wr_fn_zygote_alive(struct wr_function_pool *p);
 void wr_fn_slots_drop(struct fn_slot **list);
 /* Used slots of finished calls: their leaves kept for later slots of p when
- * ready for another call, else removed (the refill thread, no pool lock). */
-void wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list);
+ * ready for another call, else removed (the refill thread, no pool lock).
+ * A leaf a process of the call is still leaving (a Python holder's exit)
+ * goes back to p->retired for up to WR_FN_LEAF_WAIT_NS after the call's
+ * end; returns how many went back (the caller looks again soon). */
+unsigned wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list);
+#define WR_FN_LEAF_WAIT_NS 1000000000ull
 
 /* function_slots.c */
-/* Make a slot's leaf and send its MAKE (pool lock held). */
+/* Take (a recycled one) or make a slot's leaf and send its MAKE (pool lock
+ * held). */
 int wr_fn_make_send(struct wr_function_pool *p, wr_err *err);
 /* The refill thread of a pool (arg: the pool). */
 void *wr_fn_refill_main(void *arg);
 int wr_fn_take_slot(struct wr_function_pool *p, struct fn_slot **out, wr_err *err);
 /* After a call took its slot (or returned it used): the refill thread keeps
- * spares forked ahead and removes used leaves. One eventfd write. */
+ * spares forked ahead and recycles used leaves. One eventfd write. */
 void wr_fn_top_up(struct wr_function_pool *p);
 void wr_fn_slot_free(struct fn_slot *s, bool kill);
 /* Wait (until deadline, ns) for a taken slot's PREPARED, so that the call
@@ -125,8 +131,8 @@ int wr_fn_slot_await_prepared(struct fn_slot *s, uint64_t deadline);
 #define WR_FN_WEIGHT_PREP 1
 #define WR_FN_WEIGHT_CALL 100
 #define WR_FN_ZYGOTE_NICE 19
-/* A used slot: its leaf is removed by the next top-up (off the path of the
- * call that returns now). */
+/* A used slot: its leaf is recycled or removed by the refill thread (off
+ * the path of the call that returns now). */
 void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s);
 /* True (and the zygote marked for replacement) when the zygote of
  * generation gen is dead or dies within a short grace period. */

@@ -89,7 +89,6 @@ static struct fn_slot *leaf_reuse(struct wr_function_pool *p)
 	if (s) {
 		p->leaves = s->next;
 		p->nleaves--;
-		p->leaves_reused++;
 	}
 	pthread_mutex_unlock(&p->leaves_lock);
 	if (s == NULL)
@@ -108,6 +107,9 @@ static struct fn_slot *leaf_reuse(struct wr_function_pool *p)
 		s->mem = SLOT_MEM_DEFAULT;
 		s->pids = SLOT_PIDS_DEFAULT;
 	}
+	pthread_mutex_lock(&p->leaves_lock);
+	p->leaves_reused++;
+	pthread_mutex_unlock(&p->leaves_lock);
 	return s;
 }
 
@@ -134,31 +136,66 @@ static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 	return s;
 }
 
-void wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
+unsigned wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
 {
+	unsigned waiting = 0;
+	uint64_t now = wr_now_ns();
 	while (*list) {
 		struct fn_slot *s = *list;
 		*list = s->next;
 		s->next = NULL;
+		/* A slot whose MAKE was never sent: nothing joined its leaf. */
+		for (int i = 0; i < s->nprocs; i++)
+			close(s->procs[i]);
+		s->nprocs = 0;
 		pthread_mutex_lock(&p->leaves_lock);
 		bool room = p->nleaves < WR_FN_KEEP_LEAVES;
 		pthread_mutex_unlock(&p->leaves_lock);
-		/* Invariant: the slot's process is gone (its pidfd said so) and
-		 * the recycle checks the leaf has no process at all (a holder's
-		 * PID 1 can outlive the call by a moment: such a leaf goes). */
-		if (!room || s->pidfd >= 0 || s->sock >= 0 || s->nprocs ||
+		/* Invariant: the slot's process is gone (its pidfd said so, or
+		 * it never existed) and the recycle checks that no process at
+		 * all is in the leaf (a Python holder, PID 1 of the call's pid
+		 * namespace, can outlive the call by a moment: such a leaf
+		 * goes). */
+		if (room && s->pidfd < 0 && s->sock < 0 && s->retired_ns &&
+		    now - s->retired_ns < WR_FN_LEAF_WAIT_NS &&
+		    wr_cgroup_nprocs(s->leaf, NULL) > 0) {
+			pthread_mutex_lock(&p->lock);
+			bool live = p->ctl >= 0 && !p->destroyed;
+			if (live) {
+				s->next = p->retired;
+				p->retired = s;
+				waiting++;
+			}
+			pthread_mutex_unlock(&p->lock);
+			if (!live)
+				wr_fn_slot_free(s, true);
+			continue;
+		}
+		if (!room || s->pidfd >= 0 || s->sock >= 0 ||
 		    wr_cgroup_leaf_recycle(s->leaf, WR_FN_LEAF_MAX_LEFT, NULL) != 1) {
 			wr_fn_slot_free(s, true);
 			continue;
 		}
 		s->prepared = s->spare_left = s->low = false;
 		s->gen = 0;
-		pthread_mutex_lock(&p->leaves_lock);
-		s->next = p->leaves;
-		p->leaves = s;
-		p->nleaves++;
-		pthread_mutex_unlock(&p->leaves_lock);
+		s->retired_ns = 0;
+		/* Kept only while the pool has a zygote: a pool parked or
+		 * destroyed meanwhile keeps no leaf (lock order: the pool's,
+		 * then the leaves'). */
+		pthread_mutex_lock(&p->lock);
+		bool live = p->ctl >= 0 && !p->destroyed;
+		if (live) {
+			pthread_mutex_lock(&p->leaves_lock);
+			s->next = p->leaves;
+			p->leaves = s;
+			p->nleaves++;
+			pthread_mutex_unlock(&p->leaves_lock);
+		}
+		pthread_mutex_unlock(&p->lock);
+		if (!live)
+			wr_fn_slot_free(s, true);
 	}
+	return waiting;
 }
 
 /* Send the MAKE of a prepared slot (pool lock held); on failure the
@@ -420,6 +457,7 @@ void wr_fn_slot_retire(struct wr_function_pool *p, struct fn_slot *s)
 	if (s->sock >= 0)
 		close(s->sock);
 	s->pidfd = s->sock = -1;
+	s->retired_ns = wr_now_ns();
 	pthread_mutex_lock(&p->lock);
 	s->next = p->retired;
 	p->retired = s;
@@ -470,7 +508,7 @@ void *wr_fn_refill_main(void *arg)
 		/* Leaves of finished calls and of the next slots, while calls run
 		 * and without the lock (a call that takes a slot never waits for
 		 * a mkdir or rmdir). */
-		wr_fn_slots_recycle(p, &dead);
+		unsigned waiting = wr_fn_slots_recycle(p, &dead);
 		struct fn_slot *made = NULL;
 		for (unsigned i = 0; i < need; i++) {
 			struct fn_slot *s = leaf_prepare(p, NULL);
@@ -498,7 +536,7 @@ void *wr_fn_refill_main(void *arg)
 		int ctl = p->ctl;
 		bool wait_ctl = ctl >= 0 && p->broken_gen != p->gen && p->npending > 0;
 		pthread_mutex_unlock(&p->lock);
-		wr_fn_slots_drop(&made); /* not needed after all */
+		wr_fn_slots_recycle(p, &made); /* not needed after all */
 		struct timespec c1;
 		if (phases && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1) == 0)
 			wr_fn_phase_add(WR_FN_PH_REFILL_CPU,
@@ -506,7 +544,9 @@ void *wr_fn_refill_main(void *arg)
 						   (c1.tv_nsec - c0.tv_nsec)));
 		struct pollfd pf[2] = {{.fd = p->wake, .events = POLLIN},
 				       {.fd = wait_ctl ? ctl : -1, .events = POLLIN}};
-		if (poll(pf, 2, wait_ctl ? 1000 : -1) > 0 && (pf[0].revents & POLLIN)) {
+		/* A leaf still being left: looked at again in 10 ms. */
+		int wait_ms = waiting ? 10 : wait_ctl ? 1000 : -1;
+		if (poll(pf, 2, wait_ms) > 0 && (pf[0].revents & POLLIN)) {
 			uint64_t v;
 			if (read(p->wake, &v, sizeof(v)) < 0) {
 				/* EAGAIN: another read took it; nothing lost. */

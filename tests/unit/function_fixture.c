@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include "common/util.h"
 #include "tier_fixture.h"
@@ -172,4 +175,29 @@ int fx_count_cgroups(void)
 int fx_teardown(void)
 {
 	return tierfx_teardown(g_base, g_tmp);
+}
+
+int fx_settled_cgroups(void)
+{
+	int n = fx_count_cgroups();
+	for (int i = 0; i < 60; i++) {
+		usleep(500000);
+		int m = fx_count_cgroups();
+		if (m == n)
+			break;
+		n = m;
+	}
+	return n;
+}
+
+bool fx_peak_resettable(void)
+{
+	struct utsname u;
+	unsigned major = 0, minor = 0;
+	if (uname(&u) == 0 && sscanf(u.release, "%u.%u", &major, &minor) == 2 &&
+	    (major > 6 || (major == 6 && minor >= 12)))
+		return true;
+	struct statfs sf;
+	/* memory on v1 (hybrid or v1): the peak resets by a write anywhere */
+	return statfs("/sys/fs/cgroup", &sf) == 0 && sf.f_type != CGROUP2_SUPER_MAGIC;
 }

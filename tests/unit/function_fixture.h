@@ -21,5 +21,11 @@ struct wr_call_result fx_call(struct wr_function_pool *p, const struct wr_call_s
 int fx_count_procs(void);
 /* Leaf cgroups beneath a pool, summed over the hierarchies. */
 int fx_count_cgroups(void);
+/* The same once it holds still for half a second (a refill thread may be
+ * recycling or removing leaves in the background), at most 30 s. */
+int fx_settled_cgroups(void);
+/* Can pools recycle their leaves here? Not where memory is on cgroup v2
+ * (pure v2) and the kernel cannot reset memory.peak (Linux < 6.12). */
+bool fx_peak_resettable(void);
 
 #endif

@@ -318,19 +318,6 @@ static void test_call_path_prefaulted(void **state)
 }
 
 /* The pool's cgroups once its refill settled: the same count for 0.5 s. */
-static int settled_cgroups(void)
-{
-	int n = fx_count_cgroups();
-	for (int i = 0; i < 60; i++) {
-		usleep(500000);
-		int m = fx_count_cgroups();
-		if (m == n)
-			break;
-		n = m;
-	}
-	return n;
-}
-
 /* A call on a pool with a spare left does not make the pool refill while
  * it runs (function_call.c: the interpreter's fork would take the CPUs the
  * call waits for); the refill comes at its end. */
@@ -339,7 +326,7 @@ static void test_full_pool_refills_after_the_call(void **state)
 	(void)state;
 	struct wr_call_result r = py("pass", 0);
 	wr_call_result_free(&r);
-	int before = settled_cgroups();
+	int before = fx_settled_cgroups();
 	struct bg a = {.code = "import time\ntime.sleep(1.5)\nprint('a')"};
 	assert_int_equal(pthread_create(&a.t, NULL, bg_main, &a), 0);
 	usleep(800000);
@@ -349,7 +336,30 @@ static void test_full_pool_refills_after_the_call(void **state)
 	wr_call_result_free(&a.r);
 	assert_int_equal(during, before);
 	/* and after it the pool refills (and removes the call's leaf) */
-	assert_int_equal(settled_cgroups(), before);
+	assert_int_equal(fx_settled_cgroups(), before);
+}
+
+/* The leaf of a Python call is recycled too, although the slot's holder
+ * (PID 1 of the call's pid namespace) leaves it only after the call: the
+ * refill thread looks at it again until the holder is gone. */
+static void test_leaves_recycled_after_the_holder(void **state)
+{
+	(void)state;
+	if (!fx_peak_resettable()) {
+		print_message("memory.peak cannot be reset here (Linux < 6.12): no recycling\n");
+		skip();
+	}
+	uint64_t made0, reused0, made, reused;
+	wr_function_pool_leaf_counts(g_pool, &made0, &reused0);
+	for (int i = 0; i < 16; i++) {
+		struct wr_call_result r = py("print(1)", 0);
+		assert_string_equal(r.out, "1\n");
+		wr_call_result_free(&r);
+	}
+	wr_function_pool_leaf_counts(g_pool, &made, &reused);
+	print_message("16 calls: leaves made %llu, reused %llu\n",
+		      (unsigned long long)(made - made0), (unsigned long long)(reused - reused0));
+	assert_true(reused - reused0 >= 8);
 }
 
 int main(void)
@@ -365,6 +375,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_preload_is_reported),
 	    cmocka_unit_test(test_call_path_prefaulted),
 	    cmocka_unit_test(test_full_pool_refills_after_the_call),
+	    cmocka_unit_test(test_leaves_recycled_after_the_holder),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
