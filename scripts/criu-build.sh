@@ -12,7 +12,8 @@
 # trixie (criu_4.1.1.orig.tar.xz from Debian's pool, checked against the
 # SHA-256 of Debian's Sources index below) with Debian 12's build
 # dependencies. Only the criu binary is built (no docs, no plugins, no
-# Python). See docs/API-LIFECYCLE.md, "Checkpoint with CRIU".
+# Python), with warren's patches (scripts/criu-patches/*.patch, applied in
+# order; each says why). See docs/API-LIFECYCLE.md, "Checkpoint with CRIU".
 #
 # Never fails the build: when CRIU cannot be had (no network, a build
 # error) it says so in one line and leaves no binary; warrend then reports
@@ -24,10 +25,13 @@ SHA=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 URL=http://deb.debian.org/debian/pool/main/c/criu/criu_$VER.orig.tar.xz
 OUT=$BUILD/warren-criu
 STAMP=$BUILD/warren-criu.version
+PATCHES=$(dirname "$0")/criu-patches
+# The version with the patches' digest: a changed patch rebuilds.
+STAMPVER="$VER+$(cat "$PATCHES"/*.patch 2>/dev/null | sha256sum | cut -c1-12)"
 DEPS="libbsd-dev libcap-dev libnet1-dev libnl-3-dev libprotobuf-c-dev libprotobuf-dev
-protobuf-c-compiler protobuf-compiler pkg-config libnftables-dev libgnutls28-dev xz-utils curl make gcc"
+protobuf-c-compiler protobuf-compiler pkg-config libnftables-dev libgnutls28-dev xz-utils curl make gcc patch"
 
-if [ -x "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$VER" ]; then
+if [ -x "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$STAMPVER" ]; then
 	exit 0
 fi
 mkdir -p "$BUILD" || exit 0
@@ -57,9 +61,14 @@ curl -sSf --retry 3 -o "$work/criu.tar.xz" "$URL" >>"$log" 2>&1 || fail "cannot 
 echo "$SHA  $work/criu.tar.xz" | sha256sum -c --quiet >>"$log" 2>&1 ||
 	fail "criu_$VER.orig.tar.xz does not match Debian's SHA-256"
 tar -xJf "$work/criu.tar.xz" -C "$work" >>"$log" 2>&1 || fail "cannot unpack the source"
+for p in "$PATCHES"/*.patch; do
+	[ -e "$p" ] || continue
+	patch -d "$work/criu-$VER" -p1 --forward --batch <"$p" >>"$log" 2>&1 ||
+		fail "cannot apply $(basename "$p")"
+done
 # -j2: the machines have 2 cores
 make -C "$work/criu-$VER" -j2 criu >>"$log" 2>&1 || fail "the CRIU build failed"
 install -m 0755 "$work/criu-$VER/criu/criu" "$OUT.new" && mv -f "$OUT.new" "$OUT" ||
 	fail "cannot install $OUT"
-echo "$VER" >"$STAMP"
+echo "$STAMPVER" >"$STAMP"
 exit 0
