@@ -288,7 +288,7 @@ start=2048, type=83, bootable' | sfdisk -q "$raw"
 		rm -f "$mnt/.complete"
 		configure_guest "$mnt" "$kroot"
 		extlinux --install "$mnt/boot/extlinux" >/dev/null 2>&1
-		[ "$from" = "$src" ] || umount "$from"
+		[ "$from" = "$src" ] || { umount "$from"; rmdir "$from"; }
 		umount "$mnt"
 		rmdir "$mnt"
 	' _ "$raw" "$src" "$kroot"
@@ -334,7 +334,7 @@ start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | 
 		else
 			install_grub_efi "$esp" "$kver"
 		fi
-		[ "$from" = "$src" ] || umount "$from"
+		[ "$from" = "$src" ] || { umount "$from"; rmdir "$from"; }
 		umount "$mnt"
 		rmdir "$mnt"
 	' _ "$raw" "$src" "$kroot" "$rs" "$fw"
