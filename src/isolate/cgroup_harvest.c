@@ -41,6 +41,30 @@ static int opt_read(int r)
 	return r == -ENOENT || r == -ENODEV ? 0 : r;
 }
 
+/* A leaf's memory directory: the v1 memory hierarchy (hybrid too), else
+ * v2 with memory delegated; -1 without a memory controller. */
+static int leaf_mem_fd(const struct wr_cgroup *cg)
+{
+	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
+	if (mfd < 0 && cg->root->mode == WR_CG_V2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
+		mfd = cg->v2_fd;
+	return mfd;
+}
+
+/* A leaf's own OOM kills: v1 counts one in the victim's own cgroup only,
+ * v2's memory.events.local likewise (memory.events where a kernel has no
+ * .local); a leaf has no other. *file names what was read. */
+static int leaf_oom_kills(int mfd, bool v2, uint64_t *out, const char **file)
+{
+	*file = v2 ? "memory.events.local" : "memory.oom_control";
+	int r = wr_cg_read_key(mfd, *file, "oom_kill", out);
+	if (r == -ENOENT && v2) {
+		*file = "memory.events";
+		r = wr_cg_read_key(mfd, *file, "oom_kill", out);
+	}
+	return opt_read(r);
+}
+
 int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats *st, wr_err *err)
 {
 	if (!cg->leaf)
@@ -59,10 +83,7 @@ int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats 
 		if (fd >= 0)
 			r = opt_read(wr_cg_read_u64(fd, file, &st->cpu_usage_ns));
 	}
-	/* v1 (and hybrid: the memory hierarchy is v1), else v2 with memory */
-	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
-	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
-		mfd = cg->v2_fd;
+	int mfd = leaf_mem_fd(cg);
 	if (r == 0 && cg->peak_fd >= 0) {
 		/* recycled on v2: the peak since the reset through this file */
 		char buf[32];
@@ -78,17 +99,8 @@ int wr_cgroup_stats_call(struct wr_cgroup *cg, bool oom, struct wr_cgroup_stats 
 		file = v2 ? "memory.peak" : "memory.max_usage_in_bytes";
 		r = opt_read(wr_cg_read_u64(mfd, file, &st->memory_peak));
 	}
-	if (r == 0 && mfd >= 0 && oom) {
-		/* v1 counts an OOM kill in the victim's own cgroup only, v2's
-		 * memory.events.local likewise; a leaf has no other. */
-		file = v2 ? "memory.events.local" : "memory.oom_control";
-		r = wr_cg_read_key(mfd, file, "oom_kill", &st->oom_kills);
-		if (r == -ENOENT && v2) {
-			file = "memory.events";
-			r = wr_cg_read_key(mfd, file, "oom_kill", &st->oom_kills);
-		}
-		r = opt_read(r);
-	}
+	if (r == 0 && mfd >= 0 && oom)
+		r = leaf_oom_kills(mfd, v2, &st->oom_kills, &file);
 	if (r < 0)
 		return wr_err_set(err, -r, "cgroup %s: read %s: %s", cg->rel, file, strerror(-r));
 	st->cpu_usage_ns =
@@ -110,9 +122,7 @@ int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
 	    wr_cgroup_frozen(cg, NULL) != 0)
 		return 0;
 	bool v2 = cg->root->mode == WR_CG_V2;
-	int mfd = wr_cgroup_ctrl_fd(cg, WR_CG_MEMORY);
-	if (mfd < 0 && v2 && (cg->root->v2_ctrls & WR_CG2_MEMORY))
-		mfd = cg->v2_fd;
+	int mfd = leaf_mem_fd(cg);
 	int r = 0;
 	const char *file = "";
 	if (mfd >= 0) {
@@ -165,16 +175,8 @@ int wr_cgroup_leaf_recycle(struct wr_cgroup *cg, uint64_t max_left, wr_err *err)
 		return -1;
 	cg->base_cpu_ns = cpu;
 	uint64_t oom = 0;
-	if (mfd >= 0) {
-		file = v2 ? "memory.events.local" : "memory.oom_control";
-		r = wr_cg_read_key(mfd, file, "oom_kill", &oom);
-		if (r == -ENOENT && v2) {
-			file = "memory.events";
-			r = wr_cg_read_key(mfd, file, "oom_kill", &oom);
-		}
-		if ((r = opt_read(r)) < 0)
-			goto fail;
-	}
+	if (mfd >= 0 && (r = leaf_oom_kills(mfd, v2, &oom, &file)) < 0)
+		goto fail;
 	cg->base_oom_kills = oom;
 	return 1;
 fail:

@@ -136,6 +136,28 @@ static struct fn_slot *leaf_prepare(struct wr_function_pool *p, wr_err *err)
 	return s;
 }
 
+/* Put s on the kept leaves (leaf) or back on the retired slots, only while
+ * the pool has a zygote: a pool parked or destroyed meanwhile keeps no
+ * leaf. false: not put (the caller frees s). Lock order: the pool's, then
+ * the leaves'. */
+static bool keep_while_live(struct wr_function_pool *p, struct fn_slot *s, bool leaf)
+{
+	pthread_mutex_lock(&p->lock);
+	bool live = p->ctl >= 0 && !p->destroyed;
+	if (live && leaf) {
+		pthread_mutex_lock(&p->leaves_lock);
+		s->next = p->leaves;
+		p->leaves = s;
+		p->nleaves++;
+		pthread_mutex_unlock(&p->leaves_lock);
+	} else if (live) {
+		s->next = p->retired;
+		p->retired = s;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return live;
+}
+
 unsigned wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
 {
 	unsigned waiting = 0;
@@ -159,15 +181,9 @@ unsigned wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
 		if (room && s->pidfd < 0 && s->sock < 0 && s->retired_ns &&
 		    now - s->retired_ns < WR_FN_LEAF_WAIT_NS &&
 		    wr_cgroup_nprocs(s->leaf, NULL) > 0) {
-			pthread_mutex_lock(&p->lock);
-			bool live = p->ctl >= 0 && !p->destroyed;
-			if (live) {
-				s->next = p->retired;
-				p->retired = s;
+			if (keep_while_live(p, s, false))
 				waiting++;
-			}
-			pthread_mutex_unlock(&p->lock);
-			if (!live)
+			else
 				wr_fn_slot_free(s, true);
 			continue;
 		}
@@ -179,20 +195,7 @@ unsigned wr_fn_slots_recycle(struct wr_function_pool *p, struct fn_slot **list)
 		s->prepared = s->spare_left = s->low = false;
 		s->gen = 0;
 		s->retired_ns = 0;
-		/* Kept only while the pool has a zygote: a pool parked or
-		 * destroyed meanwhile keeps no leaf (lock order: the pool's,
-		 * then the leaves'). */
-		pthread_mutex_lock(&p->lock);
-		bool live = p->ctl >= 0 && !p->destroyed;
-		if (live) {
-			pthread_mutex_lock(&p->leaves_lock);
-			s->next = p->leaves;
-			p->leaves = s;
-			p->nleaves++;
-			pthread_mutex_unlock(&p->leaves_lock);
-		}
-		pthread_mutex_unlock(&p->lock);
-		if (!live)
+		if (!keep_while_live(p, s, true))
 			wr_fn_slot_free(s, true);
 	}
 	return waiting;
