@@ -89,10 +89,11 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 			return wr_err_field(
 			    err, "keep_memory",
 			    "keep_memory: false is not offered for containers: CRIU "
-			    "works on this node, but it cannot dump a command under "
-			    "its Landlock domain (its parasite's abstract socket is "
-			    "refused) nor give a restored process that domain back; a "
-			    "paused container keeps its memory");
+			    "works on this node, but it cannot yet dump a container "
+			    "sandbox (its commands run outside PID 1's process tree, "
+			    "in nested cgroup namespaces, with masked paths from a "
+			    "detached tmpfs) nor restore one into its kept namespaces; "
+			    "a paused container keeps its memory");
 		return wr_err_field(err, "keep_memory",
 				    "keep_memory: false (memory to disk) is not offered by the %s "
 				    "tier; a paused %s sandbox keeps its memory",

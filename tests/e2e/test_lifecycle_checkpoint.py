@@ -2,9 +2,16 @@
 finds its criu by configuration, runs `criu check` once at start, says in
 /v1/health whether checkpointing is available, and refuses keep_memory=false
 on a container with the reason."""
+import ctypes
+import os
+import signal
 import subprocess
 
+import pytest
+
 from harness import BUILD, Daemon
+
+libc = ctypes.CDLL(None, use_errno=True)
 
 
 def criu_check(path):
@@ -31,7 +38,7 @@ def test_health_reports_the_configured_criu(api):
     assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
     msg = r.json()["error"]["message"]
     if ck["available"]:
-        assert "CRIU works on this node" in msg and "Landlock" in msg, msg
+        assert "CRIU works on this node" in msg and "process tree" in msg, msg
     else:
         assert ck["reason"] in msg, msg
     assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
@@ -81,95 +88,208 @@ def test_bad_criu_config_is_refused(tmp_path):
     assert p.returncode != 0 and "criu" in p.stderr, p.stderr
 
 
-# A process confined as a container command is (no_new_privs, a Landlock
-# domain scoping abstract unix sockets and signals), counting in memory: a
-# REPL's state in miniature.
-COUNTER = r"""
-import ctypes, os, sys, time
+# A process tree confined as container commands are: a process entered a
+# Landlock domain (after no_new_privs) scoping abstract unix sockets and
+# signals, then forked a child, which shares the domain. It counts in memory
+# (a REPL's state in miniature) and, on every count, probes with signal 0
+# whom it may signal: its child (same domain: allowed), the process above
+# its domain and an outsider (scoped: EPERM); the child probes it back
+# (allowed: one domain, not a nested one). Mode "root": the confined
+# process is the dumped tree's root. Mode "children": the root is an
+# unconfined init-like parent (as a container's warren-init is), which
+# probes the outsider and the confined child too (allowed: it is outside).
+TREE = r"""
+import ctypes, os, signal, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-assert libc.prctl(38, 1, 0, 0, 0) == 0                  # PR_SET_NO_NEW_PRIVS
-attr = (ctypes.c_uint64 * 3)(0, 0, 3)                    # scoped: abstract unix, signal
-fd = libc.syscall(444, attr, ctypes.sizeof(attr), 0)     # landlock_create_ruleset
-assert fd >= 0, ctypes.get_errno()
-assert libc.syscall(446, fd, 0) == 0, ctypes.get_errno()  # landlock_restrict_self
-os.close(fd)
-out, n = sys.argv[1], 0
-while True:
+mode, out, outsider = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def confine():
+    assert libc.prctl(38, 1, 0, 0, 0) == 0                  # PR_SET_NO_NEW_PRIVS
+    attr = (ctypes.c_uint64 * 3)(0, 0, 3)                    # scoped: abstract unix, signal
+    fd = libc.syscall(444, attr, ctypes.sizeof(attr), 0)     # landlock_create_ruleset
+    assert fd >= 0, ctypes.get_errno()
+    assert libc.syscall(446, fd, 0) == 0, ctypes.get_errno()  # landlock_restrict_self
+    os.close(fd)
+
+def probe(pid):
+    try:
+        os.kill(pid, 0)
+        return "ok"
+    except PermissionError:
+        return "EPERM"
+    except ProcessLookupError:
+        return "ESRCH"
+
+def write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.rename(path + ".tmp", path)
+
+def child_forever():
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # probes its parent: same domain, allowed
+        while True:
+            write(out + ".child", " ".join(["1", "parent=" + probe(parent),
+                                           "outsider=" + probe(outsider)]))
+            time.sleep(0.05)
+    return pid
+
+def count(probes):
+    n = 0
+    while True:
+        n += 1
+        write(out, " ".join([str(n)] + [k + "=" + probe(v) for k, v in probes.items()]))
+        time.sleep(0.02)
+
+if mode == "root":
+    confine()
+    count({"child": child_forever(), "outsider": outsider})
+top = os.getpid()
+confined = os.fork()
+if confined == 0:
+    confine()
+    count({"child": child_forever(), "parent": top, "outsider": outsider})
+n = 0
+while True:  # the unconfined root
     n += 1
-    with open(out + ".tmp", "w") as f:
-        f.write(str(n))
-    os.rename(out + ".tmp", out)
+    write(out + ".root", " ".join([str(n), "outsider=" + probe(outsider),
+                                   "confined=" + probe(confined)]))
     time.sleep(0.02)
 """
 
 
-def read_count(path, above=0, timeout=20):
+def read_state(path, above=0, timeout=20):
+    """The tree's latest line: (count, {probe: result})."""
     import time
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
-            n = int(path.read_text())
-            if n > above:
-                return n
+            n, *probes = path.read_text().split()
+            if int(n) > above:
+                return int(n), dict(p.split("=") for p in probes)
         except (OSError, ValueError):
             pass
         time.sleep(0.02)
     raise AssertionError(f"{path}: no count above {above}")
 
 
-def test_warren_criu_dumps_a_landlock_scoped_process(tmp_path):
-    """The build's CRIU (scripts/criu-patches) dumps a process whose
+@pytest.mark.parametrize("mode", ["root", "children"])
+def test_warren_criu_restores_a_landlock_scoped_tree(tmp_path, mode):
+    """The build's CRIU (scripts/criu-patches) dumps a process tree whose
     Landlock domain scopes abstract unix sockets: its parasite gets its
-    transport from a socket pair (pidfd_getfd), not from a connect that the
-    scope refuses. The restore goes on from the dumped state; CRIU cannot
-    give the restored process its Landlock domain back (hence containers
-    still refuse keep_memory=false)."""
-    import os
-    import signal
-    import pytest
+    transport from a socket pair (pidfd_getfd), not from a connect the
+    scope refuses (0001). The restore goes on from the dumped state, and
+    with --landlock-ruleset-fd the tree is confined again as it was (0002):
+    one domain entered by the task that first entered it, before it forks,
+    so the confined process may still signal its own child but not the
+    process above it nor an outsider, and an unconfined root stays
+    unconfined (--landlock-root-children, a container's init)."""
     criu = BUILD / "warren-criu"
     if not criu.exists() or not criu_check(str(criu)):
         pytest.skip("no working warren-criu in the build")
     img = tmp_path / "img"
     img.mkdir()
-    count = tmp_path / "count"
+    out = tmp_path / "state"
+    root_out = tmp_path / "state.root"
+    child_out = tmp_path / "state.child"
+    child_probes = {"parent": "ok", "outsider": "EPERM"}
     # CRIU's hardware breakpoints never fire on some paravirtualised hosts
     # (this one): its no-breakpoint mode, as warrend would run it.
     env = dict(os.environ, CRIU_FAULT="130")
-    p = subprocess.Popen(["/usr/bin/python3", "-c", COUNTER, str(count)],
+    outsider = subprocess.Popen(["sleep", "1000"])
+    p = subprocess.Popen(["/usr/bin/python3", "-c", TREE, mode, str(out), str(outsider.pid)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True, cwd=tmp_path)
+    confined_probes = {"child": "ok", "outsider": "EPERM"}
+    if mode == "children":
+        confined_probes["parent"] = "EPERM"
+    root_probes = {"outsider": "ok", "confined": "ok"}
     restored = None
+    ruleset = -1
     try:
-        before = read_count(count, 5)
+        before, probes = read_state(out, 5)
+        assert probes == confined_probes, probes  # as confined before the dump
+        assert read_state(child_out)[1] == child_probes
+        if mode == "children":
+            assert read_state(root_out, 5)[1] == root_probes
         d = subprocess.run([str(criu), "dump", "-t", str(p.pid), "-D", str(img), "-o", "dump.log",
                             "-v4", "--leave-running"],
                            capture_output=True, text=True, timeout=120, env=env)
         log = (img / "dump.log").read_text(errors="replace") if (img / "dump.log").exists() else ""
         assert d.returncode == 0, log[-3000:]
         assert "transport socket" not in log
-        after_dump = read_count(count)  # the dumped count is in [before, after_dump]
-        os.kill(p.pid, signal.SIGKILL)
+        after_dump = read_state(out)[0]  # the dumped count is in [before, after_dump]
+        dumped = tree_pids(p.pid)
+        os.killpg(p.pid, signal.SIGKILL)
         p.wait(timeout=10)
-        count.unlink()
-        r = subprocess.run([str(criu), "restore", "-D", str(img), "-o", "restore.log", "-v4",
-                            "-d", "--pidfile", str(tmp_path / "pid")],
-                           capture_output=True, text=True, timeout=120, env=env)
+        gone(dumped)  # CRIU restores the same pids: wait until they are free
+        for f in (out, root_out, child_out):
+            if f.exists():
+                f.unlink()
+        # The ruleset the tree's domain was made from (warrend passes the
+        # sandbox's own), inherited by criu.
+        attr = (ctypes.c_uint64 * 3)(0, 0, 3)
+        ruleset = libc.syscall(444, attr, ctypes.sizeof(attr), 0)
+        assert ruleset >= 0, ctypes.get_errno()
+        args = [str(criu), "restore", "-D", str(img), "-o", "restore.log", "-v4", "-d",
+                "--pidfile", str(tmp_path / "pid"), "--landlock-ruleset-fd", str(ruleset)]
+        if mode == "children":
+            args.append("--landlock-root-children")
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env,
+                           pass_fds=(ruleset,))
         rlog = (img / "restore.log").read_text(errors="replace")
         assert r.returncode == 0, rlog[-3000:]
         restored = int((tmp_path / "pid").read_text())
         # it goes on counting from where the dump found it, not from 1
-        first = read_count(count)
+        first, probes = read_state(out)
         assert before < first <= after_dump + 2, (before, first, after_dump)
-        assert read_count(count, first) > first
-        status = open(f"/proc/{restored}/status").read()
-        assert "NoNewPrivs:\t1" in status, status
+        nxt, probes = read_state(out, first)
+        assert nxt > first
+        # confined again, in one domain with its child (not two nested ones)
+        assert probes == confined_probes, probes
+        assert read_state(child_out)[1] == child_probes
+        if mode == "children":
+            assert read_state(root_out)[1] == root_probes  # the root is not
+        # the ruleset fd is not left in any restored task
+        for pid in tree_pids(restored):
+            status = open(f"/proc/{pid}/status").read()
+            if mode == "root" or pid != restored:
+                assert "NoNewPrivs:\t1" in status, status
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                assert os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:landlock-ruleset"
     finally:
+        if ruleset >= 0:
+            os.close(ruleset)
         if p.poll() is None:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         if restored:
-            try:
-                os.kill(restored, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for pid in reversed(tree_pids(restored)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        outsider.kill()
+        outsider.wait()
+
+
+def gone(pids, timeout=20):
+    import time
+    end = time.monotonic() + timeout
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        assert time.monotonic() < end, pids
+        time.sleep(0.02)
+
+
+def tree_pids(root):
+    """root and its descendants, parents first."""
+    pids, i = [root], 0
+    while i < len(pids):
+        try:
+            with open(f"/proc/{pids[i]}/task/{pids[i]}/children") as f:
+                pids += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+        i += 1
+    return pids
