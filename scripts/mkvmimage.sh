@@ -275,22 +275,34 @@ start=2048, type=83, bootable' | sfdisk -q "$raw"
 		# nodes need udev, which a build machine may not run
 		size=$(stat -c %s "$raw")
 		loop=$(losetup --show -f -o 1048576 --sizelimit $((size - 1048576)) "$raw")
-		trap "losetup -d $loop" EXIT
+		# the temporary mount points go on every exit (a bad image exits
+		# from configure_guest): unmounted first, then removed
+		mnt= ftmp=
+		cleanup() {
+			for d in "$ftmp" "$mnt"; do
+				[ -z "$d" ] || { umount "$d" 2>/dev/null; rmdir "$d"; } || true
+			done
+			losetup -d "$loop"
+		}
+		trap cleanup EXIT
 		mkfs.ext4 -q -L warren-root "$loop"
 		mnt=$(mktemp -d)
 		mount "$loop" "$mnt"
 		from=$src
 		if [ -f "$src" ]; then
-			from=$(mktemp -d)
+			ftmp=$(mktemp -d)
+			from=$ftmp
 			mount -t erofs -o ro "$src" "$from"
 		fi
 		cp -a "$from"/. "$mnt"/
 		rm -f "$mnt/.complete"
 		configure_guest "$mnt" "$kroot"
 		extlinux --install "$mnt/boot/extlinux" >/dev/null 2>&1
-		[ "$from" = "$src" ] || { umount "$from"; rmdir "$from"; }
+		# unmounted here, so a failure (data not written) fails the build
+		[ -z "$ftmp" ] || { umount "$ftmp"; rmdir "$ftmp"; ftmp=; }
 		umount "$mnt"
 		rmdir "$mnt"
+		mnt=
 	' _ "$raw" "$src" "$kroot"
 }
 
@@ -313,14 +325,24 @@ start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | 
 		raw=$1 src=$2 kroot=$3 rs=$4 fw=$5
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
 		root=$(losetup --show -f -o 68157440 --sizelimit $((rs * 512)) "$raw")
-		trap "losetup -d $esp; losetup -d $root" EXIT
+		# as in make_disk: the temporary mount points go on every exit
+		mnt= ftmp=
+		cleanup() {
+			for d in "$ftmp" "$mnt"; do
+				[ -z "$d" ] || { umount "$d" 2>/dev/null; rmdir "$d"; } || true
+			done
+			losetup -d "$esp"
+			losetup -d "$root"
+		}
+		trap cleanup EXIT
 		mkfs.vfat -F 32 -n EFI "$esp" >/dev/null
 		mkfs.ext4 -q -L warren-root "$root"
 		mnt=$(mktemp -d)
 		mount "$root" "$mnt"
 		from=$src
 		if [ -f "$src" ]; then
-			from=$(mktemp -d)
+			ftmp=$(mktemp -d)
+			from=$ftmp
 			mount -t erofs -o ro "$src" "$from"
 		fi
 		cp -a "$from"/. "$mnt"/
@@ -334,9 +356,10 @@ start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | 
 		else
 			install_grub_efi "$esp" "$kver"
 		fi
-		[ "$from" = "$src" ] || { umount "$from"; rmdir "$from"; }
+		[ -z "$ftmp" ] || { umount "$ftmp"; rmdir "$ftmp"; ftmp=; }
 		umount "$mnt"
 		rmdir "$mnt"
+		mnt=
 	' _ "$raw" "$src" "$kroot" "$rs" "$fw"
 }
 

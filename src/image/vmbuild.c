@@ -50,8 +50,10 @@ static void last_line(int fd, char *msg, size_t cap)
 		memmove(msg, nl + 1, strlen(nl + 1) + 1);
 }
 
+/* tmpdir: the build's stage directory, the script's TMPDIR: whatever it or
+ * its tools leave there (a killed build included) goes with the stage. */
 static int run_script(const struct wr_image_build_vm_opts *o, const char *blob, const char *out,
-		      uint64_t size, wr_err *err)
+		      const char *tmpdir, uint64_t size, wr_err *err)
 {
 	char sz[32];
 	snprintf(sz, sizeof(sz), "%" PRIu64, size);
@@ -72,7 +74,10 @@ static int run_script(const struct wr_image_build_vm_opts *o, const char *blob, 
 	const char *m = getenv("WARREN_DEBIAN_MIRROR");
 	if (m && asprintf(&mirror, "WARREN_DEBIAN_MIRROR=%s", m) < 0)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", mirror, NULL};
+	_cleanup_free_ char *tmpenv = NULL;
+	if (asprintf(&tmpenv, "TMPDIR=%s", tmpdir) < 0)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", tmpenv, mirror, NULL};
 	_cleanup_close_ int errfd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (errfd < 0)
 		return wr_err_sys(err, "build-vm: temporary file");
@@ -125,10 +130,12 @@ static int build(struct wr_image_store *s, const struct wr_image_build_vm_opts *
 				 "image",
 				 o->image);
 	} else if ((r = wri_stage_new(s, &st, err)) == 0) {
-		if (asprintf(&disk, "%s/tmp/%s/disk.qcow2", s->dir, st.name) < 0)
+		_cleanup_free_ char *stdir = NULL;
+		if (asprintf(&stdir, "%s/tmp/%s", s->dir, st.name) < 0 ||
+		    asprintf(&disk, "%s/disk.qcow2", stdir) < 0)
 			r = wr_err_set(err, ENOMEM, "out of memory");
 		else
-			r = run_script(o, blob, disk, size, err);
+			r = run_script(o, blob, disk, stdir, size, err);
 	}
 	if (r == 0) {
 		_cleanup_close_ int fd =

@@ -645,6 +645,19 @@ def test_build_vm_boots_from_the_store_and_the_base_stays(fresh_daemon, build, t
         r = c.post("/v1/images/build-vm", {"image": "busy:1", "ref": "busy:vm"})
         assert r.status == 400 and r.error == ("invalid_argument", "image"), r
         assert "qemu-guest-agent" in r.json()["error"]["message"], r
+        # the script itself, refusing that image: its temporary mount
+        # points are unmounted and gone, not left in TMPDIR (warrend gives
+        # it the build's stage directory)
+        busy_blob = d.state / "images/blobs/sha256" / c.get("/v1/images/busy:1").json()[
+            "digest"][7:]
+        tmpd = d.state / "script-tmp"
+        tmpd.mkdir()
+        p = subprocess.run([str(ROOT / "scripts/mkvmimage.sh"), "--from", str(busy_blob),
+                            "--kernel-root", str(kroot), "--out", str(d.state / "busy.qcow2"),
+                            "--size", str(1 << 30)], capture_output=True, text=True,
+                           env=dict(os.environ, TMPDIR=str(tmpd)), timeout=600)
+        assert p.returncode == 3 and "qemu-guest-agent" in p.stderr, p.stderr
+        assert list(tmpd.iterdir()) == [] and not (d.state / "busy.qcow2").exists()
         r = c.post("/v1/images/build-vm", {"image": "debian:vm", "size": "1M"})
         assert r.status == 400 and r.error[1] == "size", r
         r = c.post("/v1/images/build-vm", {"image": "nosuch:1"})
