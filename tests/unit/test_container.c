@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -207,6 +208,59 @@ static void test_exec_basic(void **state)
 	/* the cgroup namespace hides every host cgroup path */
 	res = run(sb, 0, "cat /tmp/f; grep -vc ':/$' /proc/self/cgroup");
 	assert_string_equal(res.out, "data\n0\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+/* Commands run in PID 1's process tree (what CRIU dumps), through a double
+ * fork in the sandbox's PID namespace; their results still come from the
+ * host kernel. With WARREN_EXEC_CLONE_PARENT=1 (the path of kernels before
+ * 6.15) they are the caller's children, outside the tree. */
+static void test_command_in_pid1_tree(void **state)
+{
+	(void)state;
+	const char *v = getenv("WARREN_EXEC_CLONE_PARENT");
+	bool clone_parent = v && *v && strcmp(v, "0") != 0;
+	struct wr_sandbox *sb = mk(0);
+	/* the parent, seen from inside: PID 1, or none in the namespace (0) */
+	struct wr_exec_result res = run(sb, 0, "sleep 0.2; grep PPid /proc/$$/status");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_string_equal(res.out, clone_parent ? "PPid:\t0\n" : "PPid:\t1\n");
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "exit 42");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_int_equal(res.exit_code, 42);
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "kill -TERM $$");
+	assert_int_equal(res.reason, WR_EXIT_SIGNALED);
+	assert_int_equal(res.signal, SIGTERM);
+	assert_int_equal(res.exit_code, 128 + SIGTERM);
+	wr_exec_result_free(&res);
+	res = run(sb, 300, "sleep 1000");
+	assert_int_equal(res.reason, WR_EXIT_TIMEOUT);
+	assert_int_equal(res.exit_code, 128 + SIGKILL);
+	wr_exec_result_free(&res);
+	const char *missing[] = {"/no/such/command", NULL}, *noexec[] = {"/etc/passwd", NULL};
+	const char *const *argvs[] = {missing, noexec};
+	int codes[] = {127, 126};
+	for (int i = 0; i < 2; i++) {
+		struct wr_exec_spec ex = {
+		    .argv = argvs[i], .user = -1, .group = -1, .stdin_fd = -1};
+		wr_err err = NULL;
+		assert_int_equal(wr_container_exec(sb, &ex, &res, &err), 0);
+		assert_int_equal(res.reason, WR_EXIT_START_FAILED);
+		assert_int_equal(res.exit_code, codes[i]);
+		wr_exec_result_free(&res);
+	}
+	/* nothing of those is left, not even a zombie, once PID 1 (woken by
+	 * their SIGCHLD) has reaped them */
+	res = run(sb, 0,
+		  "i=0; while grep -q '^State:.Z' /proc/[0-9]*/status 2>/dev/null; do "
+		  "[ $i -lt 250 ] || break; i=$((i+1)); sleep 0.02; done; "
+		  "grep -l '^State:.Z' /proc/[0-9]*/status 2>/dev/null | wc -l; "
+		  "set -- /proc/[0-9]*; echo $#");
+	/* PID 1 and this shell */
+	assert_string_equal(res.out, "0\n2\n");
 	wr_exec_result_free(&res);
 	destroy(&sb);
 }
@@ -837,7 +891,23 @@ static void test_reclaimed_image_frees_its_space(void **state)
 
 int main(void)
 {
+	/* WARREN_EXEC_CLONE_PARENT=1: the command path of kernels before 6.15,
+	 * run by a test of its own (tests/meson.build): what commands do. */
+	const struct CMUnitTest clone_parent[] = {
+	    cmocka_unit_test(test_exec_basic),
+	    cmocka_unit_test(test_command_in_pid1_tree),
+	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
+	    cmocka_unit_test(test_background_outlives_command_until_destroy),
+	    cmocka_unit_test(test_oom_is_reported),
+	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
+	    cmocka_unit_test(test_exec_from_a_caller_with_many_fds),
+	    cmocka_unit_test(test_exec_ctl_kills_the_tree),
+	};
+	const char *v = getenv("WARREN_EXEC_CLONE_PARENT");
+	if (v && *v && strcmp(v, "0") != 0)
+		return cmocka_run_group_tests(clone_parent, group_setup, group_teardown);
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_command_in_pid1_tree),
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
