@@ -4,8 +4,9 @@
  *
  *   P  leaf cgroup cmd-N -> pipes -> clone H (sharing P's memory and fd
  *      table), which joins cmd-N in every hierarchy
- *   H  setns(pidfd of PID 1: user, mnt, pid, ipc, uts, net) -> unshare
- *      cgroupns (rooted at cmd-N) -> clone I (in the sandbox's PID
+ *   H  setns(pidfd of PID 1: user, mnt, pid, ipc, uts, net, then cgroup:
+ *      PID 1's cgroup namespace, rooted at the sandbox's cgroup, where C
+ *      sees its leaf as /cmd-N) -> clone I (in the sandbox's PID
  *      namespace, sharing the fd table) -> reap I -> exit
  *   I  clone C (CLONE_PIDFD: C's pidfd lands in P's fd table) -> exit, so
  *      C is reparented to the sandbox's PID 1 (warren-init reaps it) and
@@ -278,7 +279,10 @@ static SPAWN_FN int helper_main(void *arg)
 	}
 	if (wr_ns_join(a->init_pidfd, &a->herr) < 0)
 		_exit(1);
-	if (unshare(CLONE_NEWCGROUP) < 0) {
+	/* PID 1's cgroup namespace, not one of our own rooted at cmd-N: CRIU
+	 * cannot dump nested cgroup namespaces. Invariant: after the user
+	 * namespace (we need CAP_SYS_ADMIN over the one that owns it). */
+	if (setns(a->init_pidfd, CLONE_NEWCGROUP) < 0) {
 		wr_cerr_sys(&a->herr, "cgroup namespace");
 		_exit(1);
 	}

@@ -205,9 +205,8 @@ static void test_exec_basic(void **state)
 	/* a second command sees the first one's files */
 	res = run(sb, 0, "echo data > /tmp/f");
 	wr_exec_result_free(&res);
-	/* the cgroup namespace hides every host cgroup path */
-	res = run(sb, 0, "cat /tmp/f; grep -vc ':/$' /proc/self/cgroup");
-	assert_string_equal(res.out, "data\n0\n");
+	res = run(sb, 0, "cat /tmp/f");
+	assert_string_equal(res.out, "data\n");
 	wr_exec_result_free(&res);
 	destroy(&sb);
 }
@@ -262,6 +261,54 @@ static void test_command_in_pid1_tree(void **state)
 	/* PID 1 and this shell */
 	assert_string_equal(res.out, "0\n2\n");
 	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+/* Commands join PID 1's cgroup namespace (CRIU cannot dump a nested one):
+ * rooted at the sandbox's cgroup, so a command sees its own leaf as /cmd-N
+ * (/../cmd-N on pure v2, where PID 1 is in the leaf init) and no host path,
+ * and no other sandbox's cgroup is reachable from it. */
+static void test_commands_share_pid1_cgroup_namespace(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0), *other = mk(0);
+	struct wr_exec_result res =
+	    run(sb, 0,
+		"readlink /proc/self/ns/cgroup; cat /proc/self/cgroup; "
+		"ls -A /sys/fs/cgroup | wc -l; mkdir /tmp/cg; "
+		"mount -t cgroup2 none /tmp/cg 2>/dev/null || echo no-mount");
+	assert_int_equal(res.exit_code, 0);
+	char path[64], ns[64] = {0};
+	snprintf(path, sizeof(path), "/proc/%d/ns/cgroup", (int)wr_sandbox_init_pid(sb));
+	assert_true(readlink(path, ns, sizeof(ns) - 1) > 0);
+	/* the same namespace as PID 1's */
+	assert_true(strncmp(res.out, ns, strlen(ns)) == 0 && res.out[strlen(ns)] == '\n');
+	/* each line: the namespace's root, or the command's own leaf below it */
+	char *save = NULL, *copy = strdup(res.out);
+	int lines = 0, own = 0;
+	for (char *l = strtok_r(strchr(copy, '\n') + 1, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char *where = strchr(l, ':') ? strchr(strchr(l, ':') + 1, ':') : NULL;
+		if (where == NULL)
+			break; /* past /proc/self/cgroup */
+		lines++;
+		where++;
+		if (strncmp(where, "/../", 4) == 0)
+			where += 3;
+		if (strncmp(where, "/cmd-", 5) == 0 && strspn(where + 5, "0123456789") > 0)
+			own++;
+		else
+			assert_string_equal(where, "/");
+	}
+	free(copy);
+	assert_true(lines > 0);
+	assert_true(own > 0); /* memory and the unified hierarchy at least */
+	assert_null(strstr(res.out, g_base));
+	assert_null(strstr(res.out, wr_sandbox_id(sb)));
+	/* no cgroup file system inside, and none can be mounted */
+	assert_non_null(strstr(res.out, "\n0\nno-mount\n"));
+	wr_exec_result_free(&res);
+	destroy(&other);
 	destroy(&sb);
 }
 
@@ -896,6 +943,7 @@ int main(void)
 	const struct CMUnitTest clone_parent[] = {
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_command_in_pid1_tree),
+	    cmocka_unit_test(test_commands_share_pid1_cgroup_namespace),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
 	    cmocka_unit_test(test_oom_is_reported),
@@ -908,6 +956,7 @@ int main(void)
 		return cmocka_run_group_tests(clone_parent, group_setup, group_teardown);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_command_in_pid1_tree),
+	    cmocka_unit_test(test_commands_share_pid1_cgroup_namespace),
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
