@@ -312,6 +312,22 @@ static void test_commands_share_pid1_cgroup_namespace(void **state)
 	destroy(&sb);
 }
 
+/* PID 1 leads its own session and process group (CRIU refuses a session
+ * leader outside the PID namespace), seen from the host and from inside. */
+static void test_pid1_leads_its_session(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	pid_t init = wr_sandbox_init_pid(sb);
+	assert_int_equal(getsid(init), init);
+	assert_int_equal(getpgid(init), init);
+	/* fields 5 and 6 of /proc/1/stat: pgrp and session (0: outside) */
+	struct wr_exec_result res = run(sb, 0, "cut -d' ' -f5,6 /proc/1/stat");
+	assert_string_equal(res.out, "1 1\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
 static void test_timeout_kills_tree_and_sandbox_lives_on(void **state)
 {
 	(void)state;
@@ -955,6 +971,7 @@ int main(void)
 	if (v && *v && strcmp(v, "0") != 0)
 		return cmocka_run_group_tests(clone_parent, group_setup, group_teardown);
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_pid1_leads_its_session),
 	    cmocka_unit_test(test_command_in_pid1_tree),
 	    cmocka_unit_test(test_commands_share_pid1_cgroup_namespace),
 	    cmocka_unit_test(test_exec_basic),
