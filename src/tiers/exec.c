@@ -14,7 +14,8 @@
  *      (Kernels that keep no exit status for a pidfd, before 6.15, or
  *      WARREN_EXEC_CLONE_PARENT=1: no I; H clones C with CLONE_PARENT, C
  *      is P's child and P reaps it. Decided once, at the first command.)
- *   C  stdio -> cwd resolved inside the root -> rlimits -> user + caps
+ *   C  own session (setsid; a pty becomes its controlling terminal) ->
+ *      stdio -> cwd resolved inside the root -> rlimits -> user + caps
  *      -> no_new_privs -> Landlock -> close-on-exec every fd > 2
  *      -> seccomp (last) -> execvpe; a failure is reported on a
  *      close-on-exec pipe (EOF on it = exec succeeded).
@@ -175,7 +176,15 @@ static SPAWN_FN int command_main(void *arg)
 		if (sig != SIGKILL && sig != SIGSTOP)
 			syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (a->pty && (setsid() < 0 || ioctl(a->fd_in, TIOCSCTTY, 0) < 0)) {
+	/* A session and process group of its own, with or without a
+	 * terminal: it would otherwise stay in the caller's (warrend's), whose
+	 * leader is outside the sandbox's PID namespace; CRIU refuses to dump
+	 * such a process, and a kill(0) inside would aim at that group. */
+	if (setsid() < 0) {
+		wr_cerr_sys(e, "setsid");
+		cmd_fail(a, 126);
+	}
+	if (a->pty && ioctl(a->fd_in, TIOCSCTTY, 0) < 0) {
 		wr_cerr_sys(e, "controlling terminal");
 		cmd_fail(a, 126);
 	}

@@ -226,6 +226,13 @@ static void test_command_in_pid1_tree(void **state)
 	assert_int_equal(res.reason, WR_EXIT_EXITED);
 	assert_string_equal(res.out, clone_parent ? "PPid:\t0\n" : "PPid:\t1\n");
 	wr_exec_result_free(&res);
+	/* it leads a session and process group of its own (fields 5, 6 of its
+	 * stat; 0 0 when they were the caller's, outside the namespace) */
+	res = run(sb, 0, "echo $$ $$; cut -d' ' -f5,6 /proc/$$/stat");
+	char *nl = strchr(res.out, '\n');
+	assert_non_null(nl);
+	assert_true(strncmp(res.out, nl + 1, (size_t)(nl - res.out)) == 0);
+	wr_exec_result_free(&res);
 	res = run(sb, 0, "exit 42");
 	assert_int_equal(res.reason, WR_EXIT_EXITED);
 	assert_int_equal(res.exit_code, 42);
