@@ -8,9 +8,12 @@
  *      PID 1's cgroup namespace, rooted at the sandbox's cgroup, where C
  *      sees its leaf as /cmd-N) -> clone I (in the sandbox's PID
  *      namespace, sharing the fd table) -> reap I -> exit
- *   I  clone C (CLONE_PIDFD: C's pidfd lands in P's fd table) -> exit, so
- *      C is reparented to the sandbox's PID 1 (warren-init reaps it) and
- *      sits in PID 1's process tree, which is what CRIU dumps.
+ *   I  clone C (CLONE_PIDFD: C's pidfd lands in P's fd table) -> exit at
+ *      once, so C is reparented to the sandbox's PID 1 (warren-init reaps
+ *      it) and sits in PID 1's process tree, which is what CRIU dumps. C
+ *      waits until H has reaped I (the command never sees I, a host root
+ *      process with P's memory); H then waits until C exec'd or exited (a
+ *      futex word the kernel clears: CLONE_CHILD_CLEARTID) before it exits.
  *      (Kernels that keep no exit status for a pidfd, before 6.15, or
  *      WARREN_EXEC_CLONE_PARENT=1: no I; H clones C with CLONE_PARENT, C
  *      is P's child and P reaps it. Decided once, at the first command.)
@@ -34,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <linux/securebits.h>
 #include <sys/fsuid.h>
 #include <sys/ioctl.h>
@@ -54,11 +58,11 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-/* H, I and C share P's memory (CLONE_VM|CLONE_VFORK, as posix_spawn does):
- * no page tables are copied, and they report through this struct. P is
- * suspended until H exits; H until I exits (it reaps I); I until C execs or
- * exits. So when P resumes, C's pid or pidfd and any start failure are
- * already here.
+/* H, I and C share P's memory (CLONE_VM, as posix_spawn does): no page
+ * tables are copied, and they report through this struct. P is suspended
+ * until H exits (CLONE_VFORK); H until I exits (it reaps I) and C execs or
+ * exits (c_live; on the CLONE_PARENT path, CLONE_VFORK). So when P resumes,
+ * C's pid or pidfd and any start failure are already here.
  * Invariant: H, I and C never allocate and never return into P's frames;
  * each runs on a stack of its own and leaves with _exit/exec. */
 struct cmd_args {
@@ -79,9 +83,13 @@ struct cmd_args {
 	char *istack; /* top of I's stack */
 	char *cstack; /* top of C's stack */
 	/* results */
-	pid_t cpid;	     /* CLONE_PARENT: set by the kernel when H clones C */
-	int cpidfd;	     /* in_tree: set by the kernel when I clones C (-1 before) */
-	bool cpidfd_set;     /* cpidfd names an fd: I's clone returned, or C ran */
+	pid_t cpid;	 /* CLONE_PARENT: set by the kernel when H clones C */
+	int cpidfd;	 /* in_tree: set by the kernel when I clones C (-1 before) */
+	bool cpidfd_set; /* cpidfd names an fd: I's clone returned, or C ran */
+	/* in_tree: futex words. c_live: non-zero until the kernel clears it
+	 * (CLONE_CHILD_CLEARTID) when C execs or exits; i_gone: set by H once
+	 * I is reaped. */
+	uint32_t c_live, i_gone;
 	int start_failed;    /* set by C when it exits instead of exec'ing */
 	struct wr_cerr herr; /* H's failure */
 	struct wr_cerr cerr; /* C's failure */
@@ -158,6 +166,13 @@ static SPAWN_FN int command_main(void *arg)
 	 * installed in P's fd table (kernel: fd_install before the wake-up),
 	 * even if I is killed before its clone returns. */
 	a->cpidfd_set = true;
+	/* Invariant: I is gone (reaped by H) before the command runs: I is a
+	 * process of the host's (root, warrend's memory) in the sandbox's PID
+	 * namespace, which the command must never see. We are PID 1's child
+	 * from here on. */
+	if (a->in_tree)
+		while (__atomic_load_n(&a->i_gone, __ATOMIC_ACQUIRE) == 0)
+			syscall(SYS_futex, &a->i_gone, FUTEX_WAIT, 0, NULL, NULL, 0);
 	/* The command starts with default signal dispositions and nothing
 	 * blocked, whatever the calling process (a CLI ignoring SIGPIPE, a
 	 * daemon blocking SIGTERM for sigwait) had: ignored signals and the
@@ -264,11 +279,15 @@ static SPAWN_FN int intermediate_main(void *arg)
 	/* CLONE_PIDFD: the kernel stores C's pidfd (close-on-exec) in
 	 * a->cpidfd and installs it in the fd table we share with H and P, so
 	 * P holds it even if we are killed right after: C's end is then
-	 * observed from the host kernel (PIDFD_INFO_EXIT), whoever reaps it. */
-	int pid = clone(command_main, a->cstack, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, a,
-			&a->cpidfd);
+	 * observed from the host kernel (PIDFD_INFO_EXIT), whoever reaps it.
+	 * No CLONE_VFORK: we exit at once, and H waits for C's exec or exit
+	 * instead (CLONE_CHILD_CLEARTID clears c_live at either). */
+	int pid =
+	    clone(command_main, a->cstack, CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID | SIGCHLD,
+		  a, &a->cpidfd, NULL, &a->c_live);
 	if (pid < 0) {
 		wr_cerr_sys(&a->herr, "start command");
+		__atomic_store_n(&a->c_live, 0, __ATOMIC_RELEASE);
 		_exit(1);
 	}
 	a->cpidfd_set = true;
@@ -303,9 +322,17 @@ static SPAWN_FN int helper_main(void *arg)
 			wr_cerr_sys(&a->herr, "start command");
 			_exit(1);
 		}
-		/* I exited (CLONE_VFORK) or is about to: ours to reap. */
+		/* I exited (CLONE_VFORK) or is about to: ours to reap. Then C
+		 * may go on (it waits for i_gone before anything else). */
 		while (waitpid(ipid, NULL, __WALL) < 0 && errno == EINTR)
 			;
+		__atomic_store_n(&a->i_gone, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &a->i_gone, FUTEX_WAKE, 1, NULL, NULL, 0);
+		/* P must not resume while C runs on its stack in P's memory:
+		 * wait for C's exec or exit (I clears c_live itself when it
+		 * could not start C). */
+		for (uint32_t v; (v = __atomic_load_n(&a->c_live, __ATOMIC_ACQUIRE)) != 0;)
+			syscall(SYS_futex, &a->c_live, FUTEX_WAIT, v, NULL, NULL, 0);
 		_exit(0);
 	}
 	/* CLONE_PARENT: C becomes P's child, so P reaps it and reads its real
@@ -720,6 +747,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	ca.envp = envp;
 	ca.seccomp = prog;
 	ca.in_tree = in_tree();
+	ca.c_live = 1;
 	ca.istack = stacks + I_STACK_TOP;
 	ca.cstack = stacks + C_STACK_TOP;
 	/* Returns once H has exited, i.e. after C exec'd or failed (and I,
