@@ -1,8 +1,10 @@
 /* warren-init: PID 1 of a container sandbox.
  *
  * A reaper and nothing else: it never runs a command on anyone's behalf and
- * reads no input. Commands enter the sandbox from the host (setns), so their
- * orphans are reparented here and reaped. It exits only on SIGTERM or SIGINT
+ * reads no input. Commands enter the sandbox from the host (setns) and are
+ * reparented here as they start (exec.c: the double fork), so we reap them
+ * and their orphans; their exit status reaches the host through its own
+ * pidfds (PIDFD_INFO_EXIT), never through us. It exits only on SIGTERM or SIGINT
  * sent from outside the sandbox (si_pid == 0 in our PID namespace means the
  * sender lives in an ancestor namespace); its exit tears down the PID
  * namespace.

@@ -10,6 +10,7 @@
 #include <linux/sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -161,6 +162,16 @@ struct wr_clone_args {
 	uint64_t cgroup;
 };
 /* P_PIDFD is in glibc 2.36's idtype_t enum (sys/wait.h). */
+/* PIDFD_GET_INFO (linux/pidfd.h of 6.13; the exit status since 6.15),
+ * newer than our headers. */
+struct wr_pidfd_info {
+	uint64_t mask, cgroupid;
+	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
+	int32_t exit_code;
+};
+#define WR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wr_pidfd_info)
+#define WR_PIDFD_INFO_PID (1ull << 0)
+#define WR_PIDFD_INFO_EXIT (1ull << 3)
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif

@@ -348,3 +348,88 @@ int wr_run_tool(char *const *argv, wr_err *err)
 		return wr_err_set(err, EIO, "%s failed: %s", argv[0], msg[0] ? msg : "?");
 	return 0;
 }
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "common/compat.h"
+
+int wr_pidfd_exit_status(int pidfd)
+{
+	struct pollfd pf = {.fd = pidfd, .events = POLLIN};
+	if (poll(&pf, 1, 0) != 1 || !(pf.revents & POLLIN))
+		return -1; /* still running (or not a pidfd) */
+	for (int tries = 0; tries < 2000; tries++) {
+		struct wr_pidfd_info info;
+		memset(&info, 0, sizeof(info));
+		info.mask = WR_PIDFD_INFO_EXIT | WR_PIDFD_INFO_PID;
+		if (ioctl(pidfd, WR_PIDFD_GET_INFO, &info) < 0) {
+			/* Reaped, and its status not stored yet: the kernel
+			 * unhashes the task before it records the exit for
+			 * pidfds (measured on 6.18: ESRCH right after the
+			 * reap, then the status). Kernels that never record
+			 * it say ESRCH for good. */
+			if (errno != ESRCH || !wr_pidfd_exit_kept())
+				return -1;
+			usleep(100);
+			continue;
+		}
+		if (info.mask & WR_PIDFD_INFO_EXIT)
+			return info.exit_code;
+		if (!(info.mask & WR_PIDFD_INFO_PID) || info.pid == 0)
+			return -1;
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%u", info.pid);
+		_cleanup_close_ int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		struct wr_pidfd_info again = {.mask = WR_PIDFD_INFO_PID};
+		if (dfd >= 0 && ioctl(pidfd, WR_PIDFD_GET_INFO, &again) == 0 &&
+		    (again.mask & WR_PIDFD_INFO_PID) && again.pid == info.pid) {
+			_cleanup_free_ char *st = NULL;
+			if (wr_read_file_at(dfd, "stat", &st, 4096, NULL) >= 0) {
+				/* after "(comm)": field 3 onwards; exit_code is 52 */
+				char *f = strrchr(st, ')');
+				int field = 2;
+				char *sv = NULL; /* strtok_r: other threads tokenise too */
+				for (char *t = f ? strtok_r(f + 1, " \n", &sv) : NULL; t;
+				     t = strtok_r(NULL, " \n", &sv)) {
+					if (++field == 52)
+						return atoi(t);
+				}
+			}
+		}
+		/* Reaped meanwhile: PIDFD_INFO_EXIT has it on the next turn. */
+		usleep(100);
+	}
+	return -1;
+}
+
+static bool g_exit_kept;
+static pthread_once_t g_exit_kept_once = PTHREAD_ONCE_INIT;
+
+static void exit_kept_probe(void)
+{
+	int pidfd = -1;
+	struct wr_clone_args ca = {
+	    .flags = CLONE_PIDFD, .pidfd = (uint64_t)(uintptr_t)&pidfd, .exit_signal = SIGCHLD};
+	long pid = wr_clone3(&ca);
+	if (pid == 0)
+		_exit(7);
+	if (pid < 0)
+		return;
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	struct wr_pidfd_info info = {.mask = WR_PIDFD_INFO_EXIT};
+	bool kept = ioctl(pidfd, WR_PIDFD_GET_INFO, &info) == 0 &&
+		    (info.mask & WR_PIDFD_INFO_EXIT) && WIFEXITED(info.exit_code) &&
+		    WEXITSTATUS(info.exit_code) == 7;
+	close(pidfd);
+	g_exit_kept = kept;
+}
+
+bool wr_pidfd_exit_kept(void)
+{
+	pthread_once(&g_exit_kept_once, exit_kept_probe);
+	return g_exit_kept;
+}

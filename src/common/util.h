@@ -69,4 +69,17 @@ int wr_recv_fd(int sock);
  * first line of its stderr. */
 int wr_run_tool(char *const *argv, wr_err *err);
 
+/* The wait status (as waitpid reports it) of an exited process, from the
+ * host kernel through a pidfd of it, whoever its parent is and whether that
+ * parent reaped it yet: PIDFD_INFO_EXIT (Linux 6.15) once it was reaped,
+ * else the zombie's /proc/<pid>/stat (exit_code, field 52), read through a
+ * /proc/<pid> dir opened while the pidfd still showed it unreaped (so that
+ * dir is the process's, never a recycled pid's). -1 while it runs, or when
+ * the kernel cannot say (older than 6.15, and reaped). */
+int wr_pidfd_exit_status(int pidfd);
+/* Whether this kernel keeps a reaped process's exit status for its pidfds
+ * (PIDFD_INFO_EXIT): tried once on a child of our own (a fork that exits),
+ * then remembered. */
+bool wr_pidfd_exit_kept(void);
+
 #endif

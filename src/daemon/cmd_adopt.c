@@ -6,12 +6,13 @@
  * the records of every adopted sandbox: a finished one is listed with its
  * result; a running one is verified (the pid still names the same process,
  * by start time, and it lives in the sandbox's cgroup), reopened as a pidfd
- * and watched by the monitor. It is no longer our child (the previous
- * process was its parent), so its exit code comes from the pidfd
- * (PIDFD_GET_INFO, kernel 6.15+; the kernel keeps it for a pidfd opened
- * before the exit). When it cannot be known (it ended while no daemon ran,
- * or the kernel is older) the result says so: "exit_code": null,
- * "reason": "daemon_restarted". Output after a restart is not available:
+ * and watched by the monitor. It is not our child (its sandbox's PID 1 is
+ * its parent, or on kernels before 6.15 the previous process was), so its
+ * exit code comes from the pidfd (wr_pidfd_exit_status: PIDFD_GET_INFO,
+ * kernel 6.15+; the kernel keeps it for a pidfd opened before the exit).
+ * When it cannot be known (it ended while no daemon ran, or the kernel is
+ * older) the result says so: "exit_code": null, "reason":
+ * "daemon_restarted". Output after a restart is not available:
  * it went to pipes of the previous process ("output_available": false). */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,16 +34,6 @@
 #include "daemon/jsonutil.h"
 
 #define START_WAIT_MS 10000
-
-/* PIDFD_GET_INFO (linux/pidfd.h of 6.15; not in this libc's headers). */
-struct wrd_pidfd_info {
-	uint64_t mask;
-	uint64_t cgroupid;
-	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
-	int32_t exit_code;
-};
-#define WRD_PIDFD_INFO_EXIT (1ull << 3)
-#define WRD_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wrd_pidfd_info)
 
 /* ---- /proc ---------------------------------------------------------------- */
 
@@ -233,15 +223,11 @@ static bool zombie_status(pid_t pid, uint64_t ticks, int *st)
  * it for our pidfd (recorded at the reaping), if it did. */
 static json_t *exit_fields(struct wrd_cmd *c)
 {
-	struct wrd_pidfd_info info = {.mask = WRD_PIDFD_INFO_EXIT};
 	json_t *o = json_object();
 	int st = 0;
 	if (zombie_status(c->adopt_pid, c->adopt_ticks, &st)) {
 		/* st as waitpid reports it */
-	} else if (c->adopt_pidfd >= 0 && ioctl(c->adopt_pidfd, WRD_PIDFD_GET_INFO, &info) == 0 &&
-		   (info.mask & WRD_PIDFD_INFO_EXIT)) {
-		st = info.exit_code;
-	} else {
+	} else if (c->adopt_pidfd < 0 || (st = wr_pidfd_exit_status(c->adopt_pidfd)) < 0) {
 		json_object_set_new(o, "exit_code", json_null());
 		json_object_set_new(o, "reason", json_string("daemon_restarted"));
 		return o;

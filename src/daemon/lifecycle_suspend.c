@@ -90,9 +90,9 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 			    err, "keep_memory",
 			    "keep_memory: false is not offered for containers: CRIU "
 			    "works on this node, but it cannot yet dump a container "
-			    "sandbox (its commands run outside PID 1's process tree, "
-			    "in nested cgroup namespaces, with masked paths from a "
-			    "detached tmpfs) nor restore one into its kept namespaces; "
+			    "sandbox (its masked paths, /dev and /dev/shm are mounts "
+			    "of a detached tmpfs) nor restore one into its kept "
+			    "namespaces; "
 			    "a paused container keeps its memory");
 		return wr_err_field(err, "keep_memory",
 				    "keep_memory: false (memory to disk) is not offered by the %s "

@@ -12,7 +12,7 @@
  *      -> send them and cgroup.procs fds of C's cgroups to C ("go")
  *   C  join the cgroups (write "0") -> become root of the userns
  *      -> unshare cgroupns -> rootfs (overlay, /proc, /sys, /dev, masks,
- *      pivot_root) -> stdio /dev/null -> drop caps -> no_new_privs
+ *      pivot_root) -> stdio /dev/null -> setsid -> drop caps -> no_new_privs
  *      -> mark fds close-on-exec -> seccomp (last) -> execveat(warren-init)
  *   P  sync socket EOF (closed by exec) = ready; error message = failure
  *      -> keep a pidfd and an O_PATH fd of the root for file operations.
@@ -285,6 +285,13 @@ static CHILD_FN __attribute__((noreturn)) void child_run(const struct child_args
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) {
 		wr_cerr_sys(&e, "stdio");
+		child_fail(a->sync, &e);
+	}
+	/* A session (and process group) of our own: we were in the caller's,
+	 * whose leader lives outside our PID namespace, and CRIU refuses to
+	 * dump a tree whose session leader it cannot see. */
+	if (setsid() < 0) {
+		wr_cerr_sys(&e, "setsid");
 		child_fail(a->sync, &e);
 	}
 	/* Order before exec: capabilities, no_new_privs, fds, seccomp last (it

@@ -2,19 +2,31 @@
  *
  * Exec pipeline (P = this process, H = a short-lived helper, C = the command):
  *
- *   P  leaf cgroup cmd-N -> pipes -> clone3 H (CLONE_INTO_CGROUP cmd-N)
- *      -> attach H to the v1 controllers -> "go"
- *   H  setns(pidfd of PID 1: user, mnt, pid, ipc, uts, net) -> unshare
- *      cgroupns (rooted at cmd-N) -> clone3(CLONE_PARENT) C -> report C's
- *      pid -> exit. C is P's child, so P waits for it with a pidfd.
- *   C  stdio -> cwd resolved inside the root -> rlimits -> user + caps
+ *   P  leaf cgroup cmd-N -> pipes -> clone H (sharing P's memory and fd
+ *      table), which joins cmd-N in every hierarchy
+ *   H  setns(pidfd of PID 1: user, mnt, pid, ipc, uts, net, then cgroup:
+ *      PID 1's cgroup namespace, rooted at the sandbox's cgroup, where C
+ *      sees its leaf as /cmd-N) -> clone I (in the sandbox's PID
+ *      namespace, sharing the fd table) -> reap I -> exit
+ *   I  clone C (CLONE_PIDFD: C's pidfd lands in P's fd table) -> exit at
+ *      once, so C is reparented to the sandbox's PID 1 (warren-init reaps
+ *      it) and sits in PID 1's process tree, which is what CRIU dumps. C
+ *      waits until H has reaped I (the command never sees I, a host root
+ *      process with P's memory); H then waits until C exec'd or exited (a
+ *      futex word the kernel clears: CLONE_CHILD_CLEARTID) before it exits.
+ *      (Kernels that keep no exit status for a pidfd, before 6.15, or
+ *      WARREN_EXEC_CLONE_PARENT=1: no I; H clones C with CLONE_PARENT, C
+ *      is P's child and P reaps it. Decided once, at the first command.)
+ *   C  own session (setsid; a pty becomes its controlling terminal) ->
+ *      stdio -> cwd resolved inside the root -> rlimits -> user + caps
  *      -> no_new_privs -> Landlock -> close-on-exec every fd > 2
  *      -> seccomp (last) -> execvpe; a failure is reported on a
  *      close-on-exec pipe (EOF on it = exec succeeded).
  *   P  pumps stdout/stderr (capped per stream), waits on the pidfd with the
  *      deadline; at the deadline it kills cmd-N with cgroup.kill, which
  *      takes double-forked, setsid'd descendants too. Exit status comes from
- *      waitid, OOM from the memory cgroup's counters, usage from the
+ *      the host kernel through C's pidfd (PIDFD_INFO_EXIT; waitid for P's
+ *      child), OOM from the memory cgroup's counters, usage from the
  *      command's cgroup: nothing is taken from inside the sandbox.
  */
 #include <errno.h>
@@ -25,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <linux/securebits.h>
 #include <sys/fsuid.h>
 #include <sys/ioctl.h>
@@ -45,12 +58,13 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-/* H and C share P's memory (CLONE_VM|CLONE_VFORK, as posix_spawn does):
- * no page tables are copied, and they report through this struct. P is
- * suspended until H exits; H is suspended until C execs or exits. So when
- * P resumes, cpid and any start failure are already here.
- * Invariant: H and C never allocate and never return into P's frames; they
- * run on stacks of their own and leave with _exit/exec. */
+/* H, I and C share P's memory (CLONE_VM, as posix_spawn does): no page
+ * tables are copied, and they report through this struct. P is suspended
+ * until H exits (CLONE_VFORK); H until I exits (it reaps I) and C execs or
+ * exits (c_live; on the CLONE_PARENT path, CLONE_VFORK). So when P resumes,
+ * C's pid or pidfd and any start failure are already here.
+ * Invariant: H, I and C never allocate and never return into P's frames;
+ * each runs on a stack of its own and leaves with _exit/exec. */
 struct cmd_args {
 	int procs[8]; /* cgroup.procs of the command's leaf, per hierarchy */
 	int nprocs;
@@ -65,15 +79,26 @@ struct cmd_args {
 	char *const *argv;
 	char *const *envp;
 	const struct wr_seccomp_prog *seccomp;
+	bool in_tree; /* C goes into PID 1's tree (through I) */
+	char *istack; /* top of I's stack */
 	char *cstack; /* top of C's stack */
 	/* results */
-	pid_t cpid;	     /* set by the kernel when H clones C */
+	pid_t cpid;	 /* CLONE_PARENT: set by the kernel when H clones C */
+	int cpidfd;	 /* in_tree: set by the kernel when I clones C (-1 before) */
+	bool cpidfd_set; /* cpidfd names an fd: I's clone returned, or C ran */
+	/* in_tree: futex words. c_live: non-zero until the kernel clears it
+	 * (CLONE_CHILD_CLEARTID) when C execs or exits; i_gone: set by H once
+	 * I is reaped. */
+	uint32_t c_live, i_gone;
 	int start_failed;    /* set by C when it exits instead of exec'ing */
 	struct wr_cerr herr; /* H's failure */
 	struct wr_cerr cerr; /* C's failure */
 };
 
-#define SPAWN_STACK (WR_SPAWN_STACK / 2) /* H's, then C's */
+/* The spawn stack, low to high: H's, I's, C's (stacks grow down). */
+#define H_STACK_TOP (WR_SPAWN_STACK / 4)
+#define I_STACK_TOP (WR_SPAWN_STACK / 2)
+#define C_STACK_TOP WR_SPAWN_STACK
 
 /* ---- spawn stacks (also used by create) ----------------------------------- */
 
@@ -122,7 +147,7 @@ void wr_spawn_stack_put(char *stack)
 	munmap(stack, WR_SPAWN_STACK);
 }
 
-/* H and C run on stacks ASan does not know; they are not instrumented
+/* H, I and C run on stacks ASan does not know; they are not instrumented
  * (ASan would otherwise warn about a stack switch at every _exit). */
 #define SPAWN_FN __attribute__((no_sanitize_address))
 
@@ -137,6 +162,17 @@ static SPAWN_FN int command_main(void *arg)
 {
 	struct cmd_args *a = arg;
 	struct wr_cerr *e = &a->cerr;
+	/* We run, so the clone that made us is complete and our pidfd is
+	 * installed in P's fd table (kernel: fd_install before the wake-up),
+	 * even if I is killed before its clone returns. */
+	a->cpidfd_set = true;
+	/* Invariant: I is gone (reaped by H) before the command runs: I is a
+	 * process of the host's (root, warrend's memory) in the sandbox's PID
+	 * namespace, which the command must never see. We are PID 1's child
+	 * from here on. */
+	if (a->in_tree)
+		while (__atomic_load_n(&a->i_gone, __ATOMIC_ACQUIRE) == 0)
+			syscall(SYS_futex, &a->i_gone, FUTEX_WAIT, 0, NULL, NULL, 0);
 	/* The command starts with default signal dispositions and nothing
 	 * blocked, whatever the calling process (a CLI ignoring SIGPIPE, a
 	 * daemon blocking SIGTERM for sigwait) had: ignored signals and the
@@ -155,7 +191,15 @@ static SPAWN_FN int command_main(void *arg)
 		if (sig != SIGKILL && sig != SIGSTOP)
 			syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(dfl.mask));
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (a->pty && (setsid() < 0 || ioctl(a->fd_in, TIOCSCTTY, 0) < 0)) {
+	/* A session and process group of its own, with or without a
+	 * terminal: it would otherwise stay in the caller's (warrend's), whose
+	 * leader is outside the sandbox's PID namespace; CRIU refuses to dump
+	 * such a process, and a kill(0) inside would aim at that group. */
+	if (setsid() < 0) {
+		wr_cerr_sys(e, "setsid");
+		cmd_fail(a, 126);
+	}
+	if (a->pty && ioctl(a->fd_in, TIOCSCTTY, 0) < 0) {
 		wr_cerr_sys(e, "controlling terminal");
 		cmd_fail(a, 126);
 	}
@@ -225,8 +269,33 @@ static SPAWN_FN int command_main(void *arg)
 	cmd_fail(a, saved == ENOENT ? 127 : 126);
 }
 
+/* I: the first process of the command in the sandbox's PID namespace.
+ * Its child C is reparented to that namespace's reaper, PID 1, when I
+ * exits: the kernel picks the reaper from the exiting parent's own PID
+ * namespace, and H's is the host's. */
+static SPAWN_FN int intermediate_main(void *arg)
+{
+	struct cmd_args *a = arg;
+	/* CLONE_PIDFD: the kernel stores C's pidfd (close-on-exec) in
+	 * a->cpidfd and installs it in the fd table we share with H and P, so
+	 * P holds it even if we are killed right after: C's end is then
+	 * observed from the host kernel (PIDFD_INFO_EXIT), whoever reaps it.
+	 * No CLONE_VFORK: we exit at once, and H waits for C's exec or exit
+	 * instead (CLONE_CHILD_CLEARTID clears c_live at either). */
+	int pid =
+	    clone(command_main, a->cstack, CLONE_VM | CLONE_PIDFD | CLONE_CHILD_CLEARTID | SIGCHLD,
+		  a, &a->cpidfd, NULL, &a->c_live);
+	if (pid < 0) {
+		wr_cerr_sys(&a->herr, "start command");
+		__atomic_store_n(&a->c_live, 0, __ATOMIC_RELEASE);
+		_exit(1);
+	}
+	a->cpidfd_set = true;
+	_exit(0);
+}
+
 /* H: joins the command's cgroups and the sandbox's namespaces, then starts
- * C as P's child. */
+ * C, in PID 1's tree through I, or as P's child (CLONE_PARENT). */
 static SPAWN_FN int helper_main(void *arg)
 {
 	struct cmd_args *a = arg;
@@ -238,9 +307,33 @@ static SPAWN_FN int helper_main(void *arg)
 	}
 	if (wr_ns_join(a->init_pidfd, &a->herr) < 0)
 		_exit(1);
-	if (unshare(CLONE_NEWCGROUP) < 0) {
+	/* PID 1's cgroup namespace, not one of our own rooted at cmd-N: CRIU
+	 * cannot dump nested cgroup namespaces. Invariant: after the user
+	 * namespace (we need CAP_SYS_ADMIN over the one that owns it). */
+	if (setns(a->init_pidfd, CLONE_NEWCGROUP) < 0) {
 		wr_cerr_sys(&a->herr, "cgroup namespace");
 		_exit(1);
+	}
+	if (a->in_tree) {
+		/* CLONE_FILES: I's fd table is P's, where C's pidfd must land. */
+		int ipid = clone(intermediate_main, a->istack,
+				 CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, a);
+		if (ipid < 0) {
+			wr_cerr_sys(&a->herr, "start command");
+			_exit(1);
+		}
+		/* I exited (CLONE_VFORK) or is about to: ours to reap. Then C
+		 * may go on (it waits for i_gone before anything else). */
+		while (waitpid(ipid, NULL, __WALL) < 0 && errno == EINTR)
+			;
+		__atomic_store_n(&a->i_gone, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &a->i_gone, FUTEX_WAKE, 1, NULL, NULL, 0);
+		/* P must not resume while C runs on its stack in P's memory:
+		 * wait for C's exec or exit (I clears c_live itself when it
+		 * could not start C). */
+		for (uint32_t v; (v = __atomic_load_n(&a->c_live, __ATOMIC_ACQUIRE)) != 0;)
+			syscall(SYS_futex, &a->c_live, FUTEX_WAIT, v, NULL, NULL, 0);
+		_exit(0);
 	}
 	/* CLONE_PARENT: C becomes P's child, so P reaps it and reads its real
 	 * exit status; H is not in the PID namespace, C is. */
@@ -378,6 +471,7 @@ static int pipe_nb(int p[2], wr_err *err)
 void wr_exec_ctl_init(struct wr_exec_ctl *c)
 {
 	memset(c, 0, sizeof(*c));
+	c->pidfd = -1;
 	c->done_fd = -1;
 	pthread_mutex_init(&c->lock, NULL);
 }
@@ -399,11 +493,11 @@ int wr_exec_ctl_kill(struct wr_exec_ctl *c)
 int wr_exec_ctl_pidfd(struct wr_exec_ctl *c)
 {
 	pthread_mutex_lock(&c->lock);
-	/* Invariant: pid is cleared before exec reaps the command, so while it
-	 * is set it names our unreaped child, never a recycled pid. */
-	int fd = c->pid > 0 ? wr_pidfd_open(c->pid, 0) : -1;
-	int r = c->pid > 0 ? (fd >= 0 ? fd : -errno) : -ESRCH;
-	if (c->pid <= 0 && c->done_fd >= 0) /* a guest's command: its end */
+	/* Invariant: the pidfd is withdrawn before exec closes it. */
+	int fd = -1, r = -ESRCH;
+	if (c->pidfd >= 0)
+		r = (fd = fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3)) >= 0 ? fd : -errno;
+	else if (c->done_fd >= 0) /* a guest's command: its end */
 		r = (fd = fcntl(c->done_fd, F_DUPFD_CLOEXEC, 3)) >= 0 ? fd : -errno;
 	pthread_mutex_unlock(&c->lock);
 	return r;
@@ -413,11 +507,14 @@ pid_t wr_exec_ctl_ns_pid(struct wr_exec_ctl *c)
 {
 	pid_t ns = 0;
 	pthread_mutex_lock(&c->lock);
-	if (c->pid > 0) {
+	if (c->pidfd >= 0) {
+		/* From the pidfd, not /proc/<pid>: the command is not our child
+		 * (PID 1 reaps it), so its pid may be recycled once it ended. */
 		char path[64], *st = NULL;
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)c->pid);
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", c->pidfd);
 		if (wr_read_file_at(AT_FDCWD, path, &st, 65536, NULL) >= 0) {
-			/* "NSpid:\t<host>\t<inside>": the last one is ours */
+			/* "NSpid:\t<host>\t<inside>": the last one is ours (-1
+			 * once it exited) */
 			char *l = strstr(st, "\nNSpid:");
 			char *e = l ? strchr(l + 1, '\n') : NULL;
 			if (e)
@@ -428,19 +525,19 @@ pid_t wr_exec_ctl_ns_pid(struct wr_exec_ctl *c)
 		free(st);
 	}
 	pthread_mutex_unlock(&c->lock);
-	return ns;
+	return ns > 0 ? ns : 0;
 }
 
-static void ctl_set(struct wr_exec_ctl *c, struct wr_cgroup *leaf, pid_t pid)
+static void ctl_set(struct wr_exec_ctl *c, struct wr_cgroup *leaf, int pidfd)
 {
 	if (c == NULL)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->leaf = leaf;
-	c->pid = pid;
+	c->pidfd = pidfd;
 	/* A kill that came while the helper was still joining the leaf did not
 	 * reach it: repeat it now that the command is in. */
-	if (c->kill && leaf && pid > 0)
+	if (c->kill && leaf && pidfd >= 0)
 		wr_cgroup_kill(leaf, NULL);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -488,6 +585,34 @@ static int open_pty(struct wr_sandbox *sb, const struct wr_exec_spec *spec, int 
 	return 0;
 }
 
+/* Whether commands go into PID 1's process tree (through I), decided once:
+ * only where the kernel keeps their exit status for our pidfd, since PID 1
+ * reaps them. WARREN_EXEC_CLONE_PARENT=1 keeps them P's children (the path
+ * of older kernels), so tests run that path here too. */
+static pthread_once_t g_tree_once = PTHREAD_ONCE_INIT;
+static bool g_in_tree;
+
+static void tree_decide(void)
+{
+	const char *v = getenv("WARREN_EXEC_CLONE_PARENT");
+	bool forced = v != NULL && *v != 0 && strcmp(v, "0") != 0;
+	g_in_tree = !forced && wr_pidfd_exit_kept();
+}
+
+static bool in_tree(void)
+{
+	pthread_once(&g_tree_once, tree_decide);
+	return g_in_tree;
+}
+
+/* A waitid result as waitpid's status. */
+static int wait_status(const siginfo_t *si)
+{
+	if (si->si_code == CLD_EXITED)
+		return (si->si_status & 0xff) << 8;
+	return si->si_status & 0x7f;
+}
+
 static void cmd_done(struct wr_sandbox **sb)
 {
 	atomic_fetch_sub(&(*sb)->cmds, 1);
@@ -519,9 +644,11 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	leaves_reap(sb);
 	uint64_t t0 = wr_now_ns();
 	int r = -1;
-	pid_t cpid = -1;
+	pid_t cpid = -1; /* CLONE_PARENT: our child, unreaped while > 0 */
 	_cleanup_close_ int cpidfd = -1;
-	struct cmd_args ca = {.nprocs = 0};
+	bool exited = false;
+	int status = -1; /* C's wait status, from the host kernel */
+	struct cmd_args ca = {.nprocs = 0, .cpidfd = -1};
 	char *stacks = NULL;
 	siginfo_t si;
 	_cleanup_close_ int out_w = -1, err_w = -1, null_in = -1, pty_master = -1, pty_slave = -1;
@@ -619,10 +746,14 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	ca.argv = (char *const *)spec->argv;
 	ca.envp = envp;
 	ca.seccomp = prog;
-	ca.cstack = stacks + 2 * SPAWN_STACK; /* stacks grow down */
-	/* Returns once H has exited, i.e. after C exec'd or failed. */
-	pid_t hpid =
-	    clone(helper_main, stacks + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &ca);
+	ca.in_tree = in_tree();
+	ca.c_live = 1;
+	ca.istack = stacks + I_STACK_TOP;
+	ca.cstack = stacks + C_STACK_TOP;
+	/* Returns once H has exited, i.e. after C exec'd or failed (and I,
+	 * if any, exited). CLONE_FILES: C's pidfd is made in this table. */
+	pid_t hpid = clone(helper_main, stacks + H_STACK_TOP,
+			   CLONE_VM | CLONE_VFORK | CLONE_FILES | SIGCHLD, &ca);
 	if (hpid < 0) {
 		r = wr_err_sys(err, "exec: start helper");
 		goto out;
@@ -632,8 +763,14 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		;
 	close(steal_fd(&out_w));
 	close(steal_fd(&err_w));
-	/* Whatever happened to H, a C that exists is ours to reap (out:). */
+	/* Whatever happened to H, a C that exists is ours to reap (out:), or
+	 * (in PID 1's tree) its pidfd ours to close. A pidfd whose clone was
+	 * killed after it installed the fd but before C ran is lost (an fd
+	 * until we exit): taking a number not known to be ours could close
+	 * another thread's fd. */
 	cpid = ca.cpid > 0 ? ca.cpid : -1;
+	if (ca.cpidfd_set && ca.cpidfd >= 0)
+		cpidfd = ca.cpidfd;
 	if (WIFSIGNALED(hst)) {
 		/* H was killed: the command's cgroup was killed while it started */
 		if (ctl_killed(spec->ctl)) {
@@ -647,17 +784,24 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 			       "command was killed while it started");
 		goto out;
 	}
-	if (cpid <= 0) {
+	if (cpid <= 0 && cpidfd < 0) {
 		r = wr_err_set(err, ca.herr.errnum ? ca.herr.errnum : EIO, "%s",
 			       ca.herr.msg[0] ? ca.herr.msg : "command helper failed");
 		goto out;
 	}
 	if (ca.start_failed) {
-		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
-			;
-		cpid = -1;
+		if (cpid > 0) {
+			while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
+				;
+			cpid = -1;
+			status = wait_status(&si);
+		} else {
+			status = wr_pidfd_exit_status(cpidfd);
+		}
+		exited = true;
 		res->reason = WR_EXIT_START_FAILED;
-		res->exit_code = si.si_code == CLD_EXITED ? si.si_status : ca.start_failed;
+		res->exit_code =
+		    status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : ca.start_failed;
 		const char *msg = ca.cerr.msg[0] ? ca.cerr.msg : "command failed to start";
 		if (!spec->on_output) {
 			wr_buf_append(&se.b, msg, strlen(msg));
@@ -669,13 +813,12 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		r = 0;
 		goto out;
 	}
-	/* C is our unreaped child (CLONE_PARENT): its pid cannot be reused. */
-	cpidfd = wr_pidfd_open(cpid, 0);
-	if (cpidfd < 0) {
+	/* CLONE_PARENT: C is our unreaped child, its pid cannot be reused. */
+	if (cpidfd < 0 && (cpidfd = wr_pidfd_open(cpid, 0)) < 0) {
 		r = wr_err_sys(err, "pidfd of command");
 		goto out;
 	}
-	ctl_set(spec->ctl, leaf, cpid);
+	ctl_set(spec->ctl, leaf, cpidfd);
 	if (spec->pty) {
 		/* The command holds the slave; ours would keep the terminal open
 		 * after it exits, and the caller would never see EOF. */
@@ -686,7 +829,7 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	}
 
 	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms * 1000000ull : 0;
-	bool deliver = true, exited = false, timed_out = false;
+	bool deliver = true, timed_out = false;
 	while (!exited) {
 		struct pollfd pf[3];
 		int np = 0;
@@ -721,12 +864,23 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 		if (pr > 0 && (pf[0].revents & POLLIN))
 			exited = true;
 	}
-	/* Invariant: the pid is withdrawn from the control before the reap. */
-	ctl_set(spec->ctl, leaf, 0);
-	memset(&si, 0, sizeof(si));
-	while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
-		;
-	cpid = -1;
+	/* Invariant: the pidfd is withdrawn from the control before the reap
+	 * (and before it is closed). */
+	ctl_set(spec->ctl, leaf, -1);
+	if (cpid > 0) {
+		memset(&si, 0, sizeof(si));
+		while (waitid(P_PIDFD, (id_t)cpidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+		cpid = -1;
+		status = wait_status(&si);
+	} else {
+		/* PID 1 reaps it; the kernel keeps its status for our pidfd. */
+		status = wr_pidfd_exit_status(cpidfd);
+		if (status < 0) {
+			r = wr_err_set(err, EIO, "no exit status for the command");
+			goto out;
+		}
+	}
 	/* What the command wrote before it exited is in the pipes: drain it.
 	 * Output of background children that outlive it is not waited for. */
 	if (so.fd >= 0)
@@ -745,18 +899,18 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 	wr_cgroup_stats(leaf, &cst, NULL);
 	res->cpu_ns = cst.cpu_usage_ns;
 	res->memory_peak = cst.memory_peak;
-	if (si.si_code == CLD_EXITED) {
+	if (WIFEXITED(status)) {
 		res->reason = WR_EXIT_EXITED;
-		res->exit_code = si.si_status;
+		res->exit_code = WEXITSTATUS(status);
 		/* The OOM killer took one of its processes (a shell's child)
 		 * and the command then failed: the memory limit is why. */
-		if (si.si_status != 0 && cst.oom_kills > 0)
+		if (res->exit_code != 0 && cst.oom_kills > 0)
 			res->reason = WR_EXIT_OOM;
 	} else {
-		res->signal = si.si_status;
-		res->exit_code = 128 + si.si_status;
+		res->signal = WTERMSIG(status);
+		res->exit_code = 128 + res->signal;
 		res->reason = WR_EXIT_SIGNALED;
-		if (si.si_status == SIGKILL && cst.oom_kills > 0)
+		if (res->signal == SIGKILL && cst.oom_kills > 0)
 			res->reason = WR_EXIT_OOM;
 	}
 	if (timed_out)
@@ -768,15 +922,19 @@ int wr_container_exec(struct wr_sandbox *sb, const struct wr_exec_spec *spec,
 
 out:
 	/* Before the leaf goes: nobody may kill through it any more. */
-	ctl_set(spec->ctl, NULL, 0);
+	ctl_set(spec->ctl, NULL, -1);
 	if (cpid > 0) {
 		kill(cpid, SIGKILL); /* our unreaped child: the pid is still its */
 		while (waitid(P_PID, (id_t)cpid, &si, WEXITED) < 0 && errno == EINTR)
 			;
+	} else if (cpidfd >= 0 && !exited) {
+		/* PID 1's child: killed through its pidfd, PID 1 reaps it */
+		wr_pidfd_send_signal(cpidfd, SIGKILL, NULL, 0);
 	}
 	for (int k = 0; k < ca.nprocs; k++)
 		close(ca.procs[k]);
-	/* H is reaped and C exec'd or exited: nothing runs on the stacks. */
+	/* H (and I) are reaped and C exec'd or exited: nothing runs on the
+	 * stacks. */
 	wr_spawn_stack_put(stacks);
 	if (so.fd >= 0)
 		close(so.fd);

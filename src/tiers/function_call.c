@@ -289,49 +289,6 @@ static int pipe_nb(int p[2], wr_err *err)
 	return 0;
 }
 
-/* The exit status (wait status) of an exited slot, from the kernel, without
- * waiting for its parent (the zygote) to reap it: PIDFD_INFO_EXIT once it
- * was reaped, else the zombie's own /proc/<pid>/stat (field 52, exit_code),
- * read through a /proc/<pid> dir fd opened while the pidfd still showed the
- * task unreaped (so that dir is the slot's, never a recycled pid's).
- * -1 when the kernel cannot say (older than 6.15). */
-static int kernel_status(int pidfd)
-{
-	for (int tries = 0; tries < 2000; tries++) {
-		struct wr_pidfd_info info;
-		memset(&info, 0, sizeof(info));
-		info.mask = WR_PIDFD_INFO_EXIT | WR_PIDFD_INFO_PID;
-		if (ioctl(pidfd, WR_PIDFD_GET_INFO, &info) < 0)
-			return -1;
-		if (info.mask & WR_PIDFD_INFO_EXIT)
-			return info.exit_code;
-		if (!(info.mask & WR_PIDFD_INFO_PID) || info.pid == 0)
-			return -1;
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%u", info.pid);
-		_cleanup_close_ int dfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-		struct wr_pidfd_info again = {.mask = WR_PIDFD_INFO_PID};
-		if (dfd >= 0 && ioctl(pidfd, WR_PIDFD_GET_INFO, &again) == 0 &&
-		    (again.mask & WR_PIDFD_INFO_PID) && again.pid == info.pid) {
-			_cleanup_free_ char *st = NULL;
-			if (wr_read_file_at(dfd, "stat", &st, 4096, NULL) >= 0) {
-				/* after "(comm)": field 3 onwards; exit_code is 52 */
-				char *f = strrchr(st, ')');
-				int field = 2;
-				char *sv = NULL; /* strtok_r: other threads tokenise too */
-				for (char *t = f ? strtok_r(f + 1, " \n", &sv) : NULL; t;
-				     t = strtok_r(NULL, " \n", &sv)) {
-					if (++field == 52)
-						return atoi(t);
-				}
-			}
-		}
-		/* Reaped meanwhile: PIDFD_INFO_EXIT has it on the next turn. */
-		usleep(100);
-	}
-	return -1;
-}
-
 int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 		     struct wr_call_result *res, wr_err *err)
 {
@@ -573,7 +530,8 @@ int wr_function_call(struct wr_function_pool *p, const struct wr_call_spec *in,
 			snprintf(serr.msg, sizeof(serr.msg), "%s", m.msg);
 		}
 	}
-	int status = kernel_status(slot->pidfd);
+	/* from the kernel, without waiting for the zygote to reap the slot */
+	int status = wr_pidfd_exit_status(slot->pidfd);
 	if (status < 0 && zstatus < 0 && sock_open) {
 		/* An old kernel: the zygote's word is all there is. */
 		struct pollfd x = {.fd = slot->sock, .events = POLLIN};

@@ -86,16 +86,6 @@ struct wr_function_pool {
 #define WR_FN_KEEP_LEAVES 8
 #define WR_FN_LEAF_MAX_LEFT (1ull << 20)
 
-/* PIDFD_GET_INFO (Linux 6.13, exit status 6.15); newer than our headers. */
-struct wr_pidfd_info {
-	uint64_t mask, cgroupid;
-	uint32_t pid, tgid, ppid, ruid, rgid, euid, egid, suid, sgid, fsuid, fsgid;
-	int32_t exit_code;
-};
-#define WR_PIDFD_GET_INFO _IOWR(0xFF, 11, struct wr_pidfd_info)
-#define WR_PIDFD_INFO_PID (1ull << 0)
-#define WR_PIDFD_INFO_EXIT (1ull << 3)
-
 /* function.c: zygotes (pool lock held) */
 int wr_fn_zygote_start(struct wr_function_pool *p, wr_err *err);
 void wr_fn_zygote_stop(struct wr_function_pool *p);

@@ -87,7 +87,7 @@ enum wr_suspend_step {
 struct wr_exec_ctl {
 	pthread_mutex_t lock;
 	struct wr_cgroup *leaf; /* the command's cgroup while it exists */
-	pid_t pid;		/* host pid while the command runs, else 0 */
+	int pidfd;		/* the command's pidfd while it runs (the tier's), else -1 */
 	bool kill;		/* a kill was requested */
 	/* Tiers whose commands have no host process (a VM's guest runs
 	 * them): an eventfd, readable once the command ended, that

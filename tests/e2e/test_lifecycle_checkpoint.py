@@ -38,7 +38,7 @@ def test_health_reports_the_configured_criu(api):
     assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
     msg = r.json()["error"]["message"]
     if ck["available"]:
-        assert "CRIU works on this node" in msg and "process tree" in msg, msg
+        assert "CRIU works on this node" in msg and "detached tmpfs" in msg, msg
     else:
         assert ck["reason"] in msg, msg
     assert api.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
@@ -243,7 +243,9 @@ def test_warren_criu_restores_a_landlock_scoped_tree(tmp_path, mode):
         restored = int((tmp_path / "pid").read_text())
         # it goes on counting from where the dump found it, not from 1
         first, probes = read_state(out)
-        assert before < first <= after_dump + 2, (before, first, after_dump)
+        # (the bound: a second of counts, for a loaded machine; from 1 it
+        # would be below before)
+        assert before < first <= after_dump + 50, (before, first, after_dump)
         nxt, probes = read_state(out, first)
         assert nxt > first
         # confined again, in one domain with its child (not two nested ones)
@@ -371,3 +373,93 @@ def test_warren_criu_dumps_and_restores_inet_sockets(tmp_path):
                 os.kill(restored, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def sandbox_init_pid(sid):
+    """Host pid of a sandbox's PID 1 (warren-init in the sandbox's cgroup)."""
+    import os
+    import re
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{p}/cgroup") as f:
+                cg = f.read()
+        except OSError:
+            continue
+        if comm == "warren-init" and re.search(rf"/{sid}(/|$)", cg, re.M):
+            return int(p)
+    raise AssertionError(f"no PID 1 found for {sid}")
+
+
+def fdinfo_ext(path):
+    """CRIU's external-file key of an open file: file[mnt_id:inode] (hex)."""
+    import os
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fd_ext(os.getpid(), fd)
+    finally:
+        os.close(fd)
+
+
+def fd_ext(pid, fd):
+    import os
+    info = dict(ln.split(":", 1) for ln in open(f"/proc/{pid}/fdinfo/{fd}").read().splitlines()
+                if ":" in ln)
+    ino = os.stat(f"/proc/{pid}/fd/{fd}").st_ino
+    return "file[%x:%x]" % (int(info["mnt_id"]), ino)
+
+
+def test_warren_criu_dumps_a_live_sandbox_with_its_commands(api, tmp_path):
+    """A container sandbox made by warrend, with an API background command
+    and an orphan of a finished command running, is one process tree CRIU
+    can dump from PID 1: commands are PID 1's children (not warrend's), in
+    PID 1's cgroup namespace (not nested ones), and PID 1 and each command
+    lead sessions of their own inside the PID namespace. The masked-path
+    mounts (bind mounts of a detached tmpfs, which CRIU cannot dump yet;
+    API-LIFECYCLE.md) and the few host files PID 1 holds are passed over
+    here with --skip-mnt and --external: this checks the process tree, not
+    the mounts."""
+    import os
+    import re
+    import pytest
+    criu = BUILD / "warren-criu"
+    if not criu.exists() or not criu_check(str(criu)):
+        pytest.skip("no working warren-criu in the build")
+    sid = api.create()
+    r = api.post(f"/v1/sandboxes/{sid}/commands", {"cmd": ["sleep", "1000"], "background": True})
+    assert r.status == 201, r
+    bg = r.json()["pid"]
+    out = api.run(sid, ["sh", "-c", "sleep 1000 >/dev/null 2>&1 & "
+                        "while [ $(pidof sleep | wc -w) -lt 2 ]; do sleep 0.05; done; "
+                        "pidof sleep"])
+    sleeps = {int(p) for p in out["stdout"].split()}
+    assert bg in sleeps and len(sleeps) == 2, out
+    init = sandbox_init_pid(sid)
+    args = []
+    for ln in open(f"/proc/{init}/mountinfo").read().splitlines():
+        mnt = ln.split()[4]
+        if mnt == "/dev" or mnt.startswith(("/dev/", "/proc/", "/sys/")):
+            args += ["--skip-mnt", mnt]
+    args += ["--external", fdinfo_ext(BUILD / "warren-init")]
+    for fd in os.listdir(f"/proc/{init}/fd"):
+        if int(fd) > 2:
+            args += ["--external", fd_ext(init, fd)]
+    img = tmp_path / "img"
+    img.mkdir()
+    env = dict(os.environ, CRIU_FAULT="130")
+    d = subprocess.run([str(criu), "dump", "-t", str(init), "-D", str(img), "-o", "dump.log",
+                        "-v4", "--leave-running"] + args,
+                       capture_output=True, text=True, timeout=120, env=env)
+    log = (img / "dump.log").read_text(errors="replace") if (img / "dump.log").exists() else ""
+    assert d.returncode == 0, log[-3000:]
+    # every process was dumped, each in a session led inside the sandbox
+    dumped = {int(p): int(s) for s, p in re.findall(r"sid=(\d+) pgid=\d+ pid=(\d+)", log)}
+    assert set(dumped) == {1} | sleeps, dumped
+    assert dumped[1] == 1 and dumped[bg] == bg, dumped
+    # left running: the sandbox and both commands go on
+    out = api.run(sid, ["pidof", "sleep"])
+    assert {int(p) for p in out["stdout"].split()} == sleeps, out
+    assert api.kill(sid).status == 204

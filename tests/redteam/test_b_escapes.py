@@ -162,7 +162,8 @@ def test_b_cgroupfs(ctx):
     got = ctx.outcomes(ctx.probe("release-agent"), "release-agent")
     writes = {k: v for k, v in got.items() if k.startswith("write ")}
     assert set(writes.values()) <= {"ENOENT", "EROFS", "EACCES"}, writes
-    # the cgroup namespace: our own cgroup is "/", no host path
+    # the cgroup namespace (a container's: PID 1's, rooted at the
+    # sandbox's cgroup): "/" or our own leaf ("/cmd-N"), no host path
     r = ctx.run(["cat", "/proc/self/cgroup"])
     assert r.exit_code == 0 and r.stdout, r
     for line in r.stdout.splitlines():

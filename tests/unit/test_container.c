@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -204,9 +205,136 @@ static void test_exec_basic(void **state)
 	/* a second command sees the first one's files */
 	res = run(sb, 0, "echo data > /tmp/f");
 	wr_exec_result_free(&res);
-	/* the cgroup namespace hides every host cgroup path */
-	res = run(sb, 0, "cat /tmp/f; grep -vc ':/$' /proc/self/cgroup");
-	assert_string_equal(res.out, "data\n0\n");
+	res = run(sb, 0, "cat /tmp/f");
+	assert_string_equal(res.out, "data\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+/* Commands run in PID 1's process tree (what CRIU dumps), through a double
+ * fork in the sandbox's PID namespace; their results still come from the
+ * host kernel. With WARREN_EXEC_CLONE_PARENT=1 (the path of kernels before
+ * 6.15) they are the caller's children, outside the tree. */
+static void test_command_in_pid1_tree(void **state)
+{
+	(void)state;
+	const char *v = getenv("WARREN_EXEC_CLONE_PARENT");
+	bool clone_parent = v && *v && strcmp(v, "0") != 0;
+	struct wr_sandbox *sb = mk(0);
+	/* From its first instruction: the parent, seen from inside, is PID 1
+	 * (or none in the namespace, 0), and no process of the spawn (the
+	 * intermediate, the host's root with warrend's memory) is to be seen:
+	 * PID 1 and this shell only. */
+	struct wr_exec_result res =
+	    run(sb, 0, "set -- /proc/[0-9]*; echo $#; grep PPid /proc/$$/status");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_string_equal(res.out, clone_parent ? "2\nPPid:\t0\n" : "2\nPPid:\t1\n");
+	wr_exec_result_free(&res);
+	/* it leads a session and process group of its own (fields 5, 6 of its
+	 * stat; 0 0 when they were the caller's, outside the namespace) */
+	res = run(sb, 0, "echo $$ $$; cut -d' ' -f5,6 /proc/$$/stat");
+	char *nl = strchr(res.out, '\n');
+	assert_non_null(nl);
+	assert_true(strncmp(res.out, nl + 1, (size_t)(nl - res.out)) == 0);
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "exit 42");
+	assert_int_equal(res.reason, WR_EXIT_EXITED);
+	assert_int_equal(res.exit_code, 42);
+	wr_exec_result_free(&res);
+	res = run(sb, 0, "kill -TERM $$");
+	assert_int_equal(res.reason, WR_EXIT_SIGNALED);
+	assert_int_equal(res.signal, SIGTERM);
+	assert_int_equal(res.exit_code, 128 + SIGTERM);
+	wr_exec_result_free(&res);
+	res = run(sb, 300, "sleep 1000");
+	assert_int_equal(res.reason, WR_EXIT_TIMEOUT);
+	assert_int_equal(res.exit_code, 128 + SIGKILL);
+	wr_exec_result_free(&res);
+	const char *missing[] = {"/no/such/command", NULL}, *noexec[] = {"/etc/passwd", NULL};
+	const char *const *argvs[] = {missing, noexec};
+	int codes[] = {127, 126};
+	for (int i = 0; i < 2; i++) {
+		struct wr_exec_spec ex = {
+		    .argv = argvs[i], .user = -1, .group = -1, .stdin_fd = -1};
+		wr_err err = NULL;
+		assert_int_equal(wr_container_exec(sb, &ex, &res, &err), 0);
+		assert_int_equal(res.reason, WR_EXIT_START_FAILED);
+		assert_int_equal(res.exit_code, codes[i]);
+		wr_exec_result_free(&res);
+	}
+	/* nothing of those is left, not even a zombie, once PID 1 (woken by
+	 * their SIGCHLD) has reaped them */
+	res = run(sb, 0,
+		  "i=0; while grep -q '^State:.Z' /proc/[0-9]*/status 2>/dev/null; do "
+		  "[ $i -lt 250 ] || break; i=$((i+1)); sleep 0.02; done; "
+		  "grep -l '^State:.Z' /proc/[0-9]*/status 2>/dev/null | wc -l; "
+		  "set -- /proc/[0-9]*; echo $#");
+	/* PID 1 and this shell */
+	assert_string_equal(res.out, "0\n2\n");
+	wr_exec_result_free(&res);
+	destroy(&sb);
+}
+
+/* Commands join PID 1's cgroup namespace (CRIU cannot dump a nested one):
+ * rooted at the sandbox's cgroup, so a command sees its own leaf as /cmd-N
+ * (/../cmd-N on pure v2, where PID 1 is in the leaf init) and no host path,
+ * and no other sandbox's cgroup is reachable from it. */
+static void test_commands_share_pid1_cgroup_namespace(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0), *other = mk(0);
+	struct wr_exec_result res =
+	    run(sb, 0,
+		"readlink /proc/self/ns/cgroup; cat /proc/self/cgroup; "
+		"ls -A /sys/fs/cgroup | wc -l; mkdir /tmp/cg; "
+		"mount -t cgroup2 none /tmp/cg 2>/dev/null || echo no-mount");
+	assert_int_equal(res.exit_code, 0);
+	char path[64], ns[64] = {0};
+	snprintf(path, sizeof(path), "/proc/%d/ns/cgroup", (int)wr_sandbox_init_pid(sb));
+	assert_true(readlink(path, ns, sizeof(ns) - 1) > 0);
+	/* the same namespace as PID 1's */
+	assert_true(strncmp(res.out, ns, strlen(ns)) == 0 && res.out[strlen(ns)] == '\n');
+	/* each line: the namespace's root, or the command's own leaf below it */
+	char *save = NULL, *copy = strdup(res.out);
+	int lines = 0, own = 0;
+	for (char *l = strtok_r(strchr(copy, '\n') + 1, "\n", &save); l;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char *where = strchr(l, ':') ? strchr(strchr(l, ':') + 1, ':') : NULL;
+		if (where == NULL)
+			break; /* past /proc/self/cgroup */
+		lines++;
+		where++;
+		if (strncmp(where, "/../", 4) == 0)
+			where += 3;
+		if (strncmp(where, "/cmd-", 5) == 0 && strspn(where + 5, "0123456789") > 0)
+			own++;
+		else
+			assert_string_equal(where, "/");
+	}
+	free(copy);
+	assert_true(lines > 0);
+	assert_true(own > 0); /* memory and the unified hierarchy at least */
+	assert_null(strstr(res.out, g_base));
+	assert_null(strstr(res.out, wr_sandbox_id(sb)));
+	/* no cgroup file system inside, and none can be mounted */
+	assert_non_null(strstr(res.out, "\n0\nno-mount\n"));
+	wr_exec_result_free(&res);
+	destroy(&other);
+	destroy(&sb);
+}
+
+/* PID 1 leads its own session and process group (CRIU refuses a session
+ * leader outside the PID namespace), seen from the host and from inside. */
+static void test_pid1_leads_its_session(void **state)
+{
+	(void)state;
+	struct wr_sandbox *sb = mk(0);
+	pid_t init = wr_sandbox_init_pid(sb);
+	assert_int_equal(getsid(init), init);
+	assert_int_equal(getpgid(init), init);
+	/* fields 5 and 6 of /proc/1/stat: pgrp and session (0: outside) */
+	struct wr_exec_result res = run(sb, 0, "cut -d' ' -f5,6 /proc/1/stat");
+	assert_string_equal(res.out, "1 1\n");
 	wr_exec_result_free(&res);
 	destroy(&sb);
 }
@@ -837,7 +965,26 @@ static void test_reclaimed_image_frees_its_space(void **state)
 
 int main(void)
 {
+	/* WARREN_EXEC_CLONE_PARENT=1: the command path of kernels before 6.15,
+	 * run by a test of its own (tests/meson.build): what commands do. */
+	const struct CMUnitTest clone_parent[] = {
+	    cmocka_unit_test(test_exec_basic),
+	    cmocka_unit_test(test_command_in_pid1_tree),
+	    cmocka_unit_test(test_commands_share_pid1_cgroup_namespace),
+	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
+	    cmocka_unit_test(test_background_outlives_command_until_destroy),
+	    cmocka_unit_test(test_oom_is_reported),
+	    cmocka_unit_test(test_pty_is_a_controlling_terminal),
+	    cmocka_unit_test(test_exec_from_a_caller_with_many_fds),
+	    cmocka_unit_test(test_exec_ctl_kills_the_tree),
+	};
+	const char *v = getenv("WARREN_EXEC_CLONE_PARENT");
+	if (v && *v && strcmp(v, "0") != 0)
+		return cmocka_run_group_tests(clone_parent, group_setup, group_teardown);
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_pid1_leads_its_session),
+	    cmocka_unit_test(test_command_in_pid1_tree),
+	    cmocka_unit_test(test_commands_share_pid1_cgroup_namespace),
 	    cmocka_unit_test(test_exec_basic),
 	    cmocka_unit_test(test_timeout_kills_tree_and_sandbox_lives_on),
 	    cmocka_unit_test(test_background_outlives_command_until_destroy),
