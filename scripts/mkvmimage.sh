@@ -242,6 +242,20 @@ install_signed_efi() {
 	rm -f "$cfg"
 }
 
+# The EXIT trap of make_disk's and make_disk_uefi's mount namespaces: their
+# temporary mount points ($ftmp, $mnt of the caller, empty once removed)
+# are unmounted and removed on every exit (a bad image exits from
+# configure_guest), then the loop devices given are detached.
+disk_cleanup() {
+	# shellcheck disable=SC2154 # set by the caller
+	for d in "$ftmp" "$mnt"; do
+		[ -z "$d" ] || { umount "$d" 2>/dev/null; rmdir "$d"; } || true
+	done
+	for l in "$@"; do
+		losetup -d "$l"
+	done
+}
+
 # make_disk SRC KROOT RAW SIZE [FIRMWARE]: SRC a directory or an EROFS file.
 make_disk() {
 	local src=$1 kroot=$2 raw=$3 size=$4 fw=${5:-bios}
@@ -268,23 +282,15 @@ make_disk() {
 	echo 'label: dos
 start=2048, type=83, bootable' | sfdisk -q "$raw"
 	dd if="$mbr" of="$raw" bs=440 count=1 conv=notrunc status=none
-	export -f die bad_image configure_guest configure_network configure_agent
+	export -f die bad_image configure_guest configure_network configure_agent disk_cleanup
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3
 		# the partition as its own loop device (offset 1 MiB): partition
 		# nodes need udev, which a build machine may not run
 		size=$(stat -c %s "$raw")
 		loop=$(losetup --show -f -o 1048576 --sizelimit $((size - 1048576)) "$raw")
-		# the temporary mount points go on every exit (a bad image exits
-		# from configure_guest): unmounted first, then removed
 		mnt= ftmp=
-		cleanup() {
-			for d in "$ftmp" "$mnt"; do
-				[ -z "$d" ] || { umount "$d" 2>/dev/null; rmdir "$d"; } || true
-			done
-			losetup -d "$loop"
-		}
-		trap cleanup EXIT
+		trap "disk_cleanup $loop" EXIT
 		mkfs.ext4 -q -L warren-root "$loop"
 		mnt=$(mktemp -d)
 		mount "$loop" "$mnt"
@@ -319,22 +325,14 @@ make_disk_uefi() {
 start=2048, size=131072, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI
 start=133120, size=$rs, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root" | sfdisk -q "$raw"
 	export -f die bad_image configure_guest configure_network configure_agent install_grub_efi \
-		install_signed_efi
+		install_signed_efi disk_cleanup
 	export SHIM_SIGNED GRUB_SIGNED
 	unshare -m --propagation private bash -euo pipefail -c '
 		raw=$1 src=$2 kroot=$3 rs=$4 fw=$5
 		esp=$(losetup --show -f -o 1048576 --sizelimit 67108864 "$raw")
 		root=$(losetup --show -f -o 68157440 --sizelimit $((rs * 512)) "$raw")
-		# as in make_disk: the temporary mount points go on every exit
 		mnt= ftmp=
-		cleanup() {
-			for d in "$ftmp" "$mnt"; do
-				[ -z "$d" ] || { umount "$d" 2>/dev/null; rmdir "$d"; } || true
-			done
-			losetup -d "$esp"
-			losetup -d "$root"
-		}
-		trap cleanup EXIT
+		trap "disk_cleanup $esp $root" EXIT
 		mkfs.vfat -F 32 -n EFI "$esp" >/dev/null
 		mkfs.ext4 -q -L warren-root "$root"
 		mnt=$(mktemp -d)

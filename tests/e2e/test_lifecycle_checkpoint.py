@@ -21,6 +21,28 @@ def criu_check(path):
         return False
 
 
+def built_criu():
+    """The build's warren-criu, or the test is skipped."""
+    criu = BUILD / "warren-criu"
+    if not criu.exists() or not criu_check(str(criu)):
+        pytest.skip("no working warren-criu in the build")
+    return criu
+
+
+def run_criu(criu, action, img, *args, pass_fds=()):
+    """criu ACTION with images in img, verbose log img/ACTION.log, which it
+    returns; a failure shows the log's end. CRIU's hardware breakpoints
+    never fire on some paravirtualised hosts (this one): its
+    no-breakpoint mode (CRIU_FAULT=130), as warrend would run it."""
+    log = img / f"{action}.log"
+    r = subprocess.run([str(criu), action, "-D", str(img), "-o", log.name, "-v4", *args],
+                       capture_output=True, text=True, timeout=120, pass_fds=pass_fds,
+                       env=dict(os.environ, CRIU_FAULT="130"))
+    text = log.read_text(errors="replace") if log.exists() else ""
+    assert r.returncode == 0, text[-3000:] or r.stderr
+    return text
+
+
 def test_health_reports_the_configured_criu(api):
     ck = api.get("/v1/health").json()["checkpoint"]
     # the default: the build's own warren-criu (scripts/criu-build.sh) when
@@ -185,18 +207,13 @@ def test_warren_criu_restores_a_landlock_scoped_tree(tmp_path, mode):
     so the confined process may still signal its own child but not the
     process above it nor an outsider, and an unconfined root stays
     unconfined (--landlock-root-children, a container's init)."""
-    criu = BUILD / "warren-criu"
-    if not criu.exists() or not criu_check(str(criu)):
-        pytest.skip("no working warren-criu in the build")
+    criu = built_criu()
     img = tmp_path / "img"
     img.mkdir()
     out = tmp_path / "state"
     root_out = tmp_path / "state.root"
     child_out = tmp_path / "state.child"
     child_probes = {"parent": "ok", "outsider": "EPERM"}
-    # CRIU's hardware breakpoints never fire on some paravirtualised hosts
-    # (this one): its no-breakpoint mode, as warrend would run it.
-    env = dict(os.environ, CRIU_FAULT="130")
     outsider = subprocess.Popen(["sleep", "1000"])
     p = subprocess.Popen(["/usr/bin/python3", "-c", TREE, mode, str(out), str(outsider.pid)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -213,11 +230,7 @@ def test_warren_criu_restores_a_landlock_scoped_tree(tmp_path, mode):
         assert read_state(child_out)[1] == child_probes
         if mode == "children":
             assert read_state(root_out, 5)[1] == root_probes
-        d = subprocess.run([str(criu), "dump", "-t", str(p.pid), "-D", str(img), "-o", "dump.log",
-                            "-v4", "--leave-running"],
-                           capture_output=True, text=True, timeout=120, env=env)
-        log = (img / "dump.log").read_text(errors="replace") if (img / "dump.log").exists() else ""
-        assert d.returncode == 0, log[-3000:]
+        log = run_criu(criu, "dump", img, "-t", str(p.pid), "--leave-running")
         assert "transport socket" not in log
         after_dump = read_state(out)[0]  # the dumped count is in [before, after_dump]
         dumped = tree_pids(p.pid)
@@ -232,14 +245,10 @@ def test_warren_criu_restores_a_landlock_scoped_tree(tmp_path, mode):
         attr = (ctypes.c_uint64 * 3)(0, 0, 3)
         ruleset = libc.syscall(444, attr, ctypes.sizeof(attr), 0)
         assert ruleset >= 0, ctypes.get_errno()
-        args = [str(criu), "restore", "-D", str(img), "-o", "restore.log", "-v4", "-d",
-                "--pidfile", str(tmp_path / "pid"), "--landlock-ruleset-fd", str(ruleset)]
+        args = ["-d", "--pidfile", str(tmp_path / "pid"), "--landlock-ruleset-fd", str(ruleset)]
         if mode == "children":
             args.append("--landlock-root-children")
-        r = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env,
-                           pass_fds=(ruleset,))
-        rlog = (img / "restore.log").read_text(errors="replace")
-        assert r.returncode == 0, rlog[-3000:]
+        run_criu(criu, "restore", img, *args, pass_fds=(ruleset,))
         restored = int((tmp_path / "pid").read_text())
         # it goes on counting from where the dump found it, not from 1
         first, probes = read_state(out)
@@ -334,13 +343,10 @@ def test_warren_criu_dumps_and_restores_inet_sockets(tmp_path):
     (0003) records them only where they apply: a listener is dumped,
     killed, restored on its port, and goes on counting its connections."""
     import time
-    criu = BUILD / "warren-criu"
-    if not criu.exists() or not criu_check(str(criu)):
-        pytest.skip("no working warren-criu in the build")
+    criu = built_criu()
     img = tmp_path / "img"
     img.mkdir()
     portf = tmp_path / "port"
-    env = dict(os.environ, CRIU_FAULT="130")
     p = subprocess.Popen(["/usr/bin/python3", "-c", SERVER, str(portf)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True, cwd=tmp_path)
@@ -352,16 +358,9 @@ def test_warren_criu_dumps_and_restores_inet_sockets(tmp_path):
             time.sleep(0.02)
         port = int(portf.read_text())
         assert [ask(port), ask(port)] == [1, 2]
-        d = subprocess.run([str(criu), "dump", "-t", str(p.pid), "-D", str(img), "-o", "dump.log",
-                            "-v4"], capture_output=True, text=True, timeout=120, env=env)
-        log = (img / "dump.log").read_text(errors="replace") if (img / "dump.log").exists() else ""
-        assert d.returncode == 0, log[-3000:]
+        run_criu(criu, "dump", img, "-t", str(p.pid))
         p.wait(timeout=10)  # the dump ended it (no --leave-running)
-        r = subprocess.run([str(criu), "restore", "-D", str(img), "-o", "restore.log", "-v4", "-d",
-                            "--pidfile", str(tmp_path / "pid")],
-                           capture_output=True, text=True, timeout=120, env=env)
-        rlog = (img / "restore.log").read_text(errors="replace")
-        assert r.returncode == 0, rlog[-3000:]
+        run_criu(criu, "restore", img, "-d", "--pidfile", str(tmp_path / "pid"))
         restored = int((tmp_path / "pid").read_text())
         assert [ask(port), ask(port)] == [3, 4]  # its count, on its port
     finally:
@@ -422,12 +421,8 @@ def test_warren_criu_dumps_a_live_sandbox_with_its_commands(api, tmp_path):
     API-LIFECYCLE.md) and the few host files PID 1 holds are passed over
     here with --skip-mnt and --external: this checks the process tree, not
     the mounts."""
-    import os
     import re
-    import pytest
-    criu = BUILD / "warren-criu"
-    if not criu.exists() or not criu_check(str(criu)):
-        pytest.skip("no working warren-criu in the build")
+    criu = built_criu()
     sid = api.create()
     r = api.post(f"/v1/sandboxes/{sid}/commands", {"cmd": ["sleep", "1000"], "background": True})
     assert r.status == 201, r
@@ -449,12 +444,7 @@ def test_warren_criu_dumps_a_live_sandbox_with_its_commands(api, tmp_path):
             args += ["--external", fd_ext(init, fd)]
     img = tmp_path / "img"
     img.mkdir()
-    env = dict(os.environ, CRIU_FAULT="130")
-    d = subprocess.run([str(criu), "dump", "-t", str(init), "-D", str(img), "-o", "dump.log",
-                        "-v4", "--leave-running"] + args,
-                       capture_output=True, text=True, timeout=120, env=env)
-    log = (img / "dump.log").read_text(errors="replace") if (img / "dump.log").exists() else ""
-    assert d.returncode == 0, log[-3000:]
+    log = run_criu(criu, "dump", img, "-t", str(init), "--leave-running", *args)
     # every process was dumped, each in a session led inside the sandbox
     dumped = {int(p): int(s) for s, p in re.findall(r"sid=(\d+) pgid=\d+ pid=(\d+)", log)}
     assert set(dumped) == {1} | sleeps, dumped
