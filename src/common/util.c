@@ -4,15 +4,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 
 ssize_t wr_write_all(int fd, const void *buf, size_t len)
 {
@@ -312,8 +317,6 @@ char *wr_find_in_path(const char *name)
 	return NULL;
 }
 
-#include <sys/wait.h>
-
 int wr_run_tool(char *const *argv, wr_err *err)
 {
 	int pipefd[2];
@@ -348,12 +351,6 @@ int wr_run_tool(char *const *argv, wr_err *err)
 		return wr_err_set(err, EIO, "%s failed: %s", argv[0], msg[0] ? msg : "?");
 	return 0;
 }
-
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-
-#include "common/compat.h"
 
 int wr_pidfd_exit_status(int pidfd)
 {
