@@ -352,6 +352,30 @@ int wr_run_tool(char *const *argv, wr_err *err)
 	return 0;
 }
 
+uint64_t wr_proc_stat_at(int dirfd, const char *path, char *state, int *status)
+{
+	_cleanup_free_ char *buf = NULL;
+	if (wr_read_file_at(dirfd, path, &buf, 65536, NULL) < 0)
+		return 0;
+	const char *p = strrchr(buf, ')'); /* comm may hold anything */
+	if (p == NULL || p[1] != ' ')
+		return 0;
+	p += 2; /* field 3 */
+	if (state)
+		*state = *p;
+	uint64_t ticks = 0;
+	for (int field = 3; p && field <= 52; field++) {
+		if (field == 22)
+			ticks = strtoull(p, NULL, 10);
+		if (field == 52 && status)
+			*status = (int)strtol(p, NULL, 10);
+		p = strchr(p, ' ');
+		if (p)
+			p++;
+	}
+	return ticks;
+}
+
 int wr_pidfd_exit_status(int pidfd)
 {
 	struct pollfd pf = {.fd = pidfd, .events = POLLIN};
@@ -382,18 +406,9 @@ int wr_pidfd_exit_status(int pidfd)
 		struct wr_pidfd_info again = {.mask = WR_PIDFD_INFO_PID};
 		if (dfd >= 0 && ioctl(pidfd, WR_PIDFD_GET_INFO, &again) == 0 &&
 		    (again.mask & WR_PIDFD_INFO_PID) && again.pid == info.pid) {
-			_cleanup_free_ char *st = NULL;
-			if (wr_read_file_at(dfd, "stat", &st, 4096, NULL) >= 0) {
-				/* after "(comm)": field 3 onwards; exit_code is 52 */
-				char *f = strrchr(st, ')');
-				int field = 2;
-				char *sv = NULL; /* strtok_r: other threads tokenise too */
-				for (char *t = f ? strtok_r(f + 1, " \n", &sv) : NULL; t;
-				     t = strtok_r(NULL, " \n", &sv)) {
-					if (++field == 52)
-						return atoi(t);
-				}
-			}
+			int st = -1;
+			if (wr_proc_stat_at(dfd, "stat", NULL, &st) != 0 && st >= 0)
+				return st;
 		}
 		/* Reaped meanwhile: PIDFD_INFO_EXIT has it on the next turn. */
 		usleep(100);

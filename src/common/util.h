@@ -69,6 +69,12 @@ int wr_recv_fd(int sock);
  * first line of its stderr. */
 int wr_run_tool(char *const *argv, wr_err *err);
 
+/* A /proc/<pid>/stat file (path relative to dirfd): the state (field 3),
+ * the start time (22: clock ticks since boot; with the pid it names one
+ * process for good) and, for a zombie, its wait status (52). Returns the
+ * start time, 0 when it cannot be read. state and status may be NULL. */
+uint64_t wr_proc_stat_at(int dirfd, const char *path, char *state, int *status);
+
 /* The wait status (as waitpid reports it) of an exited process, from the
  * host kernel through a pidfd of it, whoever its parent is and whether that
  * parent reaped it yet: PIDFD_INFO_EXIT (Linux 6.15) once it was reaped,

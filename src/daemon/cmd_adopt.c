@@ -48,33 +48,13 @@ static pid_t pidfd_pid(int pidfd)
 	return p ? (pid_t)strtol(p + 5, NULL, 10) : 0;
 }
 
-/* From /proc/<pid>/stat: the state (field 3), the start time (22: clock
- * ticks since boot; with the pid it names one process for good) and, for a
- * zombie, its wait status (52). 0 when there is no such process. */
+/* /proc/<pid>/stat's state, start time and a zombie's wait status
+ * (wr_proc_stat_at). 0 when there is no such process. */
 static uint64_t stat_of(pid_t pid, char *state, int *status)
 {
 	char path[64];
-	_cleanup_free_ char *buf = NULL;
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (wr_read_file_at(AT_FDCWD, path, &buf, 65536, NULL) < 0)
-		return 0;
-	const char *p = strrchr(buf, ')'); /* comm may hold anything */
-	if (p == NULL || p[1] != ' ')
-		return 0;
-	p += 2; /* field 3 */
-	if (state)
-		*state = *p;
-	uint64_t ticks = 0;
-	for (int field = 3; p && field <= 52; field++) {
-		if (field == 22)
-			ticks = strtoull(p, NULL, 10);
-		if (field == 52 && status)
-			*status = (int)strtol(p, NULL, 10);
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	return ticks;
+	return wr_proc_stat_at(AT_FDCWD, path, state, status);
 }
 
 static uint64_t start_ticks(pid_t pid)
