@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/checkpoint.h"
+#include "tiers/container.h"
 
 static char criu_path[4096];
 static char reason[4700] = "not checked";
@@ -35,6 +36,8 @@ void wrd_ckpt_init(const char *path)
 			reason[0] = 0;
 		}
 	}
+	/* the container tier checkpoints only with a CRIU that passed */
+	wr_container_set_criu(available ? criu_path : NULL);
 	if (available)
 		wr_info("checkpoints: %s passes `criu check`", criu_path);
 	else

@@ -1,9 +1,10 @@
-/* Pause with keep_memory=false on the VM tiers: the VM's state goes to a
- * file on disk and its QEMU ends, freeing its memory; resume starts a new
- * QEMU from the file (tier op suspend, tiers/tier.h). Containers refuse
- * it: with the reason CRIU is unusable here (checkpoint.c), or, where it
- * works, because their sandboxes are not yet dumpable by CRIU
- * (docs/API-LIFECYCLE.md, "Checkpoint with CRIU").
+/* Pause with keep_memory=false (tier op suspend, tiers/tier.h): the VM
+ * tiers' VM state goes to a file on disk and its QEMU ends, freeing its
+ * memory; resume starts a new QEMU from the file. A container's processes
+ * are checkpointed with CRIU and end; resume restores them
+ * (tiers/container_ckpt.c), where CRIU works (checkpoint.c; else 400 with
+ * the reason). The steps below say "VM" and "QEMU"; for a container read
+ * "its process tree" and "PID 1".
  *
  * A suspended sandbox is recorded paused with init_pid 0 (no process).
  *
@@ -78,27 +79,18 @@ static void end_transition(struct wrd_sbx *sb)
 
 int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 {
-	if (sb->ops->suspend == NULL) {
-		const char *why = NULL;
-		if (strcmp(sb->ops->name, "container") == 0 && !wrd_ckpt_available(&why))
-			return wr_err_field(err, "keep_memory",
-					    "keep_memory: false (checkpoint to disk) needs CRIU, "
-					    "unusable on this node: %s",
-					    why);
-		if (strcmp(sb->ops->name, "container") == 0)
-			return wr_err_field(
-			    err, "keep_memory",
-			    "keep_memory: false is not offered for containers: CRIU "
-			    "works on this node, but it cannot yet dump a container "
-			    "sandbox (its masked paths, /dev and /dev/shm are mounts "
-			    "of a detached tmpfs) nor restore one into its kept "
-			    "namespaces; "
-			    "a paused container keeps its memory");
+	const char *no_criu = NULL;
+	if (strcmp(sb->ops->name, "container") == 0 && !wrd_ckpt_available(&no_criu))
+		return wr_err_field(
+		    err, "keep_memory",
+		    "keep_memory: false (checkpoint to disk) needs CRIU, "
+		    "unusable on this node: %s; a paused container keeps its memory",
+		    no_criu);
+	if (sb->ops->suspend == NULL)
 		return wr_err_field(err, "keep_memory",
 				    "keep_memory: false (memory to disk) is not offered by the %s "
 				    "tier; a paused %s sandbox keeps its memory",
 				    sb->ops->name, sb->ops->name);
-	}
 	pthread_mutex_lock(&sb->lock);
 	wrd_sbx_wait_transition(sb);
 	if (wrd_sbx_suspended(sb)) {
@@ -116,7 +108,8 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 		pthread_mutex_unlock(&sb->lock);
 		return wr_err_set(err, ESRCH,
 				  "sandbox %s has operations in flight (a command, a file "
-				  "transfer): a VM's state goes to disk only when none runs",
+				  "transfer, a terminal): its state goes to disk only when none "
+				  "runs",
 				  sb->rec.id);
 	}
 	/* already paused in memory: it stays paused, now on disk */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/compat.h"
 #include "common/util.h"
 #include "isolate/cgroup_internal.h"
 
@@ -629,6 +630,29 @@ int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err)
 {
 	int r = cg->v2_fd >= 0 ? wr_cg_v2_nprocs(cg, err) : wr_cg_v1_nprocs(cg, err);
 	return r < 0 ? wr_err_wrap(err, "count processes of cgroup %s", cg->rel) : r;
+}
+
+int wr_cgroup_signal(struct wr_cgroup *cg, int sig, wr_err *err)
+{
+	int fd = cg->v2_fd;
+	for (int h = 0; fd < 0 && h < cg->root->nhier; h++)
+		fd = cg->fd[h];
+	if (fd < 0)
+		return wr_err_set(err, ENOENT, "cgroup %s: no directory to list", cg->rel);
+	_cleanup_free_ char *buf = NULL;
+	if (wr_read_file_at(fd, "cgroup.procs", &buf, 1 << 22, err) < 0)
+		return wr_err_wrap(err, "cgroup %s", cg->rel);
+	char *sv = NULL;
+	for (char *ln = strtok_r(buf, "\n", &sv); ln; ln = strtok_r(NULL, "\n", &sv)) {
+		/* through a pidfd: a pid that exited meanwhile is not signalled
+		 * under a new owner */
+		int pfd = wr_pidfd_open((pid_t)atoi(ln), 0);
+		if (pfd < 0)
+			continue;
+		wr_pidfd_send_signal(pfd, sig, NULL, 0);
+		close(pfd);
+	}
+	return 0;
 }
 
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err)

@@ -175,6 +175,8 @@ int wr_cgroup_cpu_ns(struct wr_cgroup *cg, uint64_t *ns, wr_err *err);
 int wr_cgroup_cpu_share(struct wr_cgroup *cg, uint64_t weight, bool idle, wr_err *err);
 /* Number of processes in it and its descendants (0 = empty). */
 int wr_cgroup_nprocs(struct wr_cgroup *cg, wr_err *err);
+/* Send sig to every process of this cgroup itself (not its descendants). */
+int wr_cgroup_signal(struct wr_cgroup *cg, int sig, wr_err *err);
 int wr_cgroup_stats(struct wr_cgroup *cg, struct wr_cgroup_stats *st, wr_err *err);
 /* Only what a finished command reports (cgroup_harvest.c): CPU time, peak
  * memory and, when oom is true, OOM kills; the other fields read 0. Two

@@ -83,6 +83,17 @@ static uint64_t fs_rights(int abi)
 int wr_landlock_ruleset(const struct wr_landlock_policy *p, uint32_t *restrict_flags,
 			struct wr_cerr *e)
 {
+	/* Invariant: the caller is already in its final root (pivot_root or
+	 * setns done), so "/" here is the sandbox root and not the host's. */
+	_cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return wr_cerr_sys(e, "landlock: open /");
+	return wr_landlock_ruleset_at(p, root, restrict_flags, e);
+}
+
+int wr_landlock_ruleset_at(const struct wr_landlock_policy *p, int root, uint32_t *restrict_flags,
+			   struct wr_cerr *e)
+{
 	if (p == NULL)
 		return wr_cerr_set(e, EINVAL, "landlock: no policy");
 	int abi = probe_abi();
@@ -111,11 +122,6 @@ int wr_landlock_ruleset(const struct wr_landlock_policy *p, uint32_t *restrict_f
 	if (rfd < 0)
 		return wr_cerr_sys(e, "landlock: create ruleset (ABI %d)", abi);
 
-	/* Invariant: the caller is already in its final root (pivot_root or
-	 * setns done), so "/" here is the sandbox root and not the host's. */
-	_cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root < 0)
-		return wr_cerr_sys(e, "landlock: open /");
 	struct landlock_path_beneath_attr beneath = {
 	    .allowed_access = attr.handled_access_fs,
 	    .parent_fd = root,

@@ -39,6 +39,14 @@ int wr_landlock_apply(const struct wr_landlock_policy *p, struct wr_cerr *e);
  * and the flags to pass to wr_landlock_restrict. Never allocate. */
 int wr_landlock_ruleset(const struct wr_landlock_policy *p, uint32_t *restrict_flags,
 			struct wr_cerr *e);
+/* The same ruleset with root (an O_PATH directory fd) as the tree every
+ * access is allowed beneath, from outside the sandbox: a checkpoint's
+ * restore gives the restored processes the domain their commands made
+ * with "/" (container_ckpt.c), the sandbox root being the same dentry
+ * (warren's CRIU adds rules for its own fds of the images and /proc, which
+ * the restore still uses after the domain is entered). */
+int wr_landlock_ruleset_at(const struct wr_landlock_policy *p, int root, uint32_t *restrict_flags,
+			   struct wr_cerr *e);
 int wr_landlock_restrict(int ruleset_fd, uint32_t restrict_flags, struct wr_cerr *e);
 
 #endif

@@ -784,7 +784,7 @@ int wr_netfilter_attach_pinned(struct wr_netfilter *nf, int cgroup_fd,
 	bool flat = policy_flat(p);
 	int lfd = bpf_map__fd(nf->skel->maps.local);
 	struct nf_local cur;
-	if (flat && bpf_map_lookup_elem(lfd, &cgid, &cur) == 0)
+	if (flat && bpf_map_lookup_elem(lfd, &cgid, &cur) == 0 && cur.cgid != 0)
 		return wr_err_set(err, EEXIST, "netfilter attach: cgroup %llu is attached",
 				  (unsigned long long)cgid);
 	_cleanup_close_ int trie = flat ? -1 : policy_trie(p, err);
@@ -891,6 +891,14 @@ static void detach(struct wr_netfilter *nf, struct wr_netfilter_att **attp, bool
 		}
 		bpf_link__destroy(att->links[i]);
 	}
+	/* The cgroup's storage outlives the links (the kernel frees it when
+	 * the cgroup goes, not at detach): marked unwritten, so that a later
+	 * attach to the same cgroup (a container restored from a checkpoint,
+	 * container_ckpt.c) is not taken for a second one. No hook of ours
+	 * runs on the cgroup any more. */
+	struct nf_local unwritten;
+	memset(&unwritten, 0, sizeof(unwritten));
+	bpf_map_update_elem(bpf_map__fd(nf->skel->maps.local), &att->cgid, &unwritten, BPF_EXIST);
 	free(att->pin);
 	forget_cgid(nf, att->cgid);
 	level_ref(nf, att->level, false);

@@ -812,14 +812,20 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 	}
 	if ((r = copy_env(sb, &spec, err)) < 0)
 		goto fail;
-	sb->init_pidfd = wr_pidfd_open(init_pid, 0);
-	if (sb->init_pidfd < 0) {
+	/* pid 0: suspended to disk (container_ckpt.c), no process; its
+	 * checkpoint is found again */
+	if (init_pid == 0 && !wr_container_ckpt_exists(sb->id)) {
+		r = wr_err_set(err, ENOENT, "its checkpoint is gone");
+		goto fail;
+	}
+	sb->init_pidfd = init_pid > 0 ? wr_pidfd_open(init_pid, 0) : -1;
+	if (init_pid > 0 && sb->init_pidfd < 0) {
 		r = wr_err_sys(err, "PID 1 (%d) is gone", (int)init_pid);
 		goto fail;
 	}
 	/* Invariant: checked after the pidfd is open, so the pid cannot be
 	 * recycled between the check and our use of it. */
-	if (!pid_is_init_of(init_pid, sb->id)) {
+	if (init_pid > 0 && !pid_is_init_of(init_pid, sb->id)) {
 		r = wr_err_set(err, ESRCH, "pid %d is not PID 1 of sandbox %s", (int)init_pid,
 			       sb->id);
 		goto fail;
@@ -833,13 +839,34 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 	}
 	if ((r = wr_cgroup_open(g->cgroot, sb->id, &sb->cg, err)) < 0)
 		goto fail;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/root", (int)init_pid);
-	sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (init_pid == 0) {
+		/* a restore a crash cut short left processes: they go (the
+		 * checkpoint is intact: they were stopped) */
+		if (wr_cgroup_nprocs(sb->cg, NULL) > 0)
+			wr_cgroup_kill(sb->cg, NULL);
+		sb->root_fd = wr_container_ckpt_root(sb->id);
+	} else {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/root", (int)init_pid);
+		sb->root_fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	}
 	if (sb->root_fd < 0) {
 		r = wr_err_sys(err, "open sandbox root");
 		goto fail;
 	}
+	if (init_pid > 0 && wr_container_ckpt_exists(sb->id)) {
+		/* Running, with a checkpoint left: a pause to disk cut before
+		 * its commit (the tree frozen, which the daemon's reconcile
+		 * thaws), or a resume cut after it (the restored tasks still
+		 * stopped): they continue; the checkpoint goes. */
+		struct wr_cgroup *icg = sb->cg;
+		if (wr_cgroup_root_mode(g->cgroot) == WR_CG_V2 &&
+		    wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, NULL) == 0)
+			icg = sb->init_cg;
+		wr_cgroup_signal(icg, SIGCONT, NULL);
+	}
+	if (init_pid > 0)
+		wr_container_ckpt_done(sb->id);
 	sb->adopted = true;
 	*out = sb;
 	return 0;
@@ -873,6 +900,7 @@ int wr_container_sweep(bool (*keep)(const char *id, void *ctx), void *ctx, wr_er
 	int n = wr_cgroup_sweep(g->cgroot, sweep_keep, &c, err);
 	if (n < 0)
 		return wr_err_wrap(err, "sweep cgroups");
+	wr_container_ckpt_sweep(sweep_keep, &c);
 	int m = wr_idmap_reclaim(g->state_dir, sweep_keep, &c, err);
 	if (m < 0)
 		return wr_err_wrap(err, "sweep uid ranges");
@@ -917,8 +945,10 @@ int wr_container_destroy(struct wr_sandbox **psb, wr_err *err)
 	if (wr_container_kill(sb, &ignored) < 0 && r == 0)
 		r = wr_err_set(err, wr_err_code(ignored), "%s", ignored->msg);
 	wr_err_free(&ignored);
-	wait_init(sb);
-	close(sb->init_pidfd);
+	if (sb->init_pidfd >= 0) {
+		wait_init(sb);
+		close(sb->init_pidfd);
+	}
 	if (sb->root_fd >= 0)
 		close(sb->root_fd);
 	pthread_mutex_lock(&sb->leaves_lock);
@@ -932,6 +962,8 @@ int wr_container_destroy(struct wr_sandbox **psb, wr_err *err)
 	pthread_mutex_unlock(&sb->leaves_lock);
 	if (sb->init_cg)
 		wr_cgroup_close(sb->init_cg);
+	/* a suspended sandbox's checkpoint and kept mounts */
+	wr_container_ckpt_drop(sb->id);
 	/* Removes the leaves too (init, cmd-N). */
 	if (wr_cgroup_destroy(&sb->cg, r == 0 ? err : NULL) < 0 && r == 0)
 		r = -1;
@@ -984,6 +1016,7 @@ const struct wr_tier_ops wr_container_tier = {
     .idle_memory = wr_container_idle_memory,
     .idle_release = wr_container_idle_release,
     .upper = wr_container_upper,
+    .suspend = wr_container_suspend,
     .destroy = wr_container_destroy,
     .main_pid = wr_sandbox_init_pid,
 };

@@ -38,6 +38,12 @@ int64_t wr_container_idle_memory(struct wr_sandbox *sb, bool idle, wr_err *err);
  * mounts them again. 1 released, 0 nothing to do, negative on error. */
 int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err);
 int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *err);
+/* Pause to disk (tier op suspend, container_ckpt.c): the processes
+ * checkpointed with CRIU and ended, restored on resume. Needs the criu
+ * binary set first (one that passed `criu check`); without it every step
+ * fails with EOPNOTSUPP. */
+void wr_container_set_criu(const char *path);
+int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process
  * created (its record says id, PID 1's host pid and the spec it was created

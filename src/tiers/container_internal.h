@@ -82,6 +82,28 @@ int wr_container_devpts(struct wr_sandbox *sb, wr_err *err);
  * masks come from; *fd a new O_RDONLY fd of it. */
 int wr_container_init_fd(struct wr_sandbox *sb, bool readonly, int *fd, wr_err *err);
 
+/* The Landlock policy of every command (exec.c), which a restore enters
+ * again (container_ckpt.c). */
+extern const struct wr_landlock_policy wr_container_cmd_landlock;
+
+/* container_ckpt.c: a checkpoint's images and the mounts that keep the
+ * suspended sandbox's file system (<state_dir>/ckpt/<id>,
+ * <run_dir>/ckpt/<id>): whether one was published, and all of it removed
+ * (nothing there is fine). */
+bool wr_container_ckpt_exists(const char *id);
+void wr_container_ckpt_drop(const char *id);
+/* The same, but the writable layer's two pins stay (a restored sandbox's
+ * lasting source of its upper directory and masks' source: the fds its
+ * restored PID 1 holds are of mounts no clone can be made of). */
+void wr_container_ckpt_done(const char *id);
+/* A new O_RDONLY fd of a restored sandbox's pinned upper directory or
+ * masks' source (readonly), or -1 when there is no such pin. */
+int wr_container_ckpt_layer(const char *id, bool readonly);
+/* An O_PATH fd of the kept root of a suspended sandbox, or -1. */
+int wr_container_ckpt_root(const char *id);
+/* Checkpoints of sandboxes keep() does not know are dropped. */
+void wr_container_ckpt_sweep(bool (*keep)(const char *id, void *ctx), void *ctx);
+
 /* Stacks for children that run in our memory until they exec (PID 1 of a
  * create; the helper and the command of an exec): WR_SPAWN_STACK bytes,
  * the top of the range is the top of the stack. One per thread is kept

@@ -81,6 +81,12 @@ int wr_container_init_fd(struct wr_sandbox *sb, bool readonly, int *fd, wr_err *
 {
 	if (atomic_load(&sb->killed))
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
+	/* restored from a checkpoint: the pins (container_ckpt.c) */
+	int pinned = wr_container_ckpt_layer(sb->id, readonly);
+	if (pinned >= 0) {
+		*fd = pinned;
+		return 0;
+	}
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)sb->init_pid);
 	DIR *d = opendir(path);

@@ -256,7 +256,8 @@ static HELPER_FN int release_main(void *arg)
 
 int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 {
-	if (atomic_load(&sb->killed))
+	/* killed, or suspended to disk (no process: container_ckpt.c) */
+	if (atomic_load(&sb->killed) || sb->init_pid == 0)
 		return 0;
 	pthread_mutex_lock(&sb->devpts_lock);
 	int r = 0;

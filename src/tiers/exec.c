@@ -65,6 +65,9 @@
  * C's pid or pidfd and any start failure are already here.
  * Invariant: H, I and C never allocate and never return into P's frames;
  * each runs on a stack of its own and leaves with _exit/exec. */
+const struct wr_landlock_policy wr_container_cmd_landlock = {
+    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
+
 struct cmd_args {
 	int procs[8]; /* cgroup.procs of the command's leaf, per hierarchy */
 	int nprocs;
@@ -223,9 +226,7 @@ static SPAWN_FN int command_main(void *arg)
 		wr_cerr_sys(e, "no_new_privs");
 		cmd_fail(a, 126);
 	}
-	struct wr_landlock_policy ll = {
-	    .scope_signals = true, .scope_abstract_unix = true, .log_denials = true};
-	if (wr_landlock_abi() > 0 && wr_landlock_apply(&ll, e) < 0)
+	if (wr_landlock_abi() > 0 && wr_landlock_apply(&wr_container_cmd_landlock, e) < 0)
 		cmd_fail(a, 126);
 	/* Invariant: rlimits after Landlock. This process still holds a copy
 	 * of the caller's fd table (a daemon may have thousands open) until
@@ -305,15 +306,18 @@ static SPAWN_FN int helper_main(void *arg)
 			_exit(1);
 		}
 	}
-	if (wr_ns_join(a->init_pidfd, &a->herr) < 0)
-		_exit(1);
 	/* PID 1's cgroup namespace, not one of our own rooted at cmd-N: CRIU
-	 * cannot dump nested cgroup namespaces. Invariant: after the user
-	 * namespace (we need CAP_SYS_ADMIN over the one that owns it). */
+	 * cannot dump nested cgroup namespaces. Invariant: before the user
+	 * namespace, while we are the host's root: the namespace is owned by
+	 * the sandbox's user namespace, or, for a PID 1 restored from a
+	 * checkpoint, by the host's (container_ckpt.c makes it before CRIU
+	 * makes the user namespace), and we need CAP_SYS_ADMIN over either. */
 	if (setns(a->init_pidfd, CLONE_NEWCGROUP) < 0) {
 		wr_cerr_sys(&a->herr, "cgroup namespace");
 		_exit(1);
 	}
+	if (wr_ns_join(a->init_pidfd, &a->herr) < 0)
+		_exit(1);
 	if (a->in_tree) {
 		/* CLONE_FILES: I's fd table is P's, where C's pidfd must land. */
 		int ipid = clone(intermediate_main, a->istack,

@@ -138,7 +138,7 @@ def test_kill_paused(api, warrend):
 
 def test_pause_errors(api, alice):
     sid = api.create()
-    r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+    r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": "no"})
     assert r.status == 400 and r.error == ("invalid_argument", "keep_memory"), r
     r = api.post(f"/v1/sandboxes/{sid}/pause", {"bogus": 1})
     assert r.status == 400 and r.error == ("invalid_argument", "bogus"), r
