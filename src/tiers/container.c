@@ -859,11 +859,7 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 		 * its commit (the tree frozen, which the daemon's reconcile
 		 * thaws), or a resume cut after it (the restored tasks still
 		 * stopped): they continue; the checkpoint goes. */
-		struct wr_cgroup *icg = sb->cg;
-		if (wr_cgroup_root_mode(g->cgroot) == WR_CG_V2 &&
-		    wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, NULL) == 0)
-			icg = sb->init_cg;
-		wr_cgroup_signal(icg, SIGCONT, NULL);
+		wr_container_ckpt_continue(sb, NULL);
 	}
 	if (init_pid > 0)
 		wr_container_ckpt_done(sb->id);

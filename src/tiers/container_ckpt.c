@@ -846,16 +846,43 @@ static int end_tree(struct wr_sandbox *sb, wr_err *err)
 	return r;
 }
 
-/* The cgroup the restored tree goes to: PID 1's. */
+/* The cgroup the restored tree goes to: PID 1's (the sandbox's own on v1
+ * and hybrid hosts, its leaf "init" on pure v2, made again when a daemon
+ * restart lost our handle of it: the tree is gone, the leaf is empty). */
 static int init_cgroup(struct wr_sandbox *sb, struct wr_cgroup **cg, wr_err *err)
 {
 	if (wr_cgroup_root_mode(wr_cg_globals.cgroot) != WR_CG_V2) {
 		*cg = sb->cg;
 		return 0;
 	}
-	if (sb->init_cg == NULL && wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, err) < 0)
-		return -1;
+	if (sb->init_cg == NULL) {
+		unlinkat(wr_cgroup_v2_fd(sb->cg), "init", AT_REMOVEDIR);
+		if (wr_cgroup_create_leaf(sb->cg, "init", &sb->init_cg, err) < 0)
+			return -1;
+	}
 	*cg = sb->init_cg;
+	return 0;
+}
+
+/* SIGCONT to the restored tree (criu restore --leave-stopped): every task
+ * is in PID 1's cgroup (criu's, with --manage-cgroups=ignore). */
+int wr_container_ckpt_continue(struct wr_sandbox *sb, wr_err *err)
+{
+	if (wr_cgroup_root_mode(wr_cg_globals.cgroot) != WR_CG_V2 || sb->init_cg)
+		return wr_cgroup_signal(sb->init_cg ? sb->init_cg : sb->cg, SIGCONT, err);
+	/* pure v2 after a restart: the leaf by its path */
+	_cleanup_free_ char *procs = NULL;
+	int v2 = wr_cgroup_v2_fd(sb->cg);
+	if (v2 < 0 || wr_read_file_at(v2, "init/cgroup.procs", &procs, 1 << 22, err) < 0)
+		return -1;
+	char *sv = NULL;
+	for (char *ln = strtok_r(procs, "\n", &sv); ln; ln = strtok_r(NULL, "\n", &sv)) {
+		int pfd = wr_pidfd_open((pid_t)atoi(ln), 0);
+		if (pfd >= 0) {
+			wr_pidfd_send_signal(pfd, SIGCONT, NULL, 0);
+			close(pfd);
+		}
+	}
 	return 0;
 }
 
@@ -1086,10 +1113,7 @@ int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_er
 	}
 	case WR_SUSPEND_LOAD: return load(sb, err);
 	case WR_SUSPEND_RUN: {
-		struct wr_cgroup *cg;
-		int r = init_cgroup(sb, &cg, err);
-		if (r == 0)
-			r = wr_cgroup_signal(cg, SIGCONT, err);
+		int r = wr_container_ckpt_continue(sb, err);
 		wr_container_ckpt_done(sb->id);
 		return r;
 	}

@@ -99,6 +99,8 @@ void wr_container_ckpt_done(const char *id);
 /* A new O_RDONLY fd of a restored sandbox's pinned upper directory or
  * masks' source (readonly), or -1 when there is no such pin. */
 int wr_container_ckpt_layer(const char *id, bool readonly);
+/* SIGCONT to every task of a restored tree (left stopped by the restore). */
+int wr_container_ckpt_continue(struct wr_sandbox *sb, wr_err *err);
 /* An O_PATH fd of the kept root of a suspended sandbox, or -1. */
 int wr_container_ckpt_root(const char *id);
 /* Checkpoints of sandboxes keep() does not know are dropped. */

@@ -10,12 +10,14 @@ of PID 1 inside the commands' Landlock domain, as an agent's interpreter
 would be.
 """
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from lifecycle_util import events, frozen, pause, resume, state, wait_state
+from lifecycle_util import events, frozen, pause, resume, state, unified_dir
 
 from test_lifecycle_checkpoint import built_criu
 
@@ -168,3 +170,128 @@ def test_pause_to_disk_refused_while_a_command_runs(criu, api):
     assert "in flight" in r.json()["error"]["message"], r
     assert state(api, sid) == "running"
     assert api.kill(sid).status == 204
+
+
+def cg_procs_write(daemon, sid, pid):
+    """Put pid in the sandbox's cgroup in every hierarchy (as a restore's
+    processes are)."""
+    from conftest import own_cgroup_dirs
+    for d in own_cgroup_dirs(daemon.cg_base):
+        f = d / sid / "cgroup.procs"
+        if f.exists():
+            f.write_text(str(pid))
+
+
+def test_restart_while_suspended(criu, fresh_daemon):
+    """warrend killed (-9) while a sandbox is on disk: the next start finds
+    its checkpoint and the mounts that kept its file system, and an exec
+    restores it with its state."""
+    d = fresh_daemon().start()
+    c = d.client()
+    sid = c.create()
+    c.run(sid, ["sh", "-c", "echo kept > /tmp/file"])
+    assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(c, sid, "x=5; echo $x") == "5\n"
+    pause(c, sid, keep_memory=False)
+    c.close()
+    d.kill9()
+    d.start()
+    c = d.client()
+    sb = c.get(f"/v1/sandboxes/{sid}").json()
+    assert sb["state"] == "paused", sb
+    assert procs_of(d, sid) == set()
+    assert repl(c, sid, "echo $((x*3)); cat /tmp/file") == "15\nkept\n"
+    assert c.kill(sid).status == 204
+    assert gone_soon(ckpt_paths(d, sid))
+    c.close()
+
+
+def test_crash_mid_pause_to_disk(criu, fresh_daemon):
+    """A crash after the dump, before the record: the record says running,
+    the tree is frozen, a checkpoint and its mounts are there. The next
+    start thaws the tree, which goes on, and drops the checkpoint."""
+    d = fresh_daemon().start()
+    c = d.client()
+    sid = c.create()
+    assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(c, sid, "x=11; echo $x") == "11\n"
+    c.close()
+    d.kill9()
+    (unified_dir(d, sid) / "cgroup.freeze").write_text("1")
+    images = d.state / "ckpt" / sid
+    pin = d.run / "ckpt" / sid / "root"
+    images.mkdir(parents=True)
+    (images / "warren.json").write_text("{}")
+    pin.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "pin", str(pin)], check=True)
+    try:
+        d.start()
+        c = d.client()
+        assert state(c, sid) == "running" and not frozen(d, sid)
+        assert repl(c, sid, "echo $((x+1))") == "12\n"
+        assert not images.exists()
+        assert not mounted_under(pin)
+        assert c.kill(sid).status == 204
+        c.close()
+    finally:
+        subprocess.run(["umount", "-l", str(pin)], capture_output=True)
+
+
+def test_crash_mid_restore(criu, fresh_daemon):
+    """A crash in a restore before its commit: the record says suspended,
+    and what the restore made (processes in the sandbox's cgroup) is there.
+    The next start kills them, keeps the checkpoint, and the sandbox
+    resumes from it."""
+    d = fresh_daemon().start()
+    c = d.client()
+    sid = c.create()
+    assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(c, sid, "x=3; echo $x") == "3\n"
+    pause(c, sid, keep_memory=False)
+    c.close()
+    d.kill9()
+    left = subprocess.Popen(["sleep", "1000"])
+    try:
+        cg_procs_write(d, sid, left.pid)
+        d.start()
+        assert left.wait(timeout=10) == -signal.SIGKILL
+        c = d.client()
+        assert state(c, sid) == "paused"
+        assert (d.state / "ckpt" / sid / "warren.json").exists()
+        assert repl(c, sid, "echo $((x+4))") == "7\n"
+        assert c.kill(sid).status == 204
+        c.close()
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+
+
+def test_crash_after_restore_committed(criu, fresh_daemon):
+    """A crash after a resume's commit, before its last step: the record
+    says running, the restored tasks are still stopped (criu restore
+    --leave-stopped) and the checkpoint is there. The next start lets them
+    continue and drops the checkpoint."""
+    d = fresh_daemon().start()
+    c = d.client()
+    sid = c.create()
+    assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(c, sid, "x=20; echo $x") == "20\n"
+    pause(c, sid, keep_memory=False)
+    resume(c, sid)
+    c.close()
+    d.kill9()
+    pids = procs_of(d, sid)
+    assert len(pids) >= 2, pids  # PID 1 and the REPL
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    images = d.state / "ckpt" / sid
+    images.mkdir(parents=True)
+    (images / "warren.json").write_text("{}")
+    d.start()
+    c = d.client()
+    assert state(c, sid) == "running"
+    assert repl(c, sid, "echo $((x+1))") == "21\n"
+    assert not images.exists()
+    assert c.kill(sid).status == 204
+    c.close()

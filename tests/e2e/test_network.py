@@ -341,3 +341,51 @@ def test_allowlists_small_and_large_decide_alike(napi):
         assert "errno=EPERM" in probe(napi, sid, "connect-tcp", INET_ADDR, "8080")
     finally:
         napi.kill(sid)
+
+
+def test_pause_to_disk_keeps_the_network(napi, netd):
+    """A networked container paused to disk (CRIU, keep_memory=false) and
+    resumed: the same namespace, address and veth; a listener of its own
+    still answers on its address; its egress policy is enforced again (the
+    allowed port reachable, another refused)."""
+    from test_lifecycle_checkpoint import built_criu
+    from test_lifecycle_suspend_container import REPL, repl
+    built_criu()
+    c = napi
+    sid = c.create(network={"mode": "allowlist",
+                            "allow": [{"cidr": f"{INET_ADDR}/32", "ports": "8080"}]})
+    try:
+        before = c.get(f"/v1/sandboxes/{sid}").json()["network"]
+        assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+        # a server in the sandbox (the REPL's own child): answers with its count
+        assert repl(c, sid, "x=0; (while :; do x=$((x+1)); "
+                    "echo $x | nc -l -p 7000 >/dev/null 2>&1; done) & echo started") == \
+            "started\n"
+        addr = before["address"]
+        assert ask(addr, 7000) == "1\n"
+        r = c.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200, r
+        r = c.post(f"/v1/sandboxes/{sid}/resume")
+        assert r.status == 200, r
+        after = c.get(f"/v1/sandboxes/{sid}").json()["network"]
+        assert after == before, (before, after)
+        assert ask(addr, 7000) == "2\n"
+        assert probe(c, sid, "connect-tcp", INET_ADDR, "8080").startswith("connect-tcp ok")
+        assert "errno=EPERM" in probe(c, sid, "connect-tcp", INET_ADDR, "8081")
+    finally:
+        c.kill(sid)
+
+
+def ask(addr, port):
+    """What a TCP server at addr:port says, from the node's host namespace
+    (a few tries: it may be between two connections)."""
+    from netnode import HOST_NS
+    code = ("import socket, sys, time\n"
+            "for i in range(25):\n"
+            "    try:\n"
+            "        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 2)\n"
+            "        sys.stdout.write(s.recv(100).decode()); break\n"
+            "    except OSError:\n"
+            "        time.sleep(0.2)\n")
+    return subprocess.run(["ip", "netns", "exec", HOST_NS, "/usr/bin/python3", "-c", code,
+                           addr, str(port)], capture_output=True, text=True, timeout=30).stdout
