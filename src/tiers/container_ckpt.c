@@ -588,7 +588,7 @@ static void criu_error(const char *id, const char *dir, const char *name, char *
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	img_path(kept, sizeof(kept), id, ".log");
 	_cleanup_free_ char *log = NULL;
-	snprintf(out, n, "see %s", kept);
+	snprintf(out, n, "see %.1000s", kept);
 	int r = wr_read_file_at(AT_FDCWD, p, &log, 8 << 20, NULL);
 	rename(p, kept);
 	if (r < 0)
@@ -608,7 +608,7 @@ static void criu_error(const char *id, const char *dir, const char *name, char *
 	char *nl = strchr(e, '\n');
 	if (nl)
 		*nl = 0;
-	snprintf(out, n, "%.300s (log: %s)", e, kept);
+	snprintf(out, n, "%.300s (log: %.1000s)", e, kept);
 }
 
 /* fds moved above the ones the child dups them to (3 .. 3+n). */
@@ -669,7 +669,7 @@ static int run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char 
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-		char why[512];
+		char why[1400];
 		criu_error(id, dir, logname, why, sizeof(why));
 		if (WIFEXITED(st) && WEXITSTATUS(st) >= 120 && WEXITSTATUS(st) <= 127)
 			snprintf(why, sizeof(why), "could not start %s (status %d)", r.argv[0],
