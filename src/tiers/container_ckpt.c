@@ -76,6 +76,9 @@ void wr_container_set_criu(const char *path)
 /* CRIU's log level for warrend's runs: errors, warnings and the outline
  * of each step (enough to see where it stopped). */
 #define CRIU_LOG_LEVEL "-v2"
+/* The largest file deleted while open that a dump keeps (CRIU's default:
+ * 1 MiB); a larger one fails the dump. */
+#define GHOST_LIMIT (1ULL << 30)
 /* A dump or restore that takes longer is killed (a 64 MiB tree: well
  * under a second here). */
 #define CRIU_TIMEOUT_MS 120000
@@ -674,7 +677,14 @@ static int run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char 
 		if (WIFEXITED(st) && WEXITSTATUS(st) >= 120 && WEXITSTATUS(st) <= 127)
 			snprintf(why, sizeof(why), "could not start %s (status %d)", r.argv[0],
 				 WEXITSTATUS(st));
-		rc = wr_err_set(err, EIO, "criu %s failed: %s", r.argv[1], why);
+		if (strstr(why, "--tcp-established"))
+			rc = wr_err_set(err, ESRCH,
+					"the sandbox holds an established TCP connection, which a "
+					"checkpoint does not keep: close it, or pause with "
+					"keep_memory: true (criu: %s)",
+					why);
+		else
+			rc = wr_err_set(err, EIO, "criu %s failed: %s", r.argv[1], why);
 	}
 	return rc;
 }
@@ -739,6 +749,17 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 		sv_add(&a, "--manage-cgroups=ignore");
 		sv_add(&a, "--network-lock");
 		sv_add(&a, "skip");
+		/* what an agent's processes commonly hold: file locks, files
+		 * deleted while open (their content goes into the images,
+		 * bounded by the sandbox's disk), half-open connections
+		 * (dropped). Not established TCP connections: restoring one
+		 * needs TCP_REPAIR, CAP_NET_ADMIN over the network namespace,
+		 * whose owner is the sandbox's first user namespace, not the
+		 * one CRIU makes; such a dump is refused (ESRCH). */
+		sv_add(&a, "--skip-in-flight");
+		sv_add(&a, "--file-locks");
+		sv_add(&a, "--ghost-limit");
+		sv_add(&a, "%llu", (unsigned long long)GHOST_LIMIT);
 		sv_add(&a, "--external");
 		sv_add(&a, "mnt[]");
 		json_t *m;
@@ -1015,6 +1036,7 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 		sv_add(&a, "--root");
 		sv_add(&a, PINS_AT "/root");
 		sv_add(&a, "--manage-cgroups=ignore");
+		sv_add(&a, "--file-locks");
 		sv_add(&a, "--ext-mount-map");
 		sv_add(&a, "auto");
 		json_array_foreach(json_object_get(meta, "mounts"), i, m)

@@ -97,6 +97,9 @@ def test_pause_to_disk_keeps_a_repl_and_frees_its_memory(criu, api, warrend):
     assert repl(api, sid, "x=$((x+21)); echo $x ${#big}") == "21 50331648\n"
     # the REPL is in the commands' Landlock domain: PID 1 is outside it
     assert "refused" in repl(api, sid, "kill -0 1 2>/dev/null && echo reached || echo refused")
+    # a deleted file it still reads
+    assert repl(api, sid, "echo gone > /tmp/del; exec 6</tmp/del; rm /tmp/del; echo ok") == \
+        "ok\n"
     before = memory_bytes(api, sid)
     assert before > 48 << 20, before
 
@@ -117,8 +120,10 @@ def test_pause_to_disk_keeps_a_repl_and_frees_its_memory(criu, api, warrend):
     assert r["state"] == "running", r
     assert [e for e in events(api, sid) if e["type"] == "restored"]
     # the REPL goes on with its state, in its domain, with its data
-    assert repl(api, sid, "x=$((x*2)); echo $x ${#big} $n") == "42 50331648 3\n"
+    assert repl(api, sid, "x=$((x*2)); echo $x ${#big} $n") == "42 50331648 4\n"
     assert "refused" in repl(api, sid, "kill -0 1 2>/dev/null && echo reached || echo refused")
+    # the deleted file still reads
+    assert repl(api, sid, "cat <&6") == "gone\n"
     # files, /dev/shm, and what every command gets (seccomp, no_new_privs)
     out = api.run(sid, ["sh", "-c", "cat /tmp/file /dev/shm/seg; "
                         "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"])
@@ -159,6 +164,35 @@ def test_exec_resumes_from_disk_and_kill_of_a_suspended_sandbox(criu, api, warre
     pause(api, a, keep_memory=False)  # on disk already: no-op
     assert repl(api, a, "echo $((x+2))") == "9\n"
     assert api.kill(a).status == 204
+
+
+def test_pause_to_disk_refused_with_an_established_connection(criu, api, warrend):
+    """An established TCP connection cannot be restored into the sandbox's
+    network namespace (API-LIFECYCLE.md): the pause to disk is refused
+    (409, saying so), the sandbox runs on as it was; once the connection is
+    closed, it pauses to disk."""
+    sid = api.create()
+    assert api.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    # started by the REPL, so that a later statement of it may end them (a
+    # command signals only processes of its own Landlock domain)
+    assert repl(api, sid, "echo one > /tmp/send; "
+                "(sleep 100000 | nc -l -p 7001 > /tmp/recv 2>/dev/null &); sleep 0.3; "
+                "(tail -f /tmp/send 2>/dev/null | nc 127.0.0.1 7001 >/dev/null 2>&1 &); "
+                "i=0; while [ ! -s /tmp/recv ] && [ $i -lt 100 ]; do sleep 0.05; "
+                "i=$((i+1)); done; cat /tmp/recv; netstat -tn | grep -c ESTABLISHED") == \
+        "one\n2\n"
+    r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+    assert r.status == 409, r
+    assert "established TCP connection" in r.json()["error"]["message"], r
+    assert state(api, sid) == "running" and not frozen(warrend, sid)
+    assert not (warrend.state / "ckpt" / sid).exists()
+    out = api.run(sid, ["sh", "-c", "echo two >> /tmp/send; sleep 1.5; cat /tmp/recv"])
+    assert out["stdout"] == "one\ntwo\n", out  # the connection lives on
+    assert repl(api, sid, "kill $(pidof nc tail sleep) 2>/dev/null; sleep 0.3; "
+                "netstat -tn | grep -c ESTABLISHED") == "0\n"
+    pause(api, sid, keep_memory=False)
+    assert resume(api, sid)["state"] == "running"
+    assert api.kill(sid).status == 204
 
 
 def test_pause_to_disk_refused_while_a_command_runs(criu, api):
