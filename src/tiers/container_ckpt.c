@@ -955,8 +955,9 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 	if (wr_cgroup_nprocs(sb->cg, NULL) > 0)
 		wr_cgroup_kill(sb->cg, NULL);
 	/* Invariant: thawed before criu joins it (a frozen cgroup would stop
-	 * criu itself); the daemon froze it when it paused */
-	if (wr_cgroup_freeze(sb->cg, false, err) < 0)
+	 * criu itself); the daemon froze it when it paused (and set its
+	 * memory to be reclaimed first: undone with the thaw) */
+	if (wr_container_freeze(sb, false, err) < 0)
 		return -1;
 	struct wr_cgroup *cg;
 	if (init_cgroup(sb, &cg, err) < 0)
@@ -1112,7 +1113,7 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 			close(pidfd);
 		/* whatever the restore made goes; the checkpoint stays */
 		wr_cgroup_kill(sb->cg, NULL);
-		wr_cgroup_freeze(sb->cg, true, NULL);
+		wr_container_freeze(sb, true, NULL);
 		return wr_err_wrap(err, "restore sandbox %s", sb->id);
 	}
 	sb->init_pid = pid;
@@ -1141,8 +1142,7 @@ int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_er
 	}
 	case WR_SUSPEND_UNLOAD: {
 		int r = end_tree(sb, err);
-		_cleanup_err_ wr_err e2 = NULL;
-		wr_cgroup_freeze(sb->cg, true, &e2);
+		wr_container_freeze(sb, true, NULL);
 		return r;
 	}
 	}

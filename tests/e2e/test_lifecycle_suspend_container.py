@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_util import events, frozen, pause, resume, state, unified_dir
+from lifecycle_util import events, frozen, pause, resume, soft_limit, state, unified_dir
 
 from test_lifecycle_checkpoint import built_criu
 
@@ -154,6 +154,9 @@ def test_exec_resumes_from_disk_and_kill_of_a_suspended_sandbox(criu, api, warre
     # a command resumes it on the same request (auto-resume)
     assert repl(api, a, "echo $((x+1))") == "8\n"
     assert state(api, a) == "running"
+    # running again: its memory is no longer the first reclaimed (v1)
+    limit = soft_limit(warrend, a)
+    assert limit is None or limit > 1 << 50, limit
     # killed while on disk: nothing of it is left
     assert api.kill(b).status == 204
     assert state(api, b) == "killed"
