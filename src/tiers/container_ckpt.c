@@ -111,7 +111,7 @@ static void remove_flat_dir(const char *path)
 
 static const char *const pin_dirs[] = {"root", "dev", "shm", "sys", "devfs", "upper", NULL};
 /* pin_dirs from here on stay from a checkpoint to the sandbox's end
- * (LAYER_PINS): see wr_container_ckpt_layer. */
+ * (LAYER_PINS): see wr_container_ckpt_done. */
 #define LAYER_PINS 4
 
 static void unpin_one(const char *path, bool dir)
@@ -171,13 +171,20 @@ void wr_container_ckpt_done(const char *id)
 
 static bool is_mount_point(const char *path);
 
-int wr_container_ckpt_layer(const char *id, bool readonly)
+int wr_container_ckpt_upper(struct wr_sandbox *sb)
 {
 	char p[4096];
-	pin_path(p, sizeof(p), id, readonly ? "devfs" : "upper");
+	pin_path(p, sizeof(p), sb->id, "upper");
 	if (!is_mount_point(p))
 		return -1;
 	return open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+bool wr_container_ckpt_restored(const char *id)
+{
+	char p[4096];
+	pin_path(p, sizeof(p), id, "devfs");
+	return is_mount_point(p);
 }
 
 int wr_container_ckpt_root(const char *id)
@@ -1120,7 +1127,9 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 	sb->init_pidfd = pidfd;
 	/* not our child: criu forked it and exited (as after a restart) */
 	sb->adopted = true;
-	atomic_store(&sb->devpts, false);
+	/* the dump had them mounted (save), so the restored tree has them:
+	 * an idle release may take them back */
+	atomic_store(&sb->devpts, true);
 	return 0;
 }
 

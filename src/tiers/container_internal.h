@@ -96,9 +96,16 @@ void wr_container_ckpt_drop(const char *id);
  * lasting source of its upper directory and masks' source: the fds its
  * restored PID 1 holds are of mounts no clone can be made of). */
 void wr_container_ckpt_done(const char *id);
-/* A new O_RDONLY fd of a restored sandbox's pinned upper directory or
- * masks' source (readonly), or -1 when there is no such pin. */
-int wr_container_ckpt_layer(const char *id, bool readonly);
+/* A restored sandbox's pinned upper directory (a new O_RDONLY fd), or -1
+ * when there is no such pin. */
+int wr_container_ckpt_upper(struct wr_sandbox *sb);
+/* Restored from a checkpoint (its layer pinned): its /proc and devpts stay
+ * mounted while idle. They came back with the tree; mounted again, /proc's
+ * masks would be cloned from the masks' source, which a restored PID 1
+ * holds as a mount no clone can be made of, and which a pin cannot stand
+ * for (a process of the sandbox may clone only detached mounts owned by
+ * its own user namespace). */
+bool wr_container_ckpt_restored(const char *id);
 /* SIGCONT to every task of a restored tree (left stopped by the restore). */
 int wr_container_ckpt_continue(struct wr_sandbox *sb, wr_err *err);
 /* An O_PATH fd of the kept root of a suspended sandbox, or -1. */

@@ -81,8 +81,8 @@ int wr_container_init_fd(struct wr_sandbox *sb, bool readonly, int *fd, wr_err *
 {
 	if (atomic_load(&sb->killed))
 		return wr_err_set(err, ESRCH, "sandbox %s was killed", sb->id);
-	/* restored from a checkpoint: the pins (container_ckpt.c) */
-	int pinned = wr_container_ckpt_layer(sb->id, readonly);
+	/* restored from a checkpoint: the pinned upper (container_ckpt.c) */
+	int pinned = readonly ? -1 : wr_container_ckpt_upper(sb);
 	if (pinned >= 0) {
 		*fd = pinned;
 		return 0;

@@ -256,8 +256,9 @@ static HELPER_FN int release_main(void *arg)
 
 int wr_container_idle_release(struct wr_sandbox *sb, wr_err *err)
 {
-	/* killed, or suspended to disk (no process: container_ckpt.c) */
-	if (atomic_load(&sb->killed) || sb->init_pid == 0)
+	/* killed, suspended to disk (no process), or restored from a
+	 * checkpoint (keeps them: wr_container_ckpt_restored) */
+	if (atomic_load(&sb->killed) || sb->init_pid == 0 || wr_container_ckpt_restored(sb->id))
 		return 0;
 	pthread_mutex_lock(&sb->devpts_lock);
 	int r = 0;

@@ -332,3 +332,31 @@ def test_crash_after_restore_committed(criu, fresh_daemon):
     assert not images.exists()
     assert c.kill(sid).status == 204
     c.close()
+
+
+def test_restored_sandbox_keeps_proc_while_idle(criu, fresh_daemon):
+    """Restored from disk, an idle sandbox keeps its /proc and devpts (an
+    idle one that was never checkpointed gives them back: the masks of a
+    /proc mounted again would come from a source a restored sandbox no
+    longer has in a form its processes may clone); its commands find them,
+    masked, and it pauses to disk again."""
+    from test_sandbox_mounts import FAST_IDLE, PROC_PTS, mounts, wait_harvest
+    d = fresh_daemon(extra=FAST_IDLE).start()
+    c = d.client()
+    sid = c.create()
+    try:
+        assert c.run(sid, ["true"])["exit_code"] == 0
+        pause(c, sid, keep_memory=False)
+        resume(c, sid)
+        wait_harvest(c, sid, "idle")
+        time.sleep(1)
+        m = mounts(d, sid)
+        assert "/proc" in m and "/dev/pts" in m and "/proc/keys" in m, sorted(m)
+        r = c.run(sid, ["sh", "-c", "awk '" + PROC_PTS + "' /proc/self/mountinfo; "
+                        "cat /proc/1/comm; ls -A /proc/acpi; test -c /dev/ptmx && echo pty"])
+        assert r["exit_code"] == 0 and r["stdout"] == "2\nwarren-init\npty\n", r
+        pause(c, sid, keep_memory=False)
+        assert c.run(sid, ["cat", "/proc/1/comm"])["stdout"] == "warren-init\n"
+    finally:
+        c.kill(sid)
+        c.close()
