@@ -360,3 +360,40 @@ def test_restored_sandbox_keeps_proc_while_idle(criu, fresh_daemon):
     finally:
         c.kill(sid)
         c.close()
+
+
+def test_snapshot_of_a_suspended_and_of_a_restored_sandbox(criu, api, warrend):
+    """A snapshot reads the writable layer through its pin: of a sandbox on
+    disk (it stays on disk) and of one restored from it."""
+    from test_lifecycle_snapshot import imp
+    base = f"ckptbase{os.getpid()}:1"
+    imp(api, warrend, base)
+    sid = api.create(image=base)
+    api.run(sid, ["sh", "-c", "echo first > /tmp/f; rm /etc/hostname"])
+    pause(api, sid, keep_memory=False)
+    names = [f"ckpt/s{os.getpid()}:1", f"ckpt/s{os.getpid()}:2"]
+    r = api.post(f"/v1/sandboxes/{sid}/snapshot", {"name": names[0]})
+    assert r.status == 201, r
+    assert state(api, sid) == "paused"
+    assert procs_of_any(sid) == 0
+    api.run(sid, ["sh", "-c", "echo second > /tmp/f"])  # restored
+    r = api.post(f"/v1/sandboxes/{sid}/snapshot", {"name": names[1]})
+    assert r.status == 201, r
+    try:
+        for name, want in zip(names, ("first", "second")):
+            new = api.create(image=name)
+            out = api.run(new, ["sh", "-c", "cat /tmp/f; test -e /etc/hostname || echo gone"])
+            assert out["stdout"] == f"{want}\ngone\n", (name, out)
+            api.kill(new)
+    finally:
+        api.kill(sid)
+
+
+def procs_of_any(sid):
+    """Processes of the sandbox (PID 1 found by its cgroup)."""
+    from lifecycle_util import init_pid
+    try:
+        init_pid(sid)
+        return 1
+    except AssertionError:
+        return 0
