@@ -3,11 +3,12 @@ checkpointed to disk with CRIU and end (their memory is freed); resume
 restores them into the same sandbox, which goes on where it was
 (tiers/container_ckpt.c, docs/API-LIFECYCLE.md "Checkpoint with CRIU").
 
-The workload is a REPL-like process: a shell that reads statements from a
-FIFO, evaluates them, and keeps its state (variables, 48 MiB of data) in
-memory only; it runs as an orphan of a finished command, so it is a child
-of PID 1 inside the commands' Landlock domain, as an agent's interpreter
-would be.
+The workloads are REPLs: a shell, and a Python interpreter
+(code.InteractiveInterpreter, the python test image), each reading
+statements from a FIFO, evaluating them, and keeping its state (variables,
+48 MiB of data) in memory only; each runs as an orphan of a finished
+command, so it is a child of PID 1 inside the commands' Landlock domain, as
+an agent's interpreter would be.
 """
 import os
 import signal
@@ -397,3 +398,70 @@ def procs_of_any(sid):
         return 1
     except AssertionError:
         return 0
+
+
+PYREPL = r"""
+import code, contextlib, io, os
+ns = {}
+interp = code.InteractiveInterpreter(ns)
+big = bytearray(48 << 20)
+big[::4096] = b"x" * len(big[::4096])  # its pages are touched: resident
+ns["big"] = big
+open("/tmp/pout", "w").write("ready\n")
+while True:
+    with open("/tmp/pin") as fifo:
+        for line in fifo:
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+                interp.runsource(line, symbol="single")
+            with open("/tmp/pout.tmp", "w") as f:
+                f.write(buf.getvalue())
+            os.rename("/tmp/pout.tmp", "/tmp/pout")
+"""
+
+
+def py(c, sid, stmt):
+    """One statement to the Python REPL; what it printed."""
+    out = c.run(sid, ["sh", "-c",
+                      "rm -f /tmp/pout; echo \"$1\" > /tmp/pin; i=0; "
+                      "while [ ! -e /tmp/pout ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+                      "cat /tmp/pout", "py", stmt])
+    assert out["exit_code"] == 0, out
+    return out["stdout"]
+
+
+def test_python_repl_keeps_its_state_across_a_pause_to_disk(criu, api, warrend):
+    """The issue's own case: a Python interpreter (code.InteractiveInterpreter,
+    as a notebook kernel keeps one) with variables, a function, an import
+    and 48 MiB of data, paused to disk and resumed: it answers from the same
+    state, and the memory was freed meanwhile."""
+    from test_functions import pyimage
+    img = pyimage()
+    ref = f"ckptpy{os.getpid()}:1"
+    r = api.post("/v1/images/import", {"path": img, "ref": ref})
+    assert r.status == 201, r
+    sid = api.create(image=ref, memory_mb=512)
+    try:
+        out = api.run(sid, ["sh", "-c", "mkfifo /tmp/pin && cat > /tmp/repl.py <<'EOF'\n"
+                            + PYREPL + "EOF\n"
+                            "python3 /tmp/repl.py >/dev/null 2>&1 </dev/null & "
+                            "i=0; while [ ! -e /tmp/pout ] && [ $i -lt 400 ]; do sleep 0.05; "
+                            "i=$((i+1)); done; cat /tmp/pout"])
+        assert out["stdout"] == "ready\n", out
+        assert py(api, sid, "x = 21") == ""
+        assert py(api, sid, "def double(v): return v * 2") == ""
+        assert py(api, sid, "import json; state = {'seen': [x]}") == ""
+        assert py(api, sid, "double(x), len(big) >> 20") == "(42, 48)\n"
+        before = memory_bytes(api, sid)
+        assert before > 48 << 20, before
+        pause(api, sid, keep_memory=False)
+        assert procs_of(warrend, sid) == set()
+        after = memory_bytes(api, sid)
+        assert after < before - (40 << 20), (before, after)
+        resume(api, sid)
+        assert py(api, sid, "state['seen'].append(double(x)); json.dumps(state)") == \
+            "'{\"seen\": [21, 42]}'\n"
+        assert py(api, sid, "big[4096:4097], sum(big[::1 << 20]) // ord('x')") == \
+            "(bytearray(b'x'), 48)\n"
+    finally:
+        api.kill(sid)
