@@ -225,6 +225,11 @@ WARREN_API int warren_sandbox_set_timeout(warren_sandbox *sb, int64_t seconds,
  * the new state. */
 WARREN_API int warren_sandbox_pause(warren_sandbox *sb, warren_sandbox_info **out,
 				    warren_error **err);
+/* Pause to disk (keep_memory false): the processes' state goes to disk and
+ * their memory is freed (containers: CRIU; microvm and vm: the VM's state);
+ * resume (or any call that needs it running) brings it back. */
+WARREN_API int warren_sandbox_pause_to_disk(warren_sandbox *sb, warren_sandbox_info **out,
+					    warren_error **err);
 WARREN_API int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_info **out,
 				     warren_error **err);
 

@@ -1,5 +1,6 @@
 /* warren pause / resume: freeze a sandbox's processes (memory kept, the
- * lifetime clock stopped) and thaw them. */
+ * lifetime clock stopped), or put them on disk (--to-disk), and bring them
+ * back. */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,10 +9,13 @@
 static void usage(FILE *f, bool pause)
 {
 	if (pause)
-		fprintf(f, "usage: warren pause [options] SANDBOX...\n\n"
-			   "Freezes every process of each sandbox; memory and files are kept and\n"
-			   "its lifetime stops counting. Any call that needs it running (exec,\n"
-			   "cp, shell) resumes it.\n\n" CLI_CONN_HELP);
+		fprintf(f,
+			"usage: warren pause [--to-disk] [options] SANDBOX...\n\n"
+			"Freezes every process of each sandbox; memory and files are kept and\n"
+			"its lifetime stops counting. Any call that needs it running (exec,\n"
+			"cp, shell) resumes it.\n\n"
+			"  --to-disk  the processes' state to disk, their memory freed\n"
+			"             (containers: CRIU; VMs: the VM's state)\n\n" CLI_CONN_HELP);
 	else
 		fprintf(f,
 			"usage: warren resume [--timeout DUR] [options] SANDBOX...\n\n"
@@ -21,11 +25,14 @@ static void usage(FILE *f, bool pause)
 
 static int pause_or_resume(int argc, char **argv, bool pause)
 {
-	enum { OPT_TIMEOUT = 1000 };
-	static const struct option opts[] = {
-	    {"timeout", required_argument, NULL, OPT_TIMEOUT}, CLI_CONN_OPTIONS, {0}};
+	enum { OPT_TIMEOUT = 1000, OPT_TO_DISK };
+	static const struct option opts[] = {{"timeout", required_argument, NULL, OPT_TIMEOUT},
+					     {"to-disk", no_argument, NULL, OPT_TO_DISK},
+					     CLI_CONN_OPTIONS,
+					     {0}};
 	struct cli_conn cc = {0};
 	int64_t timeout = 0;
+	bool to_disk = false;
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -38,6 +45,10 @@ static int pause_or_resume(int argc, char **argv, bool pause)
 		if (c == OPT_TIMEOUT && !pause) {
 			if (cli_parse_seconds("--timeout", optarg, &timeout))
 				return WR_EXIT_WARREN;
+			continue;
+		}
+		if (c == OPT_TO_DISK && pause) {
+			to_disk = true;
 			continue;
 		}
 		return cli_bad_option(c, argv);
@@ -54,7 +65,8 @@ static int pause_or_resume(int argc, char **argv, bool pause)
 		warren_sandbox_info *info = NULL;
 		warren_error *err = NULL;
 		if (warren_sandbox_connect(cl, argv[i], &sb, &err) < 0 ||
-		    (pause ? warren_sandbox_pause(sb, &info, &err)
+		    (pause ? (to_disk ? warren_sandbox_pause_to_disk(sb, &info, &err)
+				      : warren_sandbox_pause(sb, &info, &err))
 			   : warren_sandbox_resume(sb, timeout, &info, &err)) < 0)
 			r = cli_fail(err);
 		else if (cc.json)

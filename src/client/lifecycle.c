@@ -29,6 +29,12 @@ int warren_sandbox_pause(warren_sandbox *sb, warren_sandbox_info **out, warren_e
 	return sandbox_call(sb, "pause", NULL, out, errp);
 }
 
+int warren_sandbox_pause_to_disk(warren_sandbox *sb, warren_sandbox_info **out, warren_error **errp)
+{
+	_cleanup_json_ json_t *req = json_pack("{sb}", "keep_memory", 0);
+	return sandbox_call(sb, "pause", req, out, errp);
+}
+
 int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_info **out,
 			  warren_error **errp)
 {

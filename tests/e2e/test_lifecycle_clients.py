@@ -48,6 +48,19 @@ def test_cli_pause_resume(cli, api):
     assert state(api, sid) == "running"
     p = cli("pause", "0123456789abcdef")
     assert p.returncode != 0 and len(p.err.strip().splitlines()) == 1, p.err
+    p = cli("resume", "--to-disk", sid)
+    assert p.returncode != 0 and "--to-disk" in p.err, p.err
+    # to disk (CRIU, where the node has it): resumed by exec with its files
+    if api.get("/v1/health").json()["checkpoint"]["available"]:
+        cli("exec", sid, "--", "sh", "-c", "echo kept > /tmp/f", check=0)
+        assert cli("pause", "--to-disk", sid, check=0).out == f"{sid} paused\n"
+        ev = [e for e in api.get(f"/v1/sandboxes/{sid}/events").json()["events"]
+              if e["type"] == "paused"][-1]
+        assert ev["detail"]["keep_memory"] is False, ev
+        assert cli("exec", sid, "--", "cat", "/tmp/f", check=0).out == "kept\n"
+    else:
+        p = cli("pause", "--to-disk", sid)
+        assert p.returncode != 0 and "keep_memory" in p.err, p.err
     p = cli("create", "--image", "busybox", "--on-idle", "sleep")
     assert p.returncode != 0 and "--on-idle" in p.err and len(p.err.strip().splitlines()) == 1
     cli("rm", sid, check=0)
@@ -97,6 +110,16 @@ def test_sdk_pause_resume_and_lease(conn, image):
         sb.pause()
         info = sb.resume(timeout=600)
         assert info.is_running and info.pause_reason is None
+        # to disk (containers: CRIU, where the node has it)
+        try:
+            info = sb.pause(keep_memory=False)
+        except warren.InvalidArgumentError as e:
+            assert "keep_memory" in str(e), e
+        else:
+            assert info.is_paused
+            assert sb.files.read("/tmp/f") == "kept\n"
+        with pytest.raises(TypeError):
+            sb.pause(keep_memory="no")
     lid = f"sdk-{uuid.uuid4().hex[:8]}"
     with Lease.create(lid, grace_s=1, expire_s=600, **conn) as lease:
         assert lease.info.state == "active" and lease.info.grace_s == 1

@@ -78,8 +78,9 @@ def display_value(display: Optional[Mapping[str, Any]]) -> Optional[Dict[str, An
 
 
 def pause_body(keep_memory: Optional[bool]) -> Optional[Dict[str, Any]]:
-    """``keep_memory=False`` (microvm and vm tiers): the VM's state goes to
-    disk and QEMU ends; resume restores it."""
+    """``keep_memory=False``: the processes' state goes to disk and their
+    memory is freed (containers: CRIU; microvm and vm: the VM's state, QEMU
+    ends); resume restores it."""
     if keep_memory is None:
         return None
     if not isinstance(keep_memory, bool):

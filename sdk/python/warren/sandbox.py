@@ -644,10 +644,13 @@ class Sandbox:
         lifetime stops counting). Any call that needs it running (commands,
         files, pty) resumes it, so :meth:`resume` is optional.
 
-        ``keep_memory=False`` (microvm and vm tiers): the VM's whole state
-        (memory, devices, disk) goes to a file on the node and its QEMU
-        ends, freeing the memory; resume restores it. Other tiers refuse it
-        (:class:`InvalidArgumentError` naming ``keep_memory``)."""
+        ``keep_memory=False``: the state goes to disk and the memory is
+        freed; resume restores it. Containers: the processes are
+        checkpointed with CRIU (refused with :class:`ConflictError` while a
+        command runs or a TCP connection is established; where the node has
+        no working CRIU, :class:`InvalidArgumentError` naming
+        ``keep_memory``). microvm and vm: the VM's whole state (memory,
+        devices, disk) goes to a file on the node and its QEMU ends."""
         self._info = SandboxInfo.from_json(self._http.json(
             "POST", f"/sandboxes/{seg(self._id)}/pause", json=pause_body(keep_memory)))
         return self._info
