@@ -253,13 +253,16 @@ WARREN_API int warren_sandbox_pointer(warren_sandbox *sb, const char *type, int 
  * without one for grace_s they are paused, a heartbeat resumes them; after
  * expire_s without one, on_expire applies ("kill", "pause", "snapshot":
  * paused where the node has no snapshots). */
-#define WARREN_LEASE_OPTS_VERSION 1
+#define WARREN_LEASE_OPTS_VERSION 2
 typedef struct {
 	unsigned int version;
 	const char *id;	       /* NULL: generated */
 	double grace_s;	       /* 0: the daemon's default (60) */
 	double expire_s;       /* 0: the daemon's default (3600) */
 	const char *on_expire; /* NULL: "kill" */
+	/* version 2: suspended, the sandboxes are paused to disk (memory
+	 * freed) where they can be (keep_memory false) */
+	int to_disk;
 } warren_lease_opts;
 #define WARREN_LEASE_OPTS_INIT                                                                     \
 	{                                                                                          \

@@ -16,8 +16,9 @@ static void usage(FILE *f)
 	fprintf(
 	    f, "usage: warren lease COMMAND [options]\n\n"
 	       "  create [--id ID] [--grace DUR] [--expire DUR] [--on-expire kill|pause|snapshot]\n"
-	       "                      a new lease (prints its id); sandboxes join it with\n"
-	       "                      'warren create --lease ID'\n"
+	       "         [--to-disk]  a new lease (prints its id); sandboxes join it with\n"
+	       "                      'warren create --lease ID'; --to-disk: paused, they\n"
+	       "                      go to disk (memory freed) where they can\n"
 	       "  ls                  the tenant's leases\n"
 	       "  inspect ID...       show leases\n"
 	       "  heartbeat [--every DUR] ID\n"
@@ -97,13 +98,22 @@ static int heartbeat_loop(warren_client *cl, const char *id, double every)
 
 int cmd_lease(int argc, char **argv)
 {
-	enum { OPT_ID = 1000, OPT_GRACE, OPT_EXPIRE, OPT_ON_EXPIRE, OPT_KEEP, OPT_EVERY };
+	enum {
+		OPT_ID = 1000,
+		OPT_GRACE,
+		OPT_EXPIRE,
+		OPT_ON_EXPIRE,
+		OPT_KEEP,
+		OPT_EVERY,
+		OPT_TO_DISK
+	};
 	static const struct option opts[] = {{"id", required_argument, NULL, OPT_ID},
 					     {"grace", required_argument, NULL, OPT_GRACE},
 					     {"expire", required_argument, NULL, OPT_EXPIRE},
 					     {"on-expire", required_argument, NULL, OPT_ON_EXPIRE},
 					     {"keep", no_argument, NULL, OPT_KEEP},
 					     {"every", required_argument, NULL, OPT_EVERY},
+					     {"to-disk", no_argument, NULL, OPT_TO_DISK},
 					     CLI_CONN_OPTIONS,
 					     {0}};
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -168,6 +178,11 @@ int cmd_lease(int argc, char **argv)
 			if (strcmp(sub, "release") != 0)
 				return cli_bad_option(c, argv);
 			keep = true;
+			break;
+		case OPT_TO_DISK:
+			if (!create)
+				return cli_bad_option(c, argv);
+			lo.to_disk = 1;
 			break;
 		default: return cli_bad_option(c, argv);
 		}

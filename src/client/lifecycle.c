@@ -196,6 +196,8 @@ int warren_lease_create(warren_client *cl, const warren_lease_opts *o, warren_le
 		if (o->on_expire &&
 		    json_object_set_new(req, "on_expire", json_string(o->on_expire)) < 0)
 			r = wc_fail_field(&c, "on_expire", "on_expire: not valid UTF-8");
+		if (o->version >= 2 && o->to_disk)
+			json_object_set_new(req, "keep_memory", json_false());
 	}
 	if (r == 0)
 		r = lease_call(cl, "POST", "/v1/leases", req, out, &c);

@@ -138,12 +138,18 @@ static int seconds(struct wrd_req *r, const char *key, double dflt, double *out)
 
 void wrd_api_lease_create(struct wrd_req *r)
 {
-	static const char *const keys[] = {"id", "grace_s", "expire_s", "on_expire", NULL};
+	static const char *const keys[] = {"id",	"grace_s",     "expire_s",
+					   "on_expire", "keep_memory", NULL};
 	if (wrd_query_check(r, NULL) < 0 || (r->json && wrd_api_known_keys(r, r->json, keys) < 0))
 		return;
 	_cleanup_err_ wr_err err = NULL;
-	struct wrd_lease_opts o = {.on_expire = "kill"};
+	struct wrd_lease_opts o = {.on_expire = "kill", .keep_memory = true};
 	json_t *v;
+	if (r->json && (v = json_object_get(r->json, "keep_memory")) &&
+	    wrd_j_bool(v, "keep_memory", &o.keep_memory, &err) < 0) {
+		wrd_reply_err(r, err);
+		return;
+	}
 	if (r->json && (v = json_object_get(r->json, "id")) && !json_is_null(v)) {
 		if (wrd_j_str(v, "id", WRD_LEASE_ID_MAX, false, &o.id, &err) < 0) {
 			wrd_reply_err(r, err);

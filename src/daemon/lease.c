@@ -25,6 +25,7 @@ struct lease {
 	char id[WRD_LEASE_ID_MAX + 1];
 	int64_t grace_ms, expire_ms;
 	char on_expire[16];
+	bool keep_memory; /* false: its sandboxes are paused to disk */
 	enum lstate state;
 	char reason[16]; /* suspended: "heartbeat" or "request" */
 	char action[16]; /* ended: "kill", "pause", "snapshot", "keep" */
@@ -47,7 +48,8 @@ static const char schema[] =
     " expire_ms INTEGER NOT NULL, on_expire TEXT NOT NULL, state TEXT NOT NULL,"
     " reason TEXT NOT NULL DEFAULT '', action TEXT NOT NULL DEFAULT '',"
     " created_ms INTEGER NOT NULL, ended_ms INTEGER NOT NULL DEFAULT 0,"
-    " suspended_ms INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, id)) WITHOUT ROWID;";
+    " suspended_ms INTEGER NOT NULL DEFAULT 0, keep_memory INTEGER NOT NULL DEFAULT 1,"
+    " PRIMARY KEY (tenant, id)) WITHOUT ROWID;";
 
 bool wrd_lease_id_ok(const char *id)
 {
@@ -85,15 +87,17 @@ static void bind_lease(sqlite3_stmt *st, const void *ctx)
 	sqlite3_bind_int64(st, 9, l->created_ms);
 	sqlite3_bind_int64(st, 10, l->ended_ms);
 	sqlite3_bind_int64(st, 11, l->suspended_ms);
+	sqlite3_bind_int(st, 12, l->keep_memory ? 1 : 0);
 }
 
 /* The whole row, written before any answer or action depends on it. */
 static int save(const struct lease *l, wr_err *err)
 {
-	return wrd_db_write("INSERT OR REPLACE INTO leases (tenant, id, grace_ms, expire_ms,"
-			    " on_expire, state, reason, action, created_ms, ended_ms, suspended_ms)"
-			    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-			    "save lease", bind_lease, l, err);
+	return wrd_db_write(
+	    "INSERT OR REPLACE INTO leases (tenant, id, grace_ms, expire_ms,"
+	    " on_expire, state, reason, action, created_ms, ended_ms, suspended_ms,"
+	    " keep_memory) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+	    "save lease", bind_lease, l, err);
 }
 
 static void col(sqlite3_stmt *st, int i, char *buf, size_t n)
@@ -126,6 +130,7 @@ static int load_row(sqlite3_stmt *st, void *ctx)
 	l->created_ms = sqlite3_column_int64(st, 8);
 	l->ended_ms = sqlite3_column_int64(st, 9);
 	l->suspended_ms = sqlite3_column_int64(st, 10);
+	l->keep_memory = sqlite3_column_int(st, 11) != 0;
 	/* downtime is not missed heartbeats: counted from this start */
 	l->last_hb_ms = now;
 	l->gen = 1; /* make the sandboxes match once the pool runs */
@@ -138,10 +143,16 @@ int wrd_leases_load(wr_err *err)
 {
 	if (wrd_db_exec(schema, err) < 0)
 		return wr_err_wrap(err, "leases");
+	/* a database made before keep_memory gets it (its leases keep it) */
+	_cleanup_err_ wr_err aerr = NULL;
+	if (wrd_db_exec("ALTER TABLE leases ADD COLUMN keep_memory INTEGER NOT NULL DEFAULT 1",
+			&aerr) < 0 &&
+	    !strstr(aerr->msg, "duplicate column"))
+		return wr_err_set(err, wr_err_code(aerr), "leases: %s", aerr->msg);
 	int64_t now = wrd_now_ms();
 	pthread_mutex_lock(&g_llock);
 	int r = wrd_db_read("SELECT tenant, id, grace_ms, expire_ms, on_expire, state, reason,"
-			    " action, created_ms, ended_ms, suspended_ms FROM leases",
+			    " action, created_ms, ended_ms, suspended_ms, keep_memory FROM leases",
 			    "load leases", NULL, NULL, load_row, &now, err);
 	pthread_mutex_unlock(&g_llock);
 	if (r == -ENOMEM)
@@ -172,7 +183,28 @@ static enum want want_of(const struct lease *l)
 	return W_NONE;
 }
 
-static void apply(const char *tenant, const char *id, enum want w)
+/* A sandbox paused for its lease: in memory, or to disk (keep_memory
+ * false) where its tier and state allow (not while a call runs on it, nor
+ * a container without a working CRIU): else in memory, and an event says
+ * why. */
+static int lease_pause(struct wrd_sbx *sb, const char *id, bool keep_memory, wr_err *err)
+{
+	if (keep_memory)
+		return wrd_mgr_pause(sb, "lease", err);
+	_cleanup_err_ wr_err derr = NULL;
+	if (wrd_mgr_suspend(sb, "lease", &derr) == 0)
+		return 0;
+	int r = wrd_mgr_pause(sb, "lease", err);
+	if (r == 0) {
+		json_t *d = json_object();
+		json_object_set_new(d, "lease", json_string(id));
+		json_object_set_new(d, "reason", json_string(derr->msg));
+		wrd_sbx_event(sb, "memory_kept", d);
+	}
+	return r;
+}
+
+static void apply(const char *tenant, const char *id, enum want w, bool keep_memory)
 {
 	size_t n;
 	struct wrd_sbx **v = wrd_table_snapshot(&n);
@@ -182,7 +214,7 @@ static void apply(const char *tenant, const char *id, enum want w)
 			_cleanup_err_ wr_err err = NULL;
 			int r = 0;
 			if (w == W_PAUSE) {
-				r = wrd_mgr_pause(sb, "lease", &err);
+				r = lease_pause(sb, id, keep_memory, &err);
 			} else if (w == W_RESUME) {
 				r = wrd_mgr_resume(sb, "lease", "lease", &err);
 			} else if (w == W_SNAPSHOT) {
@@ -224,8 +256,9 @@ static void apply_job(void *arg)
 	while (l->done_gen < l->gen) {
 		uint64_t g = l->gen;
 		enum want w = want_of(l);
+		bool keep = l->keep_memory;
 		pthread_mutex_unlock(&g_llock);
-		apply(l->tenant, l->id, w);
+		apply(l->tenant, l->id, w, keep);
 		pthread_mutex_lock(&g_llock);
 		l->done_gen = g;
 		pthread_cond_broadcast(&g_lcv);
@@ -332,6 +365,7 @@ static json_t *lease_json(const struct lease *l)
 	json_object_set_new(o, "grace_s", json_real((double)l->grace_ms / 1000.0));
 	json_object_set_new(o, "expire_s", json_real((double)l->expire_ms / 1000.0));
 	json_object_set_new(o, "on_expire", json_string(l->on_expire));
+	json_object_set_new(o, "keep_memory", json_boolean(l->keep_memory));
 	json_object_set_new(o, "created_at", wrd_j_time(l->created_ms));
 	json_object_set_new(o, "last_heartbeat_at", time_or_null(live ? l->last_hb_ms : 0));
 	json_object_set_new(o, "suspended_at",
@@ -391,11 +425,12 @@ void wrd_lease_created(struct wrd_sbx *sb)
 	pthread_mutex_lock(&g_llock);
 	struct lease *l = find(sb->rec.tenant, id);
 	enum want w = l ? want_of(l) : W_NONE;
+	bool keep = l ? l->keep_memory : true;
 	pthread_mutex_unlock(&g_llock);
 	_cleanup_err_ wr_err err = NULL;
 	int r = 0;
 	if (w == W_PAUSE) {
-		r = wrd_mgr_pause(sb, "lease", &err);
+		r = lease_pause(sb, id, keep, &err);
 	} else if (w == W_KILL) {
 		/* released or expired (kill) between the check and now */
 		json_t *d = json_object();
@@ -438,6 +473,7 @@ int wrd_lease_create(const char *tenant, const struct wrd_lease_opts *o, json_t 
 	nl.grace_ms = o->grace_ms;
 	nl.expire_ms = o->expire_ms;
 	snprintf(nl.on_expire, sizeof(nl.on_expire), "%s", o->on_expire);
+	nl.keep_memory = o->keep_memory;
 	nl.state = L_ACTIVE;
 	nl.created_ms = nl.last_hb_ms = wrd_now_ms();
 	if ((r = save(&nl, err)) < 0) {

@@ -48,6 +48,9 @@ struct wrd_lease_opts {
 	const char *id; /* NULL: generated */
 	int64_t grace_ms, expire_ms;
 	const char *on_expire; /* "kill", "pause", "snapshot" */
+	/* false: suspended, its sandboxes are paused to disk (memory freed)
+	 * where they can be, else in memory */
+	bool keep_memory;
 };
 /* The calls below fill *out (a lease object) on success. EEXIST: a live
  * lease of that id; ENOENT: no such lease; ESRCH: ended. */

@@ -93,6 +93,13 @@ def test_cli_lease(cli, api):
     assert p.returncode != 0 and "released" in p.err, p.err
     p = cli("lease", "create", "--on-expire", "explode")
     assert p.returncode != 0 and "--on-expire" in p.err
+    lid2 = f"cli-{uuid.uuid4().hex[:8]}"
+    cli("lease", "create", "--id", lid2, "--to-disk", check=0)
+    assert cli.json("lease", "inspect", lid2)["keep_memory"] is False
+    assert cli.json("lease", "inspect", lid)["keep_memory"] is True
+    p = cli("lease", "suspend", "--to-disk", lid2)
+    assert p.returncode != 0 and "--to-disk" in p.err
+    cli("lease", "release", lid2, check=0)
     p = cli("lease", "frobnicate")
     assert p.returncode != 0 and len(p.err.strip().splitlines()) == 1
     cli("rm", sid, check=0)
@@ -120,9 +127,14 @@ def test_sdk_pause_resume_and_lease(conn, image):
             assert sb.files.read("/tmp/f") == "kept\n"
         with pytest.raises(TypeError):
             sb.pause(keep_memory="no")
+    with pytest.raises(TypeError):
+        Lease.create(grace_s=1, keep_memory="no", **conn)
+    with Lease.create(grace_s=1, keep_memory=False, **conn) as lease:
+        assert lease.info.keep_memory is False
     lid = f"sdk-{uuid.uuid4().hex[:8]}"
     with Lease.create(lid, grace_s=1, expire_s=600, **conn) as lease:
         assert lease.info.state == "active" and lease.info.grace_s == 1
+        assert lease.info.keep_memory is True
         sb = Sandbox.create(image=image, timeout=120, lease=lease, **conn)
         assert sb.info.lease == lid
         time.sleep(2.5)  # the background thread beats every grace/3

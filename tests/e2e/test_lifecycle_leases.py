@@ -243,3 +243,56 @@ def test_restart_finishes_a_lease_transition(fresh_daemon):
     lcall(c, lid, "release")
     assert state(c, a) == "killed" and state(c, b) == "killed"
     c.close()
+
+
+def test_keep_memory_false_pauses_to_disk(api, warrend):
+    """keep_memory: false: when the trainer stops heartbeating, the lease's
+    sandboxes are paused to disk (their memory freed, containers with CRIU);
+    one that cannot be (a command running on it) is paused in memory, and
+    an event says why; the heartbeat brings both back with their state."""
+    from test_lifecycle_suspend_container import REPL, memory_bytes, procs_of, repl
+    ck = api.get("/v1/health").json()["checkpoint"]
+    lid = uniq("disk")
+    lo = lease(api, id=lid, grace_s=1, expire_s=120, keep_memory=False)
+    assert lo["keep_memory"] is False, lo
+    assert lease(api, expect=400, keep_memory="no")["error"]["field"] == "keep_memory"
+    import threading
+    from conftest import Client
+    stop = threading.Event()
+
+    def trainer():  # heartbeats until the job is "preempted"
+        c = Client(warrend)
+        try:
+            while not stop.wait(0.25):
+                lcall(c, lid, "heartbeat")
+        finally:
+            c.close()
+    t = threading.Thread(target=trainer)
+    t.start()
+    try:
+        a = api.create(lease=lid, memory_mb=256)
+        b = api.create(lease=lid)
+        assert api.run(a, ["sh", "-c", REPL])["stdout"] == "ready\n"
+        assert repl(api, a, "x=9; echo $x") == "9\n"
+        r = api.post(f"/v1/sandboxes/{b}/commands", {"cmd": ["sleep", "60"],
+                                                     "background": True})
+        assert r.status == 201, r
+        before = memory_bytes(api, a)
+    finally:
+        stop.set()
+        t.join()
+    wait_state(api, a, "paused", limit=15)
+    wait_state(api, b, "paused", limit=15)
+    ev_a = [e for e in events(api, a) if e["type"] == "paused"][-1]["detail"]
+    assert ev_a["reason"] == "lease", ev_a
+    if ck["available"]:
+        assert ev_a["keep_memory"] is False, ev_a
+        assert procs_of(warrend, a) == set()
+        assert memory_bytes(api, a) < before - (40 << 20)
+    kept = [e for e in events(api, b) if e["type"] == "memory_kept"]
+    assert kept and kept[-1]["detail"]["lease"] == lid, events(api, b)
+    assert lcall(api, lid, "heartbeat")["state"] == "active"
+    wait_state(api, a, "running", limit=15)
+    wait_state(api, b, "running", limit=15)
+    assert repl(api, a, "echo $((x+1))") == "10\n"
+    assert lcall(api, lid, "release")["state"] == "released"

@@ -49,6 +49,7 @@ class LeaseInfo:
     ended_at: Optional[datetime] = None
     ended_action: Optional[str] = None
     sandboxes: int = 0
+    keep_memory: bool = True  #: False: suspended, its sandboxes go to disk
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -64,13 +65,16 @@ class LeaseInfo:
                    last_heartbeat_at=_dt(d.get("last_heartbeat_at")),
                    suspends_at=_dt(d.get("suspends_at")), expires_at=_dt(d.get("expires_at")),
                    ended_at=_dt(d.get("ended_at")), ended_action=d.get("ended_action"),
-                   sandboxes=int(d.get("sandboxes") or 0), raw=d)
+                   sandboxes=int(d.get("sandboxes") or 0),
+                   keep_memory=d.get("keep_memory", True) is not False, raw=d)
 
 
 def _create_body(lease_id: Optional[str], grace_s: Optional[float], expire_s: Optional[float],
-                 on_expire: Optional[str]) -> Dict[str, Any]:
+                 on_expire: Optional[str], keep_memory: Optional[bool] = None) -> Dict[str, Any]:
+    if keep_memory is not None and not isinstance(keep_memory, bool):
+        raise TypeError(f"keep_memory must be a bool (got {keep_memory!r})")
     return drop_none({"id": lease_id, "grace_s": grace_s, "expire_s": expire_s,
-                      "on_expire": on_expire})
+                      "on_expire": on_expire, "keep_memory": keep_memory})
 
 
 def _interval(info: Optional[LeaseInfo], interval: Optional[float]) -> float:
@@ -133,19 +137,23 @@ class Lease(_LeaseBase):
     @classmethod
     def create(cls, lease_id: Optional[str] = None, *, grace_s: Optional[float] = None,
                expire_s: Optional[float] = None, on_expire: Optional[str] = None,
+               keep_memory: Optional[bool] = None,
                socket: Optional[str] = None, base_url: Optional[str] = None,
                api_key: Optional[str] = None,
                request_timeout: Optional[float] = None) -> "Lease":
         """Create a lease (``lease_id`` generated when None). ``grace_s``
         (default 60): heartbeats may stop this long before the sandboxes are
         paused; ``expire_s`` (default 3600): then ``on_expire`` (``"kill"``
-        default, ``"pause"``, ``"snapshot"``) applies.
+        default, ``"pause"``, ``"snapshot"``) applies. ``keep_memory=False``:
+        paused, the sandboxes go to disk, their memory freed, where they
+        can (see :meth:`Sandbox.pause`); the others stay paused in memory.
 
         Raises :class:`ConflictError` if a live lease of that id exists."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
         d = SyncHTTP(cfg).json("POST", "/leases",
-                               json=_create_body(lease_id, grace_s, expire_s, on_expire))
+                               json=_create_body(lease_id, grace_s, expire_s, on_expire,
+                                                 keep_memory))
         info = LeaseInfo.from_json(d)
         return cls(info.lease_id, _config=cfg, _info=info)
 
@@ -254,13 +262,15 @@ class AsyncLease(_LeaseBase):
     @classmethod
     async def create(cls, lease_id: Optional[str] = None, *, grace_s: Optional[float] = None,
                      expire_s: Optional[float] = None, on_expire: Optional[str] = None,
+                     keep_memory: Optional[bool] = None,
                      socket: Optional[str] = None, base_url: Optional[str] = None,
                      api_key: Optional[str] = None,
                      request_timeout: Optional[float] = None) -> "AsyncLease":
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
         d = await AsyncHTTP(cfg).json("POST", "/leases",
-                                      json=_create_body(lease_id, grace_s, expire_s, on_expire))
+                                      json=_create_body(lease_id, grace_s, expire_s, on_expire,
+                                                 keep_memory))
         info = LeaseInfo.from_json(d)
         return cls(info.lease_id, _config=cfg, _info=info)
 
