@@ -716,6 +716,8 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 	/* what an earlier attempt (or a crash) left; the layer's pins of an
 	 * earlier checkpoint stay (they are its source now) */
 	wr_container_ckpt_done(sb->id);
+	/* a first checkpoint's layer pins go again with it when it is undone */
+	sb->ckpt_first = !wr_container_ckpt_restored(sb->id);
 	if (own_dir(p, true, err) < 0 || own_dir(dir, false, err) < 0)
 		return -1;
 	_cleanup_(json_decrefp) json_t *meta = json_object();
@@ -840,8 +842,9 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 			_cleanup_err_ wr_err e2 = NULL;
 			wr_container_freeze(sb, false, &e2);
 		}
-		/* all of it but the log of the failure (and the layer) */
-		unpin(sb->id, false);
+		/* all of it but the log of the failure (and the layer pins of
+		 * an earlier checkpoint) */
+		unpin(sb->id, sb->ckpt_first);
 		remove_flat_dir(dir);
 		return wr_err_wrap(err, "checkpoint sandbox %s", sb->id);
 	}
@@ -1140,7 +1143,10 @@ int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_er
 	case WR_SUSPEND_END: return end_tree(sb, err);
 	case WR_SUSPEND_UNDO: {
 		int r = wr_container_freeze(sb, false, err);
-		wr_container_ckpt_done(sb->id);
+		if (sb->ckpt_first)
+			wr_container_ckpt_drop(sb->id);
+		else
+			wr_container_ckpt_done(sb->id);
 		return r;
 	}
 	case WR_SUSPEND_LOAD: return load(sb, err);

@@ -64,6 +64,9 @@ struct wr_sandbox {
 	 * serialises the mounts and the release. */
 	pthread_mutex_t devpts_lock;
 	atomic_bool devpts;
+	/* container_ckpt.c: the checkpoint being made is the sandbox's first
+	 * (no earlier one left its layer pinned) */
+	bool ckpt_first;
 	/* Commands counted from before the mounts they need until they end
 	 * (exec.c): an idle sandbox gives its /proc and devpts back only
 	 * while none runs (wr_container_idle_release). */

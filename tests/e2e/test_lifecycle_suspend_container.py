@@ -190,6 +190,9 @@ def test_pause_to_disk_refused_with_an_established_connection(criu, api, warrend
     assert "established TCP connection" in r.json()["error"]["message"], r
     assert state(api, sid) == "running" and not frozen(warrend, sid)
     assert not (warrend.state / "ckpt" / sid).exists()
+    # nothing of the failed first checkpoint stays, its mounts neither
+    assert not (warrend.run / "ckpt" / sid).exists()
+    assert not mounted_under(warrend.run / "ckpt" / sid)
     out = api.run(sid, ["sh", "-c", "echo two >> /tmp/send; sleep 1.5; cat /tmp/recv"])
     assert out["stdout"] == "one\ntwo\n", out  # the connection lives on
     assert repl(api, sid, "kill $(pidof nc tail sleep) 2>/dev/null; sleep 0.3; "
