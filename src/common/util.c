@@ -1,6 +1,7 @@
 #include "common/util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -444,4 +445,16 @@ bool wr_pidfd_exit_kept(void)
 {
 	pthread_once(&g_exit_kept_once, exit_kept_probe);
 	return g_exit_kept;
+}
+
+void wr_rm_flat_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	while (d && (de = readdir(d)) != NULL)
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			unlinkat(dirfd(d), de->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(path);
 }

@@ -88,4 +88,8 @@ int wr_pidfd_exit_status(int pidfd);
  * then remembered. */
 bool wr_pidfd_exit_kept(void);
 
+/* Remove a directory of plain files (saved VM states, checkpoint images):
+ * its entries unlinked, then itself; best effort, nothing there is fine. */
+void wr_rm_flat_dir(const char *path);
+
 #endif

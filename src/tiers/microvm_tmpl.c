@@ -40,6 +40,7 @@
 
 #include "common/cleanup.h"
 #include "common/frame.h"
+#include "common/util.h"
 #include "tiers/microvm_internal.h"
 #include "tiers/qemu_net.h"
 #include "tiers/qmp.h"
@@ -122,18 +123,6 @@ static int open_valid(const char *hash, const char *key)
 	return dfd;
 }
 
-static void remove_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *de;
-	while (d && (de = readdir(d)) != NULL)
-		if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
-			unlinkat(dirfd(d), de->d_name, 0);
-	if (d)
-		closedir(d);
-	rmdir(path);
-}
-
 void wr_vm_tmpl_sweep(void)
 {
 	DIR *d = opendir(wr_mvm.template_dir);
@@ -143,7 +132,7 @@ void wr_vm_tmpl_sweep(void)
 			continue;
 		char p[1024];
 		snprintf(p, sizeof(p), "%s/%s", wr_mvm.template_dir, de->d_name);
-		remove_dir(p);
+		wr_rm_flat_dir(p);
 	}
 	if (d)
 		closedir(d);
@@ -284,7 +273,7 @@ static int build(const struct wr_vm_spec *spec, const char *key, const char *has
 	char old[1100];
 	snprintf(old, sizeof(old), "%s/.old-%s-%s", wr_mvm.template_dir, hash, rnd);
 	if (rename(final, old) == 0)
-		remove_dir(old);
+		wr_rm_flat_dir(old);
 	if (rename(tmp, final) < 0) {
 		r = wr_err_sys(err, "publish template %s", final);
 		goto out;
@@ -293,7 +282,7 @@ static int build(const struct wr_vm_spec *spec, const char *key, const char *has
 out:
 	if (vm)
 		wr_vm_destroy(&vm, NULL);
-	remove_dir(tmp);
+	wr_rm_flat_dir(tmp);
 	return wr_err_wrap(err, "make template");
 }
 

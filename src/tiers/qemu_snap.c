@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 #include "tiers/qmp.h"
 
 extern char **environ;
@@ -331,14 +332,7 @@ int wr_qsnap_kvm(const struct wr_qsnap_qmp *q, wr_err *err)
 
 void wr_qsnap_remove(const char *dir)
 {
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while (d && (de = readdir(d)) != NULL)
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			unlinkat(dirfd(d), de->d_name, 0);
-	if (d)
-		closedir(d);
-	rmdir(dir);
+	wr_rm_flat_dir(dir);
 }
 
 int wr_qsnap_run(char *const *argv, wr_err *err)
