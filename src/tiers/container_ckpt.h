@@ -79,6 +79,8 @@ struct criu_run {
 	const char *pins; /* restore: the pins' directory, shown at PINS_AT */
 	const int *fds;
 	size_t nfds;
+	int exe; /* set by wr_ckpt_run_criu: argv[0] opened before the child's
+		  * mounts, which may cover it (a build under /tmp) */
 };
 /* fds moved above the ones the child dups them to (3 .. 3+n). */
 int wr_ckpt_fds_high(int *fds, size_t n, wr_err *err);

@@ -112,7 +112,7 @@ static __attribute__((noreturn)) void criu_child(const struct criu_run *r)
 	/* CRIU's no-breakpoint mode: on paravirtualised hosts (PVM) its
 	 * hardware breakpoints never fire and every dump hangs at its end */
 	char *envp[] = {"CRIU_FAULT=130", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-	execve(r->argv[0], r->argv, envp);
+	syscall(SYS_execveat, r->exe, "", r->argv, envp, AT_EMPTY_PATH);
 	_exit(127);
 }
 
@@ -167,6 +167,16 @@ int wr_ckpt_run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char
 		     const char *dir, const char *logname, wr_err *err)
 {
 	struct criu_run r = *in;
+	/* Invariant: opened here, in our mount namespace, and above the fds
+	 * the child dups to 3.. (a restore's child covers /tmp, where a build
+	 * may keep criu: criu_child) */
+	_cleanup_close_ int exe = open(r.argv[0], O_PATH | O_CLOEXEC);
+	if (exe < 0)
+		return wr_err_sys(err, "open %s", r.argv[0]);
+	if ((r.exe = fcntl(exe, F_DUPFD_CLOEXEC, 64)) < 0)
+		return wr_err_sys(err, "dup");
+	close(exe);
+	exe = r.exe;
 	int go[2] = {-1, -1};
 	if (cg && pipe2(go, O_CLOEXEC) < 0)
 		return wr_err_sys(err, "pipe");

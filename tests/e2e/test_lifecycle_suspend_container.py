@@ -468,3 +468,25 @@ def test_python_repl_keeps_its_state_across_a_pause_to_disk(criu, api, warrend):
             "(bytearray(b'x'), 48)\n"
     finally:
         api.kill(sid)
+
+
+def test_criu_under_tmp(criu, fresh_daemon, tmp_path):
+    """The restore's criu runs in a mount namespace with a tmpfs over /tmp
+    (where it finds the pins): a criu binary kept under /tmp (a build or a
+    checkout there, as in a CI clone) still starts."""
+    import shutil
+    assert str(tmp_path).startswith("/tmp/")
+    copy = tmp_path / "warren-criu"
+    shutil.copy2(criu, copy)
+    d = fresh_daemon(extra={"criu": str(copy)}).start()
+    c = d.client()
+    sid = c.create()
+    try:
+        assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+        assert repl(c, sid, "x=4; echo $x") == "4\n"
+        pause(c, sid, keep_memory=False)
+        assert resume(c, sid)["state"] == "running"
+        assert repl(c, sid, "echo $((x*x))") == "16\n"
+    finally:
+        c.kill(sid)
+        c.close()
