@@ -26,6 +26,7 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -38,6 +39,9 @@
 #include "daemon/manager.h"
 #include "daemon/netpolicy.h"
 #include "daemon/network.h"
+
+/* How long a pause to disk waits for the sandbox's calls in flight. */
+#define BUSY_WAIT_S 2
 
 bool wrd_sbx_suspended(const struct wrd_sbx *sb)
 {
@@ -91,7 +95,14 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 				    "keep_memory: false (memory to disk) is not offered by the %s "
 				    "tier; a paused %s sandbox keeps its memory",
 				    sb->ops->name, sb->ops->name);
+	/* Short holds of the sandbox (the harvest sampler, a usage read) end
+	 * within milliseconds: waited for, bounded, before the calls still in
+	 * flight then refuse the pause (a command, a transfer, a terminal). */
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl); /* sb->cv's clock */
+	dl.tv_sec += BUSY_WAIT_S;
 	pthread_mutex_lock(&sb->lock);
+again:
 	wrd_sbx_wait_transition(sb);
 	if (wrd_sbx_suspended(sb)) {
 		pthread_mutex_unlock(&sb->lock);
@@ -104,6 +115,8 @@ int wrd_mgr_suspend(struct wrd_sbx *sb, const char *reason, wr_err *err)
 				  st == WRD_RUNNING || st == WRD_PAUSED ? "being ended"
 									: wrd_state_name(st));
 	}
+	if (sb->busy > 0 && pthread_cond_timedwait(&sb->cv, &sb->lock, &dl) != ETIMEDOUT)
+		goto again;
 	if (sb->busy > 0) {
 		pthread_mutex_unlock(&sb->lock);
 		return wr_err_set(err, ESRCH,

@@ -202,6 +202,27 @@ def test_pause_to_disk_refused_with_an_established_connection(criu, api, warrend
     assert api.kill(sid).status == 204
 
 
+def test_pause_to_disk_waits_for_a_call_about_to_end(criu, api, warrend):
+    """A call that ends within the pause's short wait (here a command of
+    0.5 s; in practice the harvest sampler's or a usage read's hold) does
+    not refuse the pause to disk: it waits, then goes to disk."""
+    import threading
+    from conftest import Client
+    sid = api.create()
+    c2 = Client(warrend)
+    t = threading.Thread(target=lambda: c2.run(sid, ["sleep", "0.5"]))
+    t.start()
+    try:
+        time.sleep(0.2)  # the command runs
+        r = api.post(f"/v1/sandboxes/{sid}/pause", {"keep_memory": False})
+        assert r.status == 200 and r.json()["state"] == "paused", r
+    finally:
+        t.join()
+        c2.close()
+    assert procs_of(warrend, sid) == set()
+    assert api.kill(sid).status == 204
+
+
 def test_pause_to_disk_refused_while_a_command_runs(criu, api):
     sid = api.create()
     r = api.post(f"/v1/sandboxes/{sid}/commands", {"cmd": ["sleep", "30"], "background": True})
