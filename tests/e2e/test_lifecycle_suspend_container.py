@@ -42,14 +42,15 @@ cat /tmp/out
 """
 
 
-def repl(c, sid, stmt):
-    """One statement to the REPL; its output."""
-    out = c.run(sid, ["sh", "-c",
-                      "rm -f /tmp/out; echo \"$1\" > /tmp/in; i=0; "
-                      "while [ ! -e /tmp/out ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-                      "cat /tmp/out", "repl", stmt])
-    assert out["exit_code"] == 0, out
-    return out["stdout"]
+def repl(c, sid, stmt, fifo="/tmp/in", out="/tmp/out"):
+    """One statement to a REPL reading fifo and answering in out; its
+    output."""
+    r = c.run(sid, ["sh", "-c",
+                    "rm -f \"$3\"; echo \"$1\" > \"$2\"; i=0; "
+                    "while [ ! -e \"$3\" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+                    "cat \"$3\"", "repl", stmt, fifo, out])
+    assert r["exit_code"] == 0, r
+    return r["stdout"]
 
 
 def procs_of(daemon, sid):
@@ -446,12 +447,7 @@ while True:
 
 def py(c, sid, stmt):
     """One statement to the Python REPL; what it printed."""
-    out = c.run(sid, ["sh", "-c",
-                      "rm -f /tmp/pout; echo \"$1\" > /tmp/pin; i=0; "
-                      "while [ ! -e /tmp/pout ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-                      "cat /tmp/pout", "py", stmt])
-    assert out["exit_code"] == 0, out
-    return out["stdout"]
+    return repl(c, sid, stmt, "/tmp/pin", "/tmp/pout")
 
 
 def test_python_repl_keeps_its_state_across_a_pause_to_disk(criu, api, warrend):
