@@ -31,6 +31,16 @@ json_t *wrd_image_json(const struct wr_image *img)
 				img->config.workdir, "user", img->config.user, "entrypoint",
 				strv_json(img->config.entrypoint, img->config.n_entrypoint), "cmd",
 				strv_json(img->config.cmd, img->config.n_cmd));
+	json_t *labels = json_object();
+	for (size_t i = 0; i < img->config.n_labels; i++) {
+		const char *kv = img->config.labels[i], *eq = strchr(kv, '=');
+		if (eq) {
+			_cleanup_free_ char *k = strndup(kv, (size_t)(eq - kv));
+			if (k)
+				json_object_set_new(labels, k, json_string(eq + 1));
+		}
+	}
+	json_object_set_new(cfg, "labels", labels);
 	json_t *j =
 	    json_pack("{s:s, s:I, s:s, s:o, s:o, s:b, s:b, s:i, s:o, s:o, s:o}", "digest",
 		      img->digest, "size", (json_int_t)img->size, "source", img->source, "created",

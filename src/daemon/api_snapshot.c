@@ -23,9 +23,22 @@ static void reply_snap_err(struct wrd_req *r, wr_err err)
 		wrd_reply_err(r, err);
 }
 
+/* "processes": a boolean, false when absent. */
+static int procs_arg(struct wrd_req *r, bool *procs)
+{
+	json_t *v = r->json ? json_object_get(r->json, "processes") : NULL;
+	if (v && !json_is_boolean(v)) {
+		wrd_reply_error(r, "invalid_argument", "processes",
+				"processes: must be true or false");
+		return -1;
+	}
+	*procs = json_is_true(v);
+	return 0;
+}
+
 void wrd_api_sb_snapshot(struct wrd_req *r)
 {
-	static const char *const keys[] = {"name", NULL};
+	static const char *const keys[] = {"name", "processes", NULL};
 	if (wrd_query_check(r, NULL) < 0 || (r->json && wrd_api_known_keys(r, r->json, keys) < 0))
 		return;
 	_cleanup_err_ wr_err err = NULL;
@@ -35,6 +48,9 @@ void wrd_api_sb_snapshot(struct wrd_req *r)
 		wrd_reply_err(r, err);
 		return;
 	}
+	bool procs = false;
+	if (procs_arg(r, &procs) < 0)
+		return;
 	struct wrd_sbx *sb = wrd_api_sandbox(r, false);
 	if (sb == NULL)
 		return;
@@ -46,7 +62,7 @@ void wrd_api_sb_snapshot(struct wrd_req *r)
 		name = dflt;
 	}
 	struct wr_image *img = NULL;
-	if (wrd_snapshot_take(sb, name, &img, &err) < 0)
+	if (wrd_snapshot_take(sb, name, procs, &img, &err) < 0)
 		reply_snap_err(r, err);
 	else
 		wrd_reply_json(r, 201, wrd_image_json(img));
@@ -81,6 +97,9 @@ void wrd_api_sb_fork(struct wrd_req *r)
 					banned[i]);
 			return;
 		}
+	bool procs = false;
+	if (procs_arg(r, &procs) < 0)
+		return;
 	struct wrd_sbx *sb = wrd_api_sandbox(r, false);
 	if (sb == NULL)
 		return;
@@ -103,11 +122,12 @@ void wrd_api_sb_fork(struct wrd_req *r)
 	const char *k;
 	json_object_foreach(r->json, k, v)
 	{
-		if (strcmp(k, "count") != 0 && strcmp(k, "name") != 0)
+		if (strcmp(k, "count") != 0 && strcmp(k, "name") != 0 &&
+		    strcmp(k, "processes") != 0)
 			json_object_set(body, k, v);
 	}
 	struct wr_image *img = NULL;
-	if (wrd_snapshot_take(sb, name, &img, &err) < 0) {
+	if (wrd_snapshot_take(sb, name, procs, &img, &err) < 0) {
 		reply_snap_err(r, err);
 		goto out;
 	}

@@ -225,7 +225,7 @@ static void apply(const char *tenant, const char *id, enum want w, bool keep_mem
 				struct wr_image *img = NULL;
 				r = wrd_mgr_pause(sb, "lease", &err);
 				if (r == 0)
-					r = wrd_snapshot_take(sb, ref, &img, &err);
+					r = wrd_snapshot_take(sb, ref, false, &img, &err);
 				if (r == 0) {
 					json_t *d = json_object();
 					json_object_set_new(d, "reason", json_string("lease"));

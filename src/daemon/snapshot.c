@@ -11,6 +11,7 @@
 #include "daemon/snapshot.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "common/util.h"
+#include "daemon/checkpoint.h"
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
 
@@ -28,9 +31,11 @@ void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, si
 
 /* The snapshot's config: the sandbox's runtime defaults and the labels
  * naming its stack. */
-static char *snap_config(struct wrd_sbx *sb, json_t *digests)
+static char *snap_config(struct wrd_sbx *sb, json_t *digests, const char *procs)
 {
 	json_t *cfg = json_object(), *labels = json_object();
+	if (procs)
+		json_object_set_new(labels, WRD_SNAP_PROCS, json_string(procs));
 	json_object_set_new(labels, WRD_SNAP_BASE, json_copy(json_array_get(digests, 0)));
 	char *mid = NULL;
 	size_t len = 0;
@@ -69,7 +74,60 @@ static char *snap_config(struct wrd_sbx *sb, json_t *digests)
 	return text;
 }
 
-int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out, wr_err *err)
+/* The processes' images (tier op save_procs, frozen already) as an image
+ * of the store: *digest. */
+static int take_procs(struct wrd_sbx *sb, char digest[WR_IMAGE_DIGEST_LEN + 1], wr_err *err)
+{
+	struct wr_image_store *store = wrd_images();
+	char rnd[17];
+	if (wr_random_id(rnd) < 0)
+		return wr_err_set(err, EIO, "random id");
+	rnd[12] = '\0';
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/tmp/procs-%s", wr_image_store_dir(store), rnd);
+	if (sb->ops->save_procs(sb->tsb, dir, err) < 0)
+		return -1;
+	json_t *labels =
+	    json_pack("{s:s, s:s}", WRD_PROCS_OF, sb->rec.id, WRD_PROCS_TIER, sb->ops->name);
+	json_t *root = json_pack("{s:{s:o}}", "config", "Labels", labels);
+	_cleanup_free_ char *config = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	char source[96];
+	snprintf(source, sizeof(source), "snapshot-processes:%s", sb->rec.id);
+	struct wr_image_import_opts io = {.ref = NULL, .source = source};
+	struct wr_image *img = NULL;
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = fd < 0 ? wr_err_sys(err, "open %s", dir)
+		       : wr_image_import_upper(store, fd, 0, config, &io, &img, err);
+	wr_rm_flat_dir(dir);
+	if (r == 0)
+		snprintf(digest, WR_IMAGE_DIGEST_LEN + 1, "%s", img->digest);
+	wr_image_free(&img);
+	return r;
+}
+
+/* Short holds of the sandbox (the harvest sampler, a usage read) end within
+ * milliseconds: waited for (2 s at most) before the calls in flight refuse
+ * a snapshot of processes. Called with sb->lock held. */
+static int wait_not_busy(struct wrd_sbx *sb, wr_err *err)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl); /* sb->cv's clock */
+	dl.tv_sec += 2;
+	while (sb->busy > 0)
+		if (pthread_cond_timedwait(&sb->cv, &sb->lock, &dl) == ETIMEDOUT)
+			break;
+	if (sb->busy > 0)
+		return wr_err_set(err, ESRCH,
+				  "sandbox %s has operations in flight (a command, a file "
+				  "transfer, a terminal): its processes are saved only when none "
+				  "runs",
+				  sb->rec.id);
+	return 0;
+}
+
+int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr_image **out,
+		      wr_err *err)
 {
 	struct wr_image_store *store = wrd_images();
 	if (store == NULL)
@@ -78,15 +136,22 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 		return wrd_snapshot_vm_take(sb, ref, out, err);
 	if (sb->ops->upper == NULL || sb->ops->freeze == NULL)
 		return wr_err_set(err, EOPNOTSUPP, "the %s tier has no snapshots", sb->ops->name);
+	const char *no_criu = NULL;
+	if (procs && sb->ops->save_procs == NULL)
+		return wr_err_field(err, "processes",
+				    "processes: the %s tier's snapshots hold its files only",
+				    sb->ops->name);
+	if (procs && strcmp(sb->ops->name, "container") == 0 && !wrd_ckpt_available(&no_criu))
+		return wr_err_field(err, "processes",
+				    "processes: saving processes needs CRIU, unusable on this "
+				    "node: %s",
+				    no_criu);
 	json_t *digests = json_object_get(sb->rec.spec, "image_digests");
 	if (json_array_size(digests) == 0)
 		return wr_err_set(err, EOPNOTSUPP,
 				  "sandbox %s was not created from store images only: a snapshot "
 				  "could not name its base",
 				  sb->rec.id);
-	_cleanup_free_ char *config = snap_config(sb, digests);
-	if (config == NULL)
-		return wr_err_set(err, ENOMEM, "out of memory");
 
 	pthread_mutex_lock(&sb->lock);
 	wrd_sbx_wait_transition(sb);
@@ -97,12 +162,32 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 				  st == WRD_RUNNING || st == WRD_PAUSED ? "being ended"
 									: wrd_state_name(st));
 	}
+	if (procs && wrd_sbx_suspended(sb)) {
+		pthread_mutex_unlock(&sb->lock);
+		return wr_err_set(err, ESRCH,
+				  "sandbox %s is paused to disk: resume it (or pause it in "
+				  "memory) to snapshot its processes",
+				  sb->rec.id);
+	}
+	if (procs && wait_not_busy(sb, err) < 0) {
+		pthread_mutex_unlock(&sb->lock);
+		return -1;
+	}
 	sb->transition = true;
 	pthread_mutex_unlock(&sb->lock);
 
+	/* Ordering: frozen, then the processes saved (they stay frozen), then
+	 * the files read: what the processes have open is what the layer
+	 * holds. The processes' image first: the layer's config names it. */
 	int64_t t0 = wrd_now_ms();
 	bool thaw = st == WRD_RUNNING;
 	int r = thaw ? sb->ops->freeze(sb->tsb, true, err) : 0;
+	char pdigest[WR_IMAGE_DIGEST_LEN + 1] = "";
+	if (r == 0 && procs)
+		r = take_procs(sb, pdigest, err);
+	_cleanup_free_ char *config = NULL;
+	if (r == 0 && (config = snap_config(sb, digests, procs ? pdigest : NULL)) == NULL)
+		r = wr_err_set(err, ENOMEM, "out of memory");
 	int fd = -1;
 	uid_t base = 0;
 	if (r == 0)
@@ -137,6 +222,8 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 	json_object_set_new(d, "digest", json_string((*out)->digest));
 	json_object_set_new(d, "size", json_integer((json_int_t)(*out)->size));
 	json_object_set_new(d, "frozen_s", json_real((double)frozen_ms / 1000.0));
+	if (procs)
+		json_object_set_new(d, "processes", json_string(pdigest));
 	wrd_sbx_event(sb, "snapshot", d);
 	json_t *ev = json_object();
 	json_object_set_new(ev, "digest", json_string((*out)->digest));
@@ -146,18 +233,66 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out
 	return 0;
 }
 
+/* A snapshot's processes for a create (body "processes", default true):
+ * their image unpacked into *dir, the tier the container's. */
+static int expand_procs(json_t *body, const char *image, const char *pd, char **dir, wr_err *err)
+{
+	json_t *want = json_object_get(body, "processes");
+	if (want && !json_is_true(want))
+		return 0;
+	const char *tier = json_string_value(json_object_get(body, "tier"));
+	if (tier && strcmp(tier, "container") != 0)
+		return wr_err_field(err, "tier",
+				    "tier: snapshot '%s' holds a container's processes; they "
+				    "restore on the container tier (or give \"processes\": false)",
+				    image);
+	struct wr_image *p = NULL;
+	_cleanup_err_ wr_err e2 = NULL;
+	if (wr_image_resolve(wrd_images(), pd, &p, &e2) < 0)
+		return wr_err_field(err, "image",
+				    "image: snapshot '%s' holds its processes in image %s, which "
+				    "this node's store does not have (pull it too, or give "
+				    "\"processes\": false)",
+				    image, pd);
+	int r = wrd_snapshot_unpack(p, dir, err);
+	wr_image_free(&p);
+	if (r < 0)
+		return wr_err_wrap(err, "unpack the processes of snapshot %s", image);
+	json_object_set_new(body, "tier", json_string("container"));
+	return 0;
+}
+
 int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 {
 	*restore_dir = NULL;
 	struct wr_image_store *store = wrd_images();
 	const char *image = json_string_value(json_object_get(body, "image"));
-	if (store == NULL || image == NULL || image[0] == '/' || image[0] == '.')
-		return 0;
+	/* "processes" (a create's choice for a snapshot with processes) is
+	 * taken out here, so the create's own checks never see it */
+	json_t *want = json_incref(json_object_get(body, "processes"));
+	json_object_del(body, "processes");
+	_cleanup_(json_decrefp) json_t *want_ref = want;
+	if (want && !json_is_boolean(want))
+		return wr_err_field(err, "processes", "processes: must be true or false");
 	struct wr_image *img = NULL;
 	_cleanup_err_ wr_err e2 = NULL;
-	if (wr_image_resolve(store, image, &img, &e2) < 0)
-		return 0; /* not a store image: the create resolves it otherwise */
-	if (wr_image_label(&img->config, "dev.warren.vm.snapshot")) {
+	if (store == NULL || image == NULL || image[0] == '/' || image[0] == '.' ||
+	    wr_image_resolve(store, image, &img, &e2) < 0) {
+		/* not a store image: the create resolves it otherwise */
+		if (json_is_true(want))
+			return wr_err_field(err, "processes",
+					    "processes: image '%s' is no snapshot with processes",
+					    image ? image : "");
+		return 0;
+	}
+	const char *pd = wr_image_label(&img->config, WRD_SNAP_PROCS);
+	bool vm = wr_image_label(&img->config, "dev.warren.vm.snapshot") != NULL;
+	if (json_is_true(want) && pd == NULL && !vm) {
+		wr_image_free(&img);
+		return wr_err_field(err, "processes",
+				    "processes: image '%s' is no snapshot with processes", image);
+	}
+	if (vm) {
 		int vr = wrd_snapshot_vm_expand(body, img, restore_dir, err);
 		wr_image_free(&img);
 		return vr;
@@ -189,8 +324,20 @@ int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 				 "image: snapshot '%s' stacks %zu layers (at most %d)", image,
 				 json_array_size(layers), WRD_MAX_HOLDS - 1);
 	} else {
-		json_object_set_new(body, "image", json_string(base));
-		json_object_set(body, "layers", layers);
+		if (pd) {
+			json_t *w = json_object();
+			if (want)
+				json_object_set(w, "processes", want);
+			json_object_set(w, "tier", json_object_get(body, "tier"));
+			r = expand_procs(w, image, pd, restore_dir, err);
+			if (r == 0 && *restore_dir)
+				json_object_set_new(body, "tier", json_string("container"));
+			json_decref(w);
+		}
+		if (r == 0) {
+			json_object_set_new(body, "image", json_string(base));
+			json_object_set(body, "layers", layers);
+		}
 	}
 	wr_image_free(&b);
 	wr_image_free(&img);

@@ -20,6 +20,12 @@
 #define WRD_SNAP_BASE "dev.warren.snapshot.base"
 #define WRD_SNAP_LAYERS "dev.warren.snapshot.layers"
 #define WRD_SNAP_SOURCE "dev.warren.snapshot.source"
+/* A snapshot with processes (container tier): the digest of the store
+ * image that holds them (CRIU's images of the tree, flat), whose own labels
+ * say whose they are and for which tier. */
+#define WRD_SNAP_PROCS "dev.warren.snapshot.processes"
+#define WRD_PROCS_OF "dev.warren.processes.source"
+#define WRD_PROCS_TIER "dev.warren.processes.tier"
 
 /* Capture sb's filesystem changes as image `ref` (name[:tag]). A running
  * sandbox is frozen during the capture and thawed after; a paused one
@@ -27,8 +33,14 @@
  * Crash safety: the freeze is not recorded, so after a crash recovery
  * thaws a sandbox whose record says running; the store commits the image
  * only once complete. Errors: EINVAL (field "name") for a bad ref,
- * EOPNOTSUPP for a sandbox whose stack is not made of store images. */
-int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out, wr_err *err);
+ * EOPNOTSUPP for a sandbox whose stack is not made of store images.
+ * procs: its processes too (tier op save_procs), into an image of their own
+ * named by the snapshot's label WRD_SNAP_PROCS; saved while frozen, before
+ * the files, so the two agree. A call in flight (a command, a transfer)
+ * is waited for 2 s, then refused (ESRCH). VM snapshots always hold the
+ * whole VM. */
+int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr_image **out,
+		      wr_err *err);
 
 /* A create body whose "image" is a snapshot: rewritten in place to its
  * base image with "layers" = the snapshot's stack (+ the body's own
@@ -43,6 +55,10 @@ int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err);
  * caller removes it after the create: wr_qsnap_remove). */
 int wrd_snapshot_vm_take(struct wrd_sbx *sb, const char *ref, struct wr_image **out, wr_err *err);
 int wrd_snapshot_vm_expand(json_t *body, struct wr_image *img, char **restore_dir, wr_err *err);
+/* An image of the store unpacked (fsck.erofs --extract, which also checks
+ * it) into a new directory of the store's staging area: *dir, removed with
+ * wrd_snapshot_restore_done. */
+int wrd_snapshot_unpack(const struct wr_image *img, char **dir, wr_err *err);
 /* Cleanup of a create's *restore_dir: the unpacked snapshot goes. */
 void wrd_snapshot_restore_done(char **restore_dir);
 

@@ -319,27 +319,37 @@ int wrd_snapshot_vm_expand(json_t *body, struct wr_image *img, char **restore_di
 		    "does not have (pull or import it first)",
 		    image, name ? name : "?", base);
 	/* unpacked (and checked) into the store's staging area */
-	char holder[40];
-	_cleanup_free_ char *blob = NULL;
-	snprintf(holder, sizeof(holder), "vm-restore-%.16s", img->digest + 7);
-	if (wr_image_acquire(store, img->digest, holder, &blob, NULL, err) < 0)
-		return wr_err_wrap(err, "image %s", image);
-	char *dir = staging(store);
-	char target[1100];
-	snprintf(target, sizeof(target), "--extract=%s", dir ? dir : "");
-	char *argv[] = {"/usr/bin/fsck.erofs", target, blob, NULL};
-	_cleanup_err_ wr_err e4 = NULL;
-	int r = dir ? wr_qsnap_run(argv, err) : wr_err_set(err, ENOMEM, "out of memory");
-	wr_image_release(store, img->digest, holder, &e4);
-	if (r < 0) {
-		if (dir)
-			wr_qsnap_remove(dir);
-		free(dir);
+	char *dir = NULL;
+	if (wrd_snapshot_unpack(img, &dir, err) < 0)
 		return wr_err_wrap(err, "unpack VM snapshot %s", image);
-	}
 	json_object_set_new(body, "image", json_string(use));
 	json_object_set_new(body, "tier", json_string(tier));
 	*restore_dir = dir;
+	return 0;
+}
+
+int wrd_snapshot_unpack(const struct wr_image *img, char **dir, wr_err *err)
+{
+	struct wr_image_store *store = wrd_images();
+	char holder[40];
+	_cleanup_free_ char *blob = NULL;
+	snprintf(holder, sizeof(holder), "unpack-%.16s", img->digest + 7);
+	if (wr_image_acquire(store, img->digest, holder, &blob, NULL, err) < 0)
+		return -1;
+	char *d = staging(store);
+	char target[1100];
+	snprintf(target, sizeof(target), "--extract=%s", d ? d : "");
+	char *argv[] = {"/usr/bin/fsck.erofs", target, blob, NULL};
+	_cleanup_err_ wr_err e4 = NULL;
+	int r = d ? wr_qsnap_run(argv, err) : wr_err_set(err, ENOMEM, "out of memory");
+	wr_image_release(store, img->digest, holder, &e4);
+	if (r < 0) {
+		if (d)
+			wr_qsnap_remove(d);
+		free(d);
+		return -1;
+	}
+	*dir = d;
 	return 0;
 }
 

@@ -1000,7 +1000,7 @@ uid_t wr_sandbox_uid_base(const struct wr_sandbox *sb)
 
 const struct wr_tier_ops wr_container_tier = {
     .name = "container",
-    .create = wr_container_create_spawned,
+    .create = wr_container_create_op,
     .exec = wr_container_exec,
     .fs = wr_container_fs,
     .kill = wr_container_kill,
@@ -1013,6 +1013,8 @@ const struct wr_tier_ops wr_container_tier = {
     .idle_release = wr_container_idle_release,
     .upper = wr_container_upper,
     .suspend = wr_container_suspend,
+    .save_procs = wr_container_save_procs,
+    .start = wr_container_start,
     .destroy = wr_container_destroy,
     .main_pid = wr_sandbox_init_pid,
 };

@@ -44,6 +44,20 @@ int wr_container_upper(struct wr_sandbox *sb, int *fd, uid_t *id_base, wr_err *e
  * fails with EOPNOTSUPP. */
 void wr_container_set_criu(const char *path);
 int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err);
+/* Snapshots with processes (container_ckpt.c). save_procs: the tree's
+ * CRIU images and warren.json into the new directory dir; the tree is left
+ * as it was (running or frozen), frozen meanwhile. load_procs: a sandbox
+ * just created (no command run yet) takes the tree saved in images (read
+ * only; another sandbox's, of this node or another): its own fresh tree
+ * ends and the saved one is restored under its ids, network namespace and
+ * file system, stopped until wr_container_start (tier op start). */
+int wr_container_save_procs(struct wr_sandbox *sb, const char *dir, wr_err *err);
+int wr_container_load_procs(struct wr_sandbox *sb, const char *images, wr_err *err);
+int wr_container_start(struct wr_sandbox *sb, wr_err *err);
+/* The tier's create: wr_container_create_spawned, then load_procs when
+ * spec->restore names saved processes. */
+int wr_container_create_op(const struct wr_sandbox_spec *spec, struct wr_sandbox **out,
+			   wr_err *err);
 
 /* Daemon restart: rebuild the handle of a sandbox that a previous process
  * created (its record says id, PID 1's host pid and the spec it was created

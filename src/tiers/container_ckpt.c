@@ -29,13 +29,21 @@
  * again from the same ruleset (warren's CRIU patch 0002).
  *
  * Steps (the daemon's order, lifecycle_suspend.c):
- *   SAVE   pins -> a running tree: dump --leave-running -> freeze the
- *          cgroup -> images published
+ *   SAVE   pins -> freeze -> dump --leave-running --freeze-cgroup (the
+ *          tree stays frozen) -> images published
  *   END    the tree killed (the pins and images stay)
  *   UNDO   thaw, the images and pins go
  *   LOAD   criu restore --leave-stopped: the tree again, every task stopped
  *   RUN    SIGCONT to every task, then the images and pins go
  *   UNLOAD the restored tree killed (the images and pins stay)
+ *
+ * Snapshots with processes use the same dump and restore: save_procs dumps
+ * the tree into a directory of the caller's (no pins; the tree runs on, or
+ * stays paused), and a new sandbox's create (load_procs) pins its own fresh
+ * file system as a checkpoint would, ends its fresh tree and restores the
+ * saved one from those (read-only) images under its own ids (CRIU patch
+ * 0004 moves the user namespace's map), left stopped until the tier's
+ * start, which the daemon calls once the network filter is attached.
  *
  * This file: the steps. container_ckpt_pins.c: paths, pins, what PID 1
  * holds; container_ckpt_criu.c: running criu (container_ckpt.h).
@@ -76,25 +84,17 @@ static void uncount(struct wr_sandbox **sb)
 	atomic_fetch_sub(&(*sb)->cmds, 1);
 }
 
-static int save(struct wr_sandbox *sb, wr_err *err)
+/* The tree's images into dir (made by the caller), what the restore needs
+ * in meta (warren.json, written here), every image readable by the
+ * restored tasks. pin: the pins a suspended sandbox keeps are made too (a
+ * snapshot's dump makes none).
+ *
+ * Invariant: frozen before the dump and after it. criu seizes the frozen
+ * tree (--freeze-cgroup) and leaves it frozen, so the tree never runs
+ * between its dump and what comes after (the end of the tree, the capture
+ * of its files): no file changes under a dumped process. */
+static int dump_tree(struct wr_sandbox *sb, const char *dir, json_t *meta, bool pin, wr_err *err)
 {
-	struct wr_container_globals *g = &wr_cg_globals;
-	if (wr_ckpt_criu() == NULL)
-		return wr_err_set(err, EOPNOTSUPP, "no working CRIU on this node");
-	if (sb->init_pid == 0)
-		return wr_err_set(err, EALREADY, "sandbox %s is on disk already", sb->id);
-	char dir[3072], p[4096];
-	wr_ckpt_img_path(dir, sizeof(dir), sb->id, ".new");
-	snprintf(p, sizeof(p), "%s/ckpt", g->state_dir);
-	/* what an earlier attempt (or a crash) left; the layer's pins of an
-	 * earlier checkpoint stay (they are its source now) */
-	wr_container_ckpt_done(sb->id);
-	/* a first checkpoint's layer pins go again with it when it is undone */
-	sb->ckpt_first = !wr_container_ckpt_restored(sb->id);
-	if (wr_ckpt_own_dir(p, true, err) < 0 || wr_ckpt_own_dir(dir, false, err) < 0)
-		return -1;
-	_cleanup_(json_decrefp) json_t *meta = json_object();
-	int was_frozen = wr_container_frozen(sb, NULL);
 	/* The parasite CRIU puts in each task reads the task's /proc: the
 	 * sandbox's /proc (and devpts) are mounted first, as for a command,
 	 * and this counts as one until the end, so that an idle release does
@@ -102,20 +102,31 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 	atomic_fetch_add(&sb->cmds, 1);
 	__attribute__((cleanup(uncount))) struct wr_sandbox *counted = sb;
 	int r = wr_container_devpts(sb, err);
-	if (r == 0)
+	if (r == 0 && pin)
 		r = wr_ckpt_make_pins(sb, err);
 	if (r == 0)
 		r = wr_ckpt_exe_key(sb, meta, err);
 	if (r == 0)
 		r = wr_ckpt_external_mounts(sb, meta, err);
 	if (r == 0)
-		r = wr_ckpt_pin_init_fds(sb, meta, err);
-	if (r == 0)
+		r = wr_ckpt_pin_init_fds(sb, meta, pin, err);
+	if (r == 0 && pin)
 		r = wr_ckpt_pin_mounts(sb, err);
-	/* a frozen tree cannot be seized: thawed for the dump, frozen again
-	 * at once after it (the daemon's pause or this save's own) */
-	if (r == 0 && was_frozen == 1)
+	if (r == 0)
+		r = wr_container_freeze(sb, true, err);
+	/* criu's freezer: the sandbox's cgroup where the freeze is (v2, or
+	 * the unified one of a hybrid host). A v1-only host has none to
+	 * give: the tree is thawed for the dump and frozen at once after. */
+	int fz[1] = {-1};
+	size_t nfz = 0;
+	if (r == 0 && wr_cgroup_v2_fd(sb->cg) >= 0) {
+		if ((fz[0] = fcntl(wr_cgroup_v2_fd(sb->cg), F_DUPFD_CLOEXEC, 64)) < 0)
+			r = wr_err_sys(err, "dup");
+		else
+			nfz = 1;
+	} else if (r == 0) {
 		r = wr_container_freeze(sb, false, err);
+	}
 	struct strv a = {0};
 	if (r == 0) {
 		wr_ckpt_sv_add(&a, "%s", wr_ckpt_criu());
@@ -128,6 +139,10 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 		wr_ckpt_sv_add(&a, "-t");
 		wr_ckpt_sv_add(&a, "%d", (int)sb->init_pid);
 		wr_ckpt_sv_add(&a, "--leave-running");
+		if (nfz) {
+			wr_ckpt_sv_add(&a, "--freeze-cgroup");
+			wr_ckpt_sv_add(&a, "/proc/self/fd/3");
+		}
 		wr_ckpt_sv_add(&a, "--manage-cgroups=ignore");
 		wr_ckpt_sv_add(&a, "--network-lock");
 		wr_ckpt_sv_add(&a, "skip");
@@ -166,16 +181,19 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 	if (r == 0) {
 		char log[4096];
 		snprintf(log, sizeof(log), "%s/criu.out", dir);
-		struct criu_run cr = {.argv = a.v, .log = log, .init_pidfd = sb->init_pidfd};
+		struct criu_run cr = {
+		    .argv = a.v, .log = log, .init_pidfd = sb->init_pidfd, .fds = fz, .nfds = nfz};
 		r = wr_ckpt_run_criu(&cr, NULL, sb->id, dir, "dump.log", err);
 	}
 	wr_ckpt_sv_free(&a);
-	/* Invariant: frozen right after the dump, before the images are
-	 * published: what the tree does from here on is never seen (the
-	 * daemon's END kills it; UNDO thaws it). */
+	if (fz[0] >= 0)
+		close(fz[0]);
+	/* the v1-only path's freeze again (criu's own left it frozen) */
 	_cleanup_err_ wr_err ferr = NULL;
 	if (wr_container_freeze(sb, true, &ferr) < 0 && r == 0)
 		r = wr_err_set(err, wr_err_code(ferr), "%s", ferr->msg);
+	json_object_set_new(meta, "id_base", json_integer((json_int_t)sb->idmap.base));
+	char p[4096];
 	if (r == 0) {
 		snprintf(p, sizeof(p), "%s/warren.json", dir);
 		if (json_dump_file(meta, p, JSON_COMPACT) < 0)
@@ -183,7 +201,7 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 	}
 	_cleanup_close_ int dfd = r == 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (r == 0) {
-		/* every image on disk before the name says it is complete; each
+		/* every image on disk before a name says it is complete; each
 		 * readable by the restored tasks (CRIU makes them 0600; see
 		 * wr_ckpt_own_dir) */
 		DIR *d = fdopendir(dup(dfd));
@@ -201,6 +219,31 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 		}
 		if (d)
 			closedir(d);
+	}
+	return r;
+}
+
+static int save(struct wr_sandbox *sb, wr_err *err)
+{
+	struct wr_container_globals *g = &wr_cg_globals;
+	if (wr_ckpt_criu() == NULL)
+		return wr_err_set(err, EOPNOTSUPP, "no working CRIU on this node");
+	if (sb->init_pid == 0)
+		return wr_err_set(err, EALREADY, "sandbox %s is on disk already", sb->id);
+	char dir[3072], p[4096];
+	wr_ckpt_img_path(dir, sizeof(dir), sb->id, ".new");
+	snprintf(p, sizeof(p), "%s/ckpt", g->state_dir);
+	/* what an earlier attempt (or a crash) left; the layer's pins of an
+	 * earlier checkpoint stay (they are its source now) */
+	wr_container_ckpt_done(sb->id);
+	/* a first checkpoint's layer pins go again with it when it is undone */
+	sb->ckpt_first = !wr_container_ckpt_restored(sb->id);
+	if (wr_ckpt_own_dir(p, true, err) < 0 || wr_ckpt_own_dir(dir, false, err) < 0)
+		return -1;
+	_cleanup_(json_decrefp) json_t *meta = json_object();
+	int was_frozen = wr_container_frozen(sb, NULL);
+	int r = dump_tree(sb, dir, meta, true, err);
+	if (r == 0) {
 		wr_ckpt_img_path(p, sizeof(p), sb->id, NULL);
 		if (rename(dir, p) < 0)
 			r = wr_err_sys(err, "publish %s", p);
@@ -221,6 +264,36 @@ static int save(struct wr_sandbox *sb, wr_err *err)
 		wr_ckpt_unpin(sb->id, sb->ckpt_first);
 		wr_rm_flat_dir(dir);
 		return wr_err_wrap(err, "checkpoint sandbox %s", sb->id);
+	}
+	return 0;
+}
+
+int wr_container_save_procs(struct wr_sandbox *sb, const char *dir, wr_err *err)
+{
+	if (wr_ckpt_criu() == NULL)
+		return wr_err_set(err, EOPNOTSUPP, "no working CRIU on this node");
+	if (sb->init_pid == 0)
+		return wr_err_set(err, EALREADY, "sandbox %s is on disk", sb->id);
+	if (mkdir(dir, 0755) < 0)
+		return wr_err_sys(err, "mkdir %s", dir);
+	_cleanup_(json_decrefp) json_t *meta = json_object();
+	int was_frozen = wr_container_frozen(sb, NULL);
+	int r = dump_tree(sb, dir, meta, false, err);
+	if (was_frozen != 1) {
+		_cleanup_err_ wr_err e2 = NULL;
+		if (wr_container_freeze(sb, false, &e2) < 0 && r == 0)
+			r = wr_err_set(err, wr_err_code(e2), "%s", e2->msg);
+	}
+	/* criu's own files are no part of the images */
+	static const char *const own[] = {"dump.log", "criu.out", "stats-dump"};
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+		char p[4096];
+		snprintf(p, sizeof(p), "%s/%s", dir, own[i]);
+		unlink(p);
+	}
+	if (r < 0) {
+		wr_rm_flat_dir(dir);
+		return wr_err_wrap(err, "save the processes of sandbox %s", sb->id);
 	}
 	return 0;
 }
@@ -314,15 +387,20 @@ static int check_masks(pid_t pid, wr_err *err)
 	return 0;
 }
 
-static int load(struct wr_sandbox *sb, wr_err *err)
+/* The tree of the images in `images` (NULL: the sandbox's own checkpoint)
+ * restored into the sandbox, every task stopped. Images of another
+ * sandbox (a snapshot's, perhaps of another node) are only read: criu's
+ * log and pid file go to the sandbox's own <state_dir>/ckpt/<id>/. */
+static int load(struct wr_sandbox *sb, const char *images, wr_err *err)
 {
 	struct wr_container_globals *g = &wr_cg_globals;
 	if (wr_ckpt_criu() == NULL)
 		return wr_err_set(err, EOPNOTSUPP, "no working CRIU on this node");
 	if (sb->init_pid != 0)
 		return wr_err_set(err, EALREADY, "sandbox %s runs", sb->id);
-	char dir[3072], p[4096];
-	wr_ckpt_img_path(dir, sizeof(dir), sb->id, NULL);
+	char dir[3072], work[3072], p[4096];
+	wr_ckpt_img_path(work, sizeof(work), sb->id, NULL);
+	snprintf(dir, sizeof(dir), "%s", images ? images : work);
 	snprintf(p, sizeof(p), "%s/warren.json", dir);
 	json_error_t je;
 	_cleanup_(json_decrefp) json_t *meta = json_load_file(p, 0, &je);
@@ -373,10 +451,13 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 		fds[nfds++] = open(g->init_path, O_RDONLY | O_CLOEXEC);
 		if (fds[exe_at] < 0 || fstat(fds[exe_at], &st) < 0)
 			r = wr_err_sys(err, "open %s", g->init_path);
-		else if ((json_int_t)st.st_dev !=
-			     json_integer_value(json_object_get(meta, "exe_dev")) ||
-			 (json_int_t)st.st_ino !=
-			     json_integer_value(json_object_get(meta, "exe_ino")))
+		/* a snapshot's: criu checks the executable it maps (size and
+		 * build-id) */
+		else if (images == NULL &&
+			 ((json_int_t)st.st_dev !=
+			      json_integer_value(json_object_get(meta, "exe_dev")) ||
+			  (json_int_t)st.st_ino !=
+			      json_integer_value(json_object_get(meta, "exe_ino"))))
 			r = wr_err_set(err, EOPNOTSUPP,
 				       "%s was replaced since the checkpoint: its PID 1 cannot "
 				       "be restored",
@@ -400,29 +481,42 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 	size_t dir_at = nfds;
 	if (r == 0 && (fds[nfds++] = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
 		r = wr_err_sys(err, "open %s", dir);
+	size_t work_at = dir_at;
+	if (r == 0 && images) {
+		work_at = nfds;
+		if ((fds[nfds++] = open(work, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+			r = wr_err_sys(err, "open %s", work);
+	}
 	if (r == 0)
 		r = wr_ckpt_fds_high(fds, nfds, err);
 
 	struct strv a = {0};
 	char pidfile[4096];
-	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", dir);
+	snprintf(pidfile, sizeof(pidfile), "%s/restore.pid", work);
 	unlink(pidfile);
 	if (r == 0) {
 		wr_ckpt_sv_add(&a, "%s", wr_ckpt_criu());
 		wr_ckpt_sv_add(&a, "restore");
 		wr_ckpt_sv_add(&a, "-D");
 		wr_ckpt_sv_add(&a, "/proc/self/fd/%zu", 3 + dir_at);
+		wr_ckpt_sv_add(&a, "-W");
+		wr_ckpt_sv_add(&a, "/proc/self/fd/%zu", 3 + work_at);
 		wr_ckpt_sv_add(&a, "-o");
 		wr_ckpt_sv_add(&a, "restore.log");
 		wr_ckpt_sv_add(&a, CRIU_LOG_LEVEL);
 		wr_ckpt_sv_add(&a, "-d");
 		wr_ckpt_sv_add(&a, "--leave-stopped");
-		wr_ckpt_sv_add(&a, "--pidfile"); /* in the images directory */
+		wr_ckpt_sv_add(&a, "--pidfile"); /* in the work directory */
 		wr_ckpt_sv_add(&a, "restore.pid");
 		wr_ckpt_sv_add(&a, "--root");
 		wr_ckpt_sv_add(&a, PINS_AT "/root");
 		wr_ckpt_sv_add(&a, "--manage-cgroups=ignore");
 		wr_ckpt_sv_add(&a, "--file-locks");
+		/* the user namespace onto this sandbox's ids (warren's CRIU
+		 * patch 0004): the same as dumped for its own checkpoint,
+		 * moved for a snapshot of another sandbox */
+		wr_ckpt_sv_add(&a, "--userns-lower-base");
+		wr_ckpt_sv_add(&a, "%u", (unsigned)sb->idmap.base);
 		wr_ckpt_sv_add(&a, "--ext-mount-map");
 		wr_ckpt_sv_add(&a, "auto");
 		json_array_foreach(json_object_get(meta, "mounts"), i, m)
@@ -454,7 +548,7 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 	}
 	if (r == 0) {
 		char log[4096];
-		snprintf(log, sizeof(log), "%s/criu.out", dir);
+		snprintf(log, sizeof(log), "%s/criu.out", work);
 		char pins[4096];
 		wr_ckpt_pin_path(pins, sizeof(pins), sb->id, NULL);
 		struct criu_run cr = {.argv = a.v,
@@ -464,7 +558,7 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 				      .netns = fds[ll ? 1 : 0],
 				      .fds = fds,
 				      .nfds = nfds};
-		r = wr_ckpt_run_criu(&cr, cg, sb->id, dir, "restore.log", err);
+		r = wr_ckpt_run_criu(&cr, cg, sb->id, work, "restore.log", err);
 	}
 	wr_ckpt_sv_free(&a);
 	for (size_t f = 0; f < nfds; f++)
@@ -512,6 +606,68 @@ static int load(struct wr_sandbox *sb, wr_err *err)
 	return 0;
 }
 
+/* ---- processes of a snapshot -------------------------------------------- */
+
+int wr_container_load_procs(struct wr_sandbox *sb, const char *images, wr_err *err)
+{
+	if (wr_ckpt_criu() == NULL)
+		return wr_err_set(err, EOPNOTSUPP,
+				  "no working CRIU on this node: a snapshot's processes cannot "
+				  "be restored");
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/ckpt", wr_cg_globals.state_dir);
+	/* The fresh sandbox's file system and network namespace pinned as a
+	 * checkpoint's are (the restore's --root and external mounts come
+	 * from the pins), its fresh tree ended, the snapshot's tree restored
+	 * in its place with this sandbox's ids. */
+	_cleanup_(json_decrefp) json_t *meta = json_object();
+	sb->ckpt_first = true;
+	int r = wr_ckpt_own_dir(p, true, err);
+	wr_ckpt_img_path(p, sizeof(p), sb->id, NULL);
+	if (r == 0)
+		r = wr_ckpt_own_dir(p, false, err);
+	if (r == 0)
+		r = wr_ckpt_make_pins(sb, err);
+	if (r == 0)
+		r = wr_ckpt_pin_init_fds(sb, meta, true, err);
+	if (r == 0)
+		r = wr_ckpt_pin_mounts(sb, err);
+	if (r == 0)
+		r = end_tree(sb, err);
+	if (r == 0)
+		r = load(sb, images, err);
+	if (r < 0) {
+		wr_container_ckpt_drop(sb->id);
+		return wr_err_wrap(err, "restore a snapshot's processes");
+	}
+	sb->procs_stopped = true;
+	return 0;
+}
+
+/* The tier's create: a sandbox (by the spawner), then, for a snapshot with
+ * processes (spec->restore), its tree replaced by the saved one. */
+int wr_container_create_op(const struct wr_sandbox_spec *spec, struct wr_sandbox **out, wr_err *err)
+{
+	if (wr_container_create_spawned(spec, out, err) < 0)
+		return -1;
+	if (spec->restore && wr_container_load_procs(*out, spec->restore, err) < 0) {
+		_cleanup_err_ wr_err e2 = NULL;
+		wr_container_destroy(out, &e2);
+		return -1;
+	}
+	return 0;
+}
+
+int wr_container_start(struct wr_sandbox *sb, wr_err *err)
+{
+	if (!sb->procs_stopped)
+		return 0;
+	sb->procs_stopped = false;
+	int r = wr_container_ckpt_continue(sb, err);
+	wr_container_ckpt_done(sb->id);
+	return r;
+}
+
 int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_err *err)
 {
 	switch (step) {
@@ -525,7 +681,7 @@ int wr_container_suspend(struct wr_sandbox *sb, enum wr_suspend_step step, wr_er
 			wr_container_ckpt_done(sb->id);
 		return r;
 	}
-	case WR_SUSPEND_LOAD: return load(sb, err);
+	case WR_SUSPEND_LOAD: return load(sb, NULL, err);
 	case WR_SUSPEND_RUN: {
 		int r = wr_container_ckpt_continue(sb, err);
 		wr_container_ckpt_done(sb->id);

@@ -41,10 +41,10 @@ int wr_ckpt_own_dir(const char *path, bool shared, wr_err *err);
 /* The pins' mount points, made. */
 int wr_ckpt_make_pins(struct wr_sandbox *sb, wr_err *err);
 /* What the dump records in meta (warren.json): PID 1's executable, the
- * external mounts, PID 1's two fds (pinned); then the other pins. */
+ * external mounts, PID 1's two fds (pinned when pin); then the other pins. */
 int wr_ckpt_exe_key(struct wr_sandbox *sb, json_t *meta, wr_err *err);
 int wr_ckpt_external_mounts(struct wr_sandbox *sb, json_t *meta, wr_err *err);
-int wr_ckpt_pin_init_fds(struct wr_sandbox *sb, json_t *meta, wr_err *err);
+int wr_ckpt_pin_init_fds(struct wr_sandbox *sb, json_t *meta, bool pin, wr_err *err);
 int wr_ckpt_pin_mounts(struct wr_sandbox *sb, wr_err *err);
 
 /* ---- container_ckpt_criu.c ---------------------------------------------- */

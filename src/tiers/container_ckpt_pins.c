@@ -187,9 +187,9 @@ static int file_key(pid_t pid, int fd, char *key, size_t n, wr_err *err)
 
 /* The fds PID 1 keeps (container.c): the upper directory (a writable
  * tmpfs mount) and the masks' source (read-only); their numbers and keys
- * in meta, clones of both pinned. Any other fd above 2 is refused: it
+ * in meta, clones of both pinned (pin_them). Any other fd above 2 is refused: it
  * would be a host file CRIU cannot restore. */
-int wr_ckpt_pin_init_fds(struct wr_sandbox *sb, json_t *meta, wr_err *err)
+int wr_ckpt_pin_init_fds(struct wr_sandbox *sb, json_t *meta, bool pin_them, wr_err *err)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)sb->init_pid);
@@ -226,7 +226,7 @@ int wr_ckpt_pin_init_fds(struct wr_sandbox *sb, json_t *meta, wr_err *err)
 		/* Pinned by an earlier checkpoint already: a restored PID 1's
 		 * fds are of mounts that CRIU's reopening detached for good (no
 		 * clone can be made of them), so the pin stays the source. */
-		if (!wr_ckpt_is_mount_point(pin)) {
+		if (pin_them && !wr_ckpt_is_mount_point(pin)) {
 			_cleanup_close_ int clone = wr_mount_clone(f, NULL, false, &ce);
 			if (clone < 0 || wr_mount_attach(clone, AT_FDCWD, pin, &ce) < 0) {
 				r = wr_err_set(err, ce.errnum, "keep PID 1's %s: %s", what, ce.msg);

@@ -67,6 +67,9 @@ struct wr_sandbox {
 	/* container_ckpt.c: the checkpoint being made is the sandbox's first
 	 * (no earlier one left its layer pinned) */
 	bool ckpt_first;
+	/* wr_container_load_procs: a snapshot's tree restored and left
+	 * stopped until the tier's start */
+	bool procs_stopped;
 	/* Commands counted from before the mounts they need until they end
 	 * (exec.c): an idle sandbox gives its /proc and devpts back only
 	 * while none runs (wr_container_idle_release). */

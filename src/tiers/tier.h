@@ -59,7 +59,8 @@ struct wr_sandbox_spec {
 	/* NULL: a private network namespace with loopback only (offline). */
 	const struct wr_sandbox_net *net;
 	/* VM tiers: start from this saved VM (a directory of qemu_snap.h)
-	 * instead of a boot; its sizes are the saved ones. */
+	 * instead of a boot; its sizes are the saved ones. The container
+	 * tier: start from the processes saved there (tier op save_procs). */
 	const char *restore;
 	/* the vm tier: "bios" (NULL) or "uefi" (the image's), and a VNC
 	 * endpoint (never unless asked for) */
@@ -207,6 +208,12 @@ struct wr_tier_ops {
 	 * runs again after, a paused one stays paused. *meta: its meta.json.
 	 * NULL: the tier has no such snapshots. */
 	int (*save)(struct wr_sandbox *sb, const char *dir, json_t **meta, wr_err *err);
+	/* The sandbox's processes (container tier: CRIU images) saved into the
+	 * new directory dir, for a snapshot with processes; the sandbox is
+	 * left as it was (running or paused). A create whose spec->restore
+	 * names such a directory starts from those processes (left stopped
+	 * until start). NULL: the tier has no such snapshots. */
+	int (*save_procs)(struct wr_sandbox *sb, const char *dir, wr_err *err);
 	/* Kill everything, release every resource, free sb. */
 	int (*destroy)(struct wr_sandbox **sb, wr_err *err);
 	/* The host process whose exit means the sandbox is dead (container:

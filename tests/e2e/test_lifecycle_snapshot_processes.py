@@ -1,0 +1,196 @@
+"""Snapshots with processes (container tier): {"processes": true} saves the
+sandbox's process tree with CRIU next to its files; a sandbox created from
+the snapshot, or forked with processes, starts with that tree restored
+under its own ids, network namespace and file system, and goes on from
+where the source was, independently of it (daemon/snapshot.c,
+tiers/container_ckpt.c, docs/API-LIFECYCLE.md "Snapshots with processes").
+
+The workload is the shell REPL of test_lifecycle_suspend_container: state
+(a counter, 48 MiB of data) in memory only, in an orphan of a finished
+command, inside the commands' Landlock domain.
+"""
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from test_lifecycle_suspend_container import REPL, procs_of, repl
+from test_lifecycle_checkpoint import built_criu
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
+
+
+@pytest.fixture
+def criu():
+    return built_criu()
+
+
+def imp(api, warrend, ref):
+    r = api.post("/v1/images/import", {"path": str(warrend.images / "busybox"), "ref": ref})
+    assert r.status == 201, r
+    return r.json()
+
+
+def with_repl(api, warrend):
+    """A sandbox from a store image running the REPL, its counter at 21."""
+    imp(api, warrend, "procbase:1")
+    sid = api.create(image="procbase:1", memory_mb=256)
+    api.run(sid, ["sh", "-c", "echo kept > /tmp/file"])
+    assert api.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(api, sid, "x=$((x+21)); echo $x ${#big}") == "21 50331648\n"
+    return sid
+
+
+def host_ids(pid):
+    """(uid_map's host id of 0, the task's host uid) of a host pid."""
+    lower = int(Path(f"/proc/{pid}/uid_map").read_text().split()[1])
+    uid = int([ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
+               if ln.startswith("Uid:")][0].split()[1])
+    return lower, uid
+
+
+def test_snapshot_with_processes_then_create(criu, api, warrend):
+    src = with_repl(api, warrend)
+    kids = []
+    try:
+        src_ids = {host_ids(p)[0] for p in procs_of(warrend, src)}
+        r = api.post(f"/v1/sandboxes/{src}/snapshot",
+                     {"name": "procsnap:1", "processes": True})
+        assert r.status == 201, r
+        snap = r.json()
+        pdig = snap["config"]["labels"]["dev.warren.snapshot.processes"]
+        assert pdig.startswith("sha256:"), snap
+        p = api.get(f"/v1/images/{quote(pdig, safe='')}")
+        assert p.status == 200 and p.json()["config"]["labels"]["dev.warren.processes.source"] == src, p
+        # the source runs on, unchanged
+        assert api.get(f"/v1/sandboxes/{src}").json()["state"] == "running"
+        assert repl(api, src, "x=$((x+1)); echo $x") == "22\n"
+
+        for _ in range(2):
+            k = api.create(image="procsnap:1", memory_mb=192)
+            kids.append(k)
+            info = api.get(f"/v1/sandboxes/{k}").json()
+            assert info["state"] == "running" and info["memory_mb"] == 192, info
+            # the REPL goes on from the snapshot's state, with its memory
+            assert repl(api, k, "x=$((x+100)); echo $x ${#big}") == "121 50331648\n"
+            assert api.run(k, ["cat", "/tmp/file"])["stdout"] == "kept\n"
+            # under this sandbox's ids, not the source's
+            pids = procs_of(warrend, k)
+            assert len(pids) >= 2, pids
+            ids = {host_ids(p) for p in pids}
+            assert all(lo not in src_ids for lo, _ in ids), (ids, src_ids)
+            assert all(u >= lo for lo, u in ids), ids
+            # still in the commands' Landlock domain: PID 1 out of reach
+            assert "refused" in repl(api, k, "kill -0 1 2>/dev/null && echo reached || "
+                                             "echo refused")
+        # independent of each other and of the source
+        assert repl(api, kids[0], "echo $x") == "121\n"
+        assert repl(api, src, "echo $x") == "22\n"
+        assert len({host_ids(min(procs_of(warrend, k)))[0] for k in kids}) == 2
+    finally:
+        for k in kids + [src]:
+            api.kill(k)
+
+
+def test_fork_with_processes(criu, api, warrend):
+    src = with_repl(api, warrend)
+    kids = []
+    try:
+        r = api.post(f"/v1/sandboxes/{src}/fork", {"count": 2, "processes": True})
+        assert r.status == 201, r
+        kids = [s["id"] for s in r.json()["sandboxes"]]
+        assert len(kids) == 2
+        for i, k in enumerate(kids):
+            assert repl(api, k, f"x=$((x+{i + 1})); echo $x") == f"{22 + i}\n"
+        assert repl(api, src, "echo $x") == "21\n"
+        # a fork's REPL pauses to disk and back like any sandbox's
+        p = api.post(f"/v1/sandboxes/{kids[0]}/pause", {"keep_memory": False})
+        assert p.status == 200, p
+        assert api.post(f"/v1/sandboxes/{kids[0]}/resume", {}).status == 200
+        assert repl(api, kids[0], "echo $x ${#big}") == "22 50331648\n"
+    finally:
+        for k in kids + [src]:
+            api.kill(k)
+
+
+def test_processes_errors(criu, api, warrend):
+    src = with_repl(api, warrend)
+    made = []
+    try:
+        r = api.post(f"/v1/sandboxes/{src}/snapshot", {"processes": "yes"})
+        assert r.status == 400 and r.error[1] == "processes", r
+        r = api.post(f"/v1/sandboxes/{src}/fork", {"processes": 1})
+        assert r.status == 400 and r.error[1] == "processes", r
+        # files only: a create asking for processes is refused
+        assert api.post(f"/v1/sandboxes/{src}/snapshot", {"name": "filesnap:1"}).status == 201
+        r = api.post("/v1/sandboxes", {"image": "filesnap:1", "processes": True})
+        assert r.status == 400 and r.error[1] == "processes", r
+        r = api.post("/v1/sandboxes", {"image": "procbase:1", "processes": "no"})
+        assert r.status == 400 and r.error[1] == "processes", r
+        # with processes: another tier is refused, files only on request
+        assert api.post(f"/v1/sandboxes/{src}/snapshot",
+                        {"name": "procsnap2:1", "processes": True}).status == 201
+        r = api.post("/v1/sandboxes", {"image": "procsnap2:1", "tier": "function"})
+        assert r.status == 400 and r.error[1] == "tier", r
+        r = api.post("/v1/sandboxes", {"image": "procsnap2:1", "processes": False})
+        assert r.status == 201, r
+        made.append(r.json()["id"])
+        assert api.run(made[-1], ["cat", "/tmp/file"])["stdout"] == "kept\n"
+        assert len(procs_of(warrend, made[-1])) == 1  # PID 1 only: no REPL
+        # a call in flight: refused after a bounded wait, and nothing made
+        t = threading.Thread(target=lambda: api.run(src, ["sleep", "4"]))
+        t.start()
+        time.sleep(0.5)
+        t0 = time.time()
+        r = api.post(f"/v1/sandboxes/{src}/snapshot", {"name": "busy:1", "processes": True})
+        assert r.status == 409 and "in flight" in r.json()["error"]["message"], r
+        assert time.time() - t0 >= 1.5
+        t.join()
+        assert api.get(f"/v1/images/{quote('busy:1', safe='')}").status == 404
+        # paused to disk: refused with the way out
+        assert api.post(f"/v1/sandboxes/{src}/pause", {"keep_memory": False}).status == 200
+        r = api.post(f"/v1/sandboxes/{src}/snapshot", {"processes": True})
+        assert r.status == 409 and "resume" in r.json()["error"]["message"], r
+        assert api.post(f"/v1/sandboxes/{src}/resume", {}).status == 200
+        assert repl(api, src, "echo $x") == "21\n"
+    finally:
+        for k in made + [src]:
+            api.kill(k)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/docker-registry"),
+                    reason="docker-registry not installed (scripts/deps.sh)")
+def test_snapshot_with_processes_on_a_second_node(criu, api, warrend, fresh_daemon, tmp_path):
+    from registry_util import Registry
+    reg = Registry(tmp_path / "reg")
+    try:
+        src = with_repl(api, warrend)
+        name = f"procpush{os.getpid()}:1"
+        r = api.post(f"/v1/sandboxes/{src}/snapshot", {"name": name, "processes": True})
+        assert r.status == 201, r
+        api.kill(src)
+        p = api.post(f"/v1/images/{quote(name, safe='')}/push", {"to": f"{reg.host}/team/psnap:1"})
+        assert p.status == 200, p
+        assert p.json().get("processes", {}).get("digest") == \
+            r.json()["config"]["labels"]["dev.warren.snapshot.processes"], p
+        p = api.post(f"/v1/images/procbase:1/push", {"to": f"{reg.host}/team/pbase:1"})
+        assert p.status == 200, p
+        node2 = fresh_daemon().start()
+        c2 = node2.client()
+        try:
+            for ref in ("team/pbase:1", "team/psnap:1"):
+                g = c2.post("/v1/images/pull", {"ref": f"{reg.host}/{ref}"})
+                assert g.status == 200, g
+            sid = c2.create(image=f"{reg.host}/team/psnap:1")
+            try:
+                assert repl(c2, sid, "x=$((x+1)); echo $x ${#big}") == "22 50331648\n"
+            finally:
+                c2.kill(sid)
+        finally:
+            c2.close()
+    finally:
+        reg.stop()
