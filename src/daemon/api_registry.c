@@ -16,6 +16,7 @@
 #include "daemon/images.h"
 #include "daemon/jsonutil.h"
 #include "daemon/manager.h"
+#include "daemon/snapshot.h"
 #include "image/distribute.h"
 
 static void regp(struct wr_registry **r)
@@ -217,7 +218,16 @@ void wrd_api_img_pull(struct wrd_req *r)
 			return;
 		}
 	}
+	json_t *procs = NULL;
+	if (wrd_images_pull_procs(reg, ref, img, &procs, &err) < 0) {
+		wr_err_wrap(&err, "pulled %s as %s, but not", img->digest, as);
+		wr_image_free(&img);
+		reply_reg_err(r, err, "ref");
+		return;
+	}
 	json_t *out = wrd_image_json(img);
+	if (procs)
+		json_object_set_new(out, "processes", procs);
 	json_object_set_new(out, "pull",
 			    json_pack("{s:s, s:b, s:b, s:b, s:b, s:i, s:I}", "manifest_digest",
 				      res.manifest_digest, "erofs", res.erofs, "lazy", res.lazy,
@@ -276,14 +286,38 @@ void wrd_api_img_push(struct wrd_req *r)
 	}
 	struct wr_image_push_opts o = {.chunk_size = (size_t)chunk};
 	struct wr_image_push_result res;
+	/* a snapshot's processes first: a pull of the snapshot finds them */
+	json_t *procs = NULL;
+	struct wr_image *img = NULL;
+	if (wr_image_resolve(wrd_images(), local, &img, &err) == 0) {
+		const char *pd = wr_image_label(&img->config, WRD_SNAP_PROCS);
+		_cleanup_free_ char *pto = pd ? wrd_images_procs_ref(to, pd, &err) : NULL;
+		struct wr_image_push_result pres;
+		if (pd && (pto == NULL ||
+			   wr_image_push(wrd_images(), reg, pd, pto, &o, &pres, &err) < 0)) {
+			wr_image_free(&img);
+			wr_err_wrap(&err, "push the processes of snapshot %s", local);
+			reply_reg_err(r, err, "to");
+			return;
+		}
+		if (pd)
+			procs = json_pack("{s:s, s:s, s:s, s:i}", "digest", pd, "to", pto,
+					  "manifest_digest", pres.manifest_digest, "blobs_sent",
+					  (int)pres.blobs_sent);
+		wr_image_free(&img);
+	}
+	wr_err_free(&err);
 	if (wr_image_push(wrd_images(), reg, local, to, &o, &res, &err) < 0) {
+		json_decref(procs);
 		/* an unknown local image is the path's fault, not a field's */
 		reply_reg_err(r, err, err && err->errnum == ENOENT ? NULL : "to");
 		return;
 	}
-	wrd_reply_json(r, 200,
-		       json_pack("{s:s, s:s, s:s, s:i, s:i, s:I}", "digest", res.blob_digest, "to",
-				 to, "manifest_digest", res.manifest_digest, "blobs_sent",
-				 (int)res.blobs_sent, "blobs_skipped", (int)res.blobs_skipped,
-				 "bytes_sent", (json_int_t)res.bytes_sent));
+	json_t *out = json_pack("{s:s, s:s, s:s, s:i, s:i, s:I}", "digest", res.blob_digest, "to",
+				to, "manifest_digest", res.manifest_digest, "blobs_sent",
+				(int)res.blobs_sent, "blobs_skipped", (int)res.blobs_skipped,
+				"bytes_sent", (json_int_t)res.bytes_sent);
+	if (procs)
+		json_object_set_new(out, "processes", procs);
+	wrd_reply_json(r, 200, out);
 }

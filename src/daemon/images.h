@@ -86,6 +86,17 @@ int wrd_images_remote_name(const char *remote, char **out, wr_err *err);
  * unreachable registry: ESHUTDOWN; unknown: ENOENT) or "registry_auth". */
 int wrd_images_ensure_remote(const char *remote, int policy, json_t *auth, char **name,
 			     wr_err *err);
+/* A snapshot's processes (its label WRD_SNAP_PROCS names a store image of
+ * their own) travel with it: pushed first, to the snapshot's repository as
+ * tag "processes-<hex of their digest>", and pulled from there after it
+ * when the store lacks them. procs_ref: that remote reference for the
+ * repository of `remote` (malloc'd), NULL on error. pull_procs: after a
+ * pull of img from `remote`, its processes pulled (in full) when it has
+ * some the store lacks; *out: what was done, NULL when nothing. */
+struct wr_registry;
+char *wrd_images_procs_ref(const char *remote, const char *digest, wr_err *err);
+int wrd_images_pull_procs(struct wr_registry *reg, const char *remote, const struct wr_image *img,
+			  json_t **out, wr_err *err);
 void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
 void wrd_images_holds_drop(struct wrd_image_holds *h);
 /* A sandbox ended (destroyed): release every store image it held. */

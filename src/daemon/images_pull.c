@@ -26,6 +26,7 @@
 #include "daemon/api_registry.h"
 #include "image/distribute.h"
 #include "image/registry.h"
+#include "daemon/snapshot.h"
 
 struct flight {
 	char *name;
@@ -115,6 +116,65 @@ static void classify(wr_err err, const char *field)
 	}
 }
 
+/* A snapshot's processes (its label WRD_SNAP_PROCS names a store image of
+ * their own) travel with it: pushed first, to the snapshot's repository as
+ * tag "processes-<hex of their digest>", and pulled from there after it when
+ * the store lacks them. The remote reference of processes `digest` in the
+ * repository of `remote` (malloc'd), NULL on error. */
+char *wrd_images_procs_ref(const char *remote, const char *digest, wr_err *err)
+{
+	struct wr_registry_ref rr = {0};
+	if (wr_registry_ref_parse(remote, &rr, err) < 0)
+		return NULL;
+	free(rr.tag);
+	free(rr.digest);
+	rr.digest = NULL;
+	rr.tag = NULL;
+	char *out = NULL;
+	if (asprintf(&rr.tag, "processes-%s", digest + 7) >= 0)
+		out = wr_registry_ref_format(&rr);
+	wr_registry_ref_free(&rr);
+	if (out == NULL)
+		wr_err_set(err, ENOMEM, "out of memory");
+	return out;
+}
+
+/* After a pull of img from `remote`: its processes, when it is a snapshot
+ * with processes whose image the store lacks. *out: what was done (NULL
+ * when nothing). */
+int wrd_images_pull_procs(struct wr_registry *reg, const char *remote, const struct wr_image *img,
+			  json_t **out, wr_err *err)
+{
+	*out = NULL;
+	const char *pd = wr_image_label(&img->config, WRD_SNAP_PROCS);
+	if (pd == NULL)
+		return 0;
+	struct wr_image *have = NULL;
+	_cleanup_err_ wr_err e2 = NULL;
+	if (wr_image_resolve(wrd_images(), pd, &have, &e2) == 0) {
+		wr_image_free(&have);
+		*out = json_pack("{s:s, s:b}", "digest", pd, "already", true);
+		return 0;
+	}
+	_cleanup_free_ char *from = wrd_images_procs_ref(remote, pd, err);
+	if (from == NULL)
+		return -1;
+	struct wr_image_pull_opts o = {.mode = WR_IMAGE_PULL_FULL};
+	struct wr_image_pull_result res;
+	struct wr_image *p = NULL;
+	if (wr_image_pull(wrd_images(), reg, from, NULL, &o, &p, &res, err) < 0)
+		return wr_err_wrap(err, "its processes (%s)", from);
+	int r = 0;
+	if (strcmp(p->digest, pd) != 0)
+		r = wr_err_set(err, EBADMSG, "its processes: %s holds %s, not %s", from, p->digest,
+			       pd);
+	else
+		*out = json_pack("{s:s, s:s, s:b, s:I}", "digest", pd, "ref", from, "already",
+				 false, "bytes_fetched", (json_int_t)res.bytes_fetched);
+	wr_image_free(&p);
+	return r;
+}
+
 static int do_pull(const char *remote, const char *name, json_t *auth, wr_err *err)
 {
 	struct wr_registry *reg = NULL;
@@ -128,6 +188,12 @@ static int do_pull(const char *remote, const char *name, json_t *auth, wr_err *e
 	struct wr_image_pull_result res;
 	struct wr_image *img = NULL;
 	int r = wr_image_pull(wrd_images(), reg, remote, name, &o, &img, &res, err);
+	json_t *procs = NULL;
+	if (r == 0 && wrd_images_pull_procs(reg, remote, img, &procs, err) < 0) {
+		wr_image_free(&img);
+		r = -1;
+	}
+	json_decref(procs);
 	wr_registry_close(reg);
 	if (r < 0)
 		return r;

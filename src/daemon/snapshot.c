@@ -22,6 +22,7 @@
 #include "common/util.h"
 #include "daemon/checkpoint.h"
 #include "daemon/images.h"
+#include "image/registry.h"
 #include "daemon/jsonutil.h"
 
 void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, size_t len)
@@ -274,10 +275,20 @@ int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 	_cleanup_(json_decrefp) json_t *want_ref = want;
 	if (want && !json_is_boolean(want))
 		return wr_err_field(err, "processes", "processes: must be true or false");
+	/* A registry reference is pulled (per the body's "pull") first: it
+	 * may be a snapshot, whose stack the create needs. An invalid policy
+	 * is left to the create's checks. */
+	_cleanup_free_ char *local = NULL;
+	int policy = wrd_images_pull_policy(json_string_value(json_object_get(body, "pull")));
+	if (store && image && image[0] != '/' && image[0] != '.' &&
+	    wr_registry_ref_is_remote(image) && policy >= 0 &&
+	    wrd_images_ensure_remote(image, policy, json_object_get(body, "registry_auth"), &local,
+				     err) < 0)
+		return -1;
 	struct wr_image *img = NULL;
 	_cleanup_err_ wr_err e2 = NULL;
 	if (store == NULL || image == NULL || image[0] == '/' || image[0] == '.' ||
-	    wr_image_resolve(store, image, &img, &e2) < 0) {
+	    wr_image_resolve(store, local ? local : image, &img, &e2) < 0) {
 		/* not a store image: the create resolves it otherwise */
 		if (json_is_true(want))
 			return wr_err_field(err, "processes",

@@ -182,15 +182,36 @@ def test_snapshot_with_processes_on_a_second_node(criu, api, warrend, fresh_daem
         node2 = fresh_daemon().start()
         c2 = node2.client()
         try:
-            for ref in ("team/pbase:1", "team/psnap:1"):
-                g = c2.post("/v1/images/pull", {"ref": f"{reg.host}/{ref}"})
-                assert g.status == 200, g
+            g = c2.post("/v1/images/pull", {"ref": f"{reg.host}/team/pbase:1"})
+            assert g.status == 200, g
+            # a create from the registry reference pulls the snapshot and
+            # its processes, then restores them
             sid = c2.create(image=f"{reg.host}/team/psnap:1")
             try:
                 assert repl(c2, sid, "x=$((x+1)); echo $x ${#big}") == "22 50331648\n"
             finally:
                 c2.kill(sid)
+            g = c2.post("/v1/images/pull", {"ref": f"{reg.host}/team/psnap:1", "as": "ps:1"})
+            assert g.status == 200 and g.json()["processes"]["already"] is True, g
         finally:
             c2.close()
+        # an explicit pull brings the processes along
+        node3 = fresh_daemon().start()
+        c3 = node3.client()
+        try:
+            g = c3.post("/v1/images/pull", {"ref": f"{reg.host}/team/pbase:1"})
+            assert g.status == 200, g
+            g = c3.post("/v1/images/pull", {"ref": f"{reg.host}/team/psnap:1", "as": "ps:1"})
+            assert g.status == 200, g
+            pr = g.json()["processes"]
+            assert pr["already"] is False and pr["bytes_fetched"] > 0, pr
+            assert pr["ref"] == f"{reg.host}/team/psnap:processes-{pr['digest'][7:]}", pr
+            sid = c3.create(image="ps:1")
+            try:
+                assert repl(c3, sid, "echo $x") == "21\n"
+            finally:
+                c3.kill(sid)
+        finally:
+            c3.close()
     finally:
         reg.stop()
