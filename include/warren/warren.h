@@ -654,6 +654,15 @@ WARREN_API void warren_image_free(warren_image *img);
  * one stays paused. *out (if not NULL) receives the image. */
 WARREN_API int warren_sandbox_snapshot(warren_sandbox *sb, const char *name, warren_image **out,
 				       warren_error **err);
+/* The same with flags: WARREN_SNAPSHOT_PROCESSES saves the running processes
+ * too (container tier, with CRIU; frozen while saved, with the files); a
+ * sandbox created from the snapshot goes on from them (a create body's
+ * "processes": false takes the files only). The image's config label
+ * "dev.warren.snapshot.processes" names the image that holds them. A fork
+ * takes {"processes": true} in overrides_json. */
+#define WARREN_SNAPSHOT_PROCESSES 1u
+WARREN_API int warren_sandbox_snapshot_with(warren_sandbox *sb, const char *name, unsigned flags,
+					    warren_image **out, warren_error **err);
 /* Fork: count (1..256) new sandboxes from the sandbox's current filesystem
  * (a snapshot, then creates with the source's settings). overrides_json: a
  * JSON object of create fields that differ (memory_mb, cpu, env, ...) or

@@ -48,9 +48,22 @@ int warren_sandbox_resume(warren_sandbox *sb, int64_t timeout, warren_sandbox_in
 int warren_sandbox_snapshot(warren_sandbox *sb, const char *name, warren_image **out,
 			    warren_error **errp)
 {
+	return warren_sandbox_snapshot_with(sb, name, 0, out, errp);
+}
+
+int warren_sandbox_snapshot_with(warren_sandbox *sb, const char *name, unsigned flags,
+				 warren_image **out, warren_error **errp)
+{
 	struct wc_call c = {.client = sb->client};
 	_cleanup_json_ json_t *ans = NULL;
 	_cleanup_json_ json_t *req = name ? json_pack("{ss}", "name", name) : json_object();
+	if (req && (flags & WARREN_SNAPSHOT_PROCESSES))
+		json_object_set_new(req, "processes", json_true());
+	if (flags & ~WARREN_SNAPSHOT_PROCESSES)
+		return wc_finish(&c,
+				 wc_fail_field(&c, "flags", "flags: unknown bits %#x",
+					       flags & ~WARREN_SNAPSHOT_PROCESSES),
+				 errp, "snapshot sandbox %s", sb->id);
 	_cleanup_free_ char *path = wc_fmt("/v1/sandboxes/%s/snapshot", sb->id);
 	if (out)
 		*out = NULL;

@@ -333,6 +333,17 @@ class Daemon:
             for p in idmap.iterdir():
                 p.unlink()
 
+    def stop_lazyfs(self):
+        """lazyfs outlives warrend by design (its mounts serve sandboxes
+        across a restart): a test daemon's, started by a lazy pull, goes
+        with it."""
+        if not (self.run / "lazyfs").exists():
+            return
+        env = dict(os.environ, WARREN_LAZYFS=str(Path(self.build) / "warren-lazyfs"))
+        subprocess.run([str(Path(self.build) / "tests/wr-lazytool"), str(self.state / "images"),
+                        str(self.run), "stop"], capture_output=True, timeout=60, env=env,
+                       check=False)
+
     def finish(self):
         """Delete every sandbox, stop, verify nothing is left; clean up."""
         problems = []
@@ -344,6 +355,7 @@ class Daemon:
             rc = self.stop()
             if rc != 0:
                 problems.append(f"warrend exited with {rc}")
+        self.stop_lazyfs()
         deadline = time.time() + 5
         while self.leftovers() and time.time() < deadline:
             time.sleep(0.1)

@@ -215,3 +215,48 @@ def test_snapshot_with_processes_on_a_second_node(criu, api, warrend, fresh_daem
             c3.close()
     finally:
         reg.stop()
+
+
+def test_cli_and_sdk(criu, api, warrend, conn):
+    from test_cli_client import Cli
+    cli = Cli(warrend)
+    src = with_repl(api, warrend)
+    made = []
+    try:
+        out = cli("snapshot", "--processes", src, "cliprocs:1", check=0).out.split()
+        assert out[0] == "cliprocs:1", out
+        j = api.get("/v1/images/cliprocs:1").json()
+        assert j["config"]["labels"]["dev.warren.snapshot.processes"].startswith("sha256:"), j
+        kids = cli("fork", "--processes", "--memory", "300M", src, check=0).out.split()
+        made += kids
+        assert len(kids) == 1 and repl(api, kids[0], "echo $x") == "21\n"
+        assert api.get(f"/v1/sandboxes/{kids[0]}").json()["memory_mb"] == 300
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sdk" / "python"))
+        import asyncio
+        from warren import AsyncSandbox, Sandbox
+        sb = Sandbox.connect(src, **conn)
+        img = sb.snapshot("sdkprocs:1", processes=True)
+        assert img.processes and img.processes.startswith("sha256:"), img
+        assert sb.snapshot("sdkfiles:1").processes is None
+        with pytest.raises(TypeError, match="processes"):
+            sb.snapshot(processes="yes")
+        files = Sandbox.create(image="sdkprocs:1", processes=False, **conn)
+        made.append(files.sandbox_id)
+        assert len(procs_of(warrend, files.sandbox_id)) == 1
+        k = sb.fork(1, processes=True)[0]
+        made.append(k.sandbox_id)
+        assert repl(api, k.sandbox_id, "x=$((x+2)); echo $x") == "23\n"
+
+        async def go():
+            a = await AsyncSandbox.connect(src, **conn)
+            ks = await a.fork(1, processes=True)
+            made.append(ks[0].sandbox_id)
+            im = await a.snapshot(processes=True)
+            return im
+        im = asyncio.run(go())
+        assert im.processes, im
+        assert repl(api, made[-1], "echo $x") == "21\n"
+    finally:
+        for k in made + [src]:
+            api.kill(k)

@@ -42,7 +42,8 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
                 on_idle: Optional[str] = None, lease: Any = None,
                 network: Optional[Mapping[str, Any]] = None,
                 cpu_max: Optional[float] = None,
-                display: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+                display: Optional[Mapping[str, Any]] = None,
+                processes: Optional[bool] = None) -> Dict[str, Any]:
     if metadata is not None and labels is not None:
         raise TypeError("pass labels or metadata, not both (they are the same thing)")
     lab = labels if labels is not None else metadata
@@ -63,7 +64,16 @@ def create_body(*, image: Optional[str], tier: Optional[str], cpu: Optional[floa
         "network": dict(network) if network is not None else None,
         "cpu_max": cpu_max,
         "display": display_value(display),
+        "processes": bool_value("processes", processes),
     })
+
+
+def bool_value(name: str, v: Optional[bool]) -> Optional[bool]:
+    """A flag the daemon takes as a JSON boolean only: anything else is
+    refused before any request."""
+    if v is not None and not isinstance(v, bool):
+        raise TypeError(f"{name} must be a bool (got {v!r})")
+    return v
 
 
 def display_value(display: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:

@@ -60,6 +60,17 @@ class ImageInfo:
     #: vm-disk only: ``{"format": "raw"|"qcow2", "virtual_size": bytes}``
     disk: Optional[Dict[str, Any]] = None
 
+    @property
+    def labels(self) -> Dict[str, str]:
+        """The image config's labels."""
+        return dict((self.config or {}).get("labels") or {})
+
+    @property
+    def processes(self) -> Optional[str]:
+        """A snapshot taken with ``processes=True``: the digest of the image
+        holding its processes (``None`` otherwise)."""
+        return self.labels.get("dev.warren.snapshot.processes")
+
     @classmethod
     def from_json(cls, d: Dict[str, Any]) -> "ImageInfo":
         return cls(digest=d["digest"], size=int(d.get("size", 0)), source=d.get("source", ""),

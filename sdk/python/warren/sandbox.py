@@ -6,7 +6,7 @@ import time
 from typing import (IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
-from ._common import (Cmd, StreamState, create_body, drop_none, is_running_state,
+from ._common import (Cmd, StreamState, bool_value, create_body, drop_none, is_running_state,
                       list_params, mode_str, pause_body, run_body, sync_write_content,
                       text)
 from ._http import ConnectionConfig, SyncHTTP, seg
@@ -497,7 +497,8 @@ class Sandbox:
                on_idle: Optional[str] = None, lease: Any = None,
                network: Optional[Mapping[str, Any]] = None,
                cpu_max: Optional[float] = None,
-               display: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+               display: Optional[Mapping[str, Any]] = None,
+               processes: Optional[bool] = None) -> "Sandbox":
         """Create a sandbox and return it once it is running.
 
         Args:
@@ -532,6 +533,8 @@ class Sandbox:
                 ``{"mode": "allowlist", "allow": [{"cidr": "10.0.0.0/8",
                 "ports": "443", "protocol": "tcp"}], "services": ["pypi"]}``;
                 default mode ``"none"`` (loopback only). See :attr:`network`.
+            processes: for a snapshot taken with ``processes=True``: restore
+                its processes (the default) or, with ``False``, its files only.
             display: the vm tier's screen: ``{"vnc": True}`` gives the VM a
                 VNC endpoint (never made unless asked for); its Unix socket
                 and password are in ``get_info().display["vnc"]``.
@@ -547,7 +550,8 @@ class Sandbox:
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
                            on_idle=on_idle, lease=lease, network=network,
-                           cpu_max=cpu_max, display=display)
+                           cpu_max=cpu_max, display=display,
+                           processes=processes)
         d = SyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -664,22 +668,36 @@ class Sandbox:
             "POST", f"/sandboxes/{seg(self._id)}/resume", json=body))
         return self._info
 
-    def snapshot(self, name: Optional[str] = None) -> "ImageInfo":
+    def snapshot(self, name: Optional[str] = None, *,
+                 processes: bool = False) -> "ImageInfo":
         """Capture the sandbox's filesystem changes as image ``name``
         (``"name[:tag]"``; default ``snapshot/<id>:<ms>``) in the node's
         store, stacked on the image it came from. ``Sandbox.create(name)``
         starts from it; ``warren.images.push`` sends it to a registry. A
-        running sandbox is frozen during the capture, a paused one stays so."""
+        running sandbox is frozen during the capture, a paused one stays so.
+
+        ``processes=True`` (container tier, with CRIU): its running processes
+        too (a REPL, a server, their memory), saved while frozen with the
+        files; a sandbox created from the snapshot goes on from there
+        (:attr:`ImageInfo.processes` names the image that holds them; a push
+        takes them along). VM snapshots always hold the whole VM."""
         from .images import ImageInfo
-        body = {"name": name} if name is not None else {}
+        body: Dict[str, Any] = {"name": name} if name is not None else {}
+        if bool_value("processes", processes):
+            body["processes"] = True
         return ImageInfo.from_json(self._http.json(
             "POST", f"/sandboxes/{seg(self._id)}/snapshot", json=body))
 
-    def fork(self, count: int = 1, **overrides: Any) -> List["Sandbox"]:
+    def fork(self, count: int = 1, *, processes: bool = False,
+             **overrides: Any) -> List["Sandbox"]:
         """``count`` new sandboxes from this one's current filesystem (a
         snapshot, then creates with this sandbox's settings; ``overrides``
-        are create fields that differ, e.g. ``memory_mb=256``)."""
+        are create fields that differ, e.g. ``memory_mb=256``).
+        ``processes=True``: with its running processes too (see
+        :meth:`snapshot`); each fork's go on independently."""
         body = dict(drop_none(overrides), count=count)
+        if bool_value("processes", processes):
+            body["processes"] = True
         d = self._http.json("POST", f"/sandboxes/{seg(self._id)}/fork", json=body)
         out = []
         for x in d["sandboxes"]:

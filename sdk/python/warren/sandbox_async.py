@@ -10,8 +10,9 @@ import time
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List,
                     Mapping, Optional, Sequence, Tuple, Union)
 
-from ._common import (Cmd, StreamState, async_write_content, create_body, drop_none,
-                      is_running_state, list_params, mode_str, pause_body, run_body, text)
+from ._common import (Cmd, StreamState, async_write_content, bool_value, create_body,
+                      drop_none, is_running_state, list_params, mode_str, pause_body,
+                      run_body, text)
 from ._http import AsyncHTTP, ConnectionConfig, seg
 from ._ndjson import NDJSONDecoder
 from ._tar import build_tar, safe_extract
@@ -442,7 +443,8 @@ class AsyncSandbox:
                      on_idle: Optional[str] = None, lease: Any = None,
                      network: Optional[Mapping[str, Any]] = None,
                      cpu_max: Optional[float] = None,
-                     display: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
+                     display: Optional[Mapping[str, Any]] = None,
+               processes: Optional[bool] = None) -> "AsyncSandbox":
         """Create a sandbox; arguments as :meth:`warren.Sandbox.create`."""
         cfg = ConnectionConfig.resolve(socket=socket, base_url=base_url, api_key=api_key,
                                        request_timeout=request_timeout)
@@ -452,7 +454,8 @@ class AsyncSandbox:
                            idle_timeout=idle_timeout, on_timeout=on_timeout,
                            layers=layers, pull=pull, registry_auth=registry_auth,
                            on_idle=on_idle, lease=lease, network=network,
-                           cpu_max=cpu_max, display=display)
+                           cpu_max=cpu_max, display=display,
+                           processes=processes)
         d = await AsyncHTTP(cfg).json("POST", "/sandboxes", json=body)
         info = SandboxInfo.from_json(d)
         return cls(info.sandbox_id, _config=cfg, _info=info)
@@ -533,16 +536,22 @@ class AsyncSandbox:
             "POST", f"/sandboxes/{seg(self._id)}/pause", json=pause_body(keep_memory)))
         return self._info
 
-    async def snapshot(self, name: Optional[str] = None) -> "ImageInfo":
-        """The filesystem as an image; see :meth:`warren.Sandbox.snapshot`."""
+    async def snapshot(self, name: Optional[str] = None, *,
+                       processes: bool = False) -> "ImageInfo":
+        """The filesystem (and processes) as an image; see :meth:`warren.Sandbox.snapshot`."""
         from .images import ImageInfo
-        body = {"name": name} if name is not None else {}
+        body: Dict[str, Any] = {"name": name} if name is not None else {}
+        if bool_value("processes", processes):
+            body["processes"] = True
         return ImageInfo.from_json(await self._http.json(
             "POST", f"/sandboxes/{seg(self._id)}/snapshot", json=body))
 
-    async def fork(self, count: int = 1, **overrides: Any) -> List["AsyncSandbox"]:
-        """New sandboxes from this one's filesystem; see :meth:`warren.Sandbox.fork`."""
+    async def fork(self, count: int = 1, *, processes: bool = False,
+                   **overrides: Any) -> List["AsyncSandbox"]:
+        """New sandboxes from this one's filesystem (and processes); see :meth:`warren.Sandbox.fork`."""
         body = dict(drop_none(overrides), count=count)
+        if bool_value("processes", processes):
+            body["processes"] = True
         d = await self._http.json("POST", f"/sandboxes/{seg(self._id)}/fork", json=body)
         out = []
         for x in d["sandboxes"]:
