@@ -52,6 +52,7 @@
 #include "isolate/netns.h"
 #include "isolate/ns.h"
 #include "isolate/rootfs.h"
+#include "tiers/container_ckpt.h"
 #include "tiers/container_internal.h"
 
 struct wr_container_globals wr_cg_globals;
@@ -744,6 +745,7 @@ static bool pid_is_init_of(pid_t pid, const char *id)
 int wr_container_adopt(const struct wr_sandbox_spec *in, pid_t init_pid, struct wr_sandbox **out,
 		       wr_err *err)
 {
+	wr_ckpt_wait_dumps(init_pid);
 	return adopt(in, init_pid, -1, out, err);
 }
 

@@ -90,4 +90,11 @@ int wr_ckpt_fds_high(int *fds, size_t n, wr_err *err);
 int wr_ckpt_run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char *id,
 		     const char *dir, const char *logname, wr_err *err);
 
+/* A daemon restart: a criu dump the previous daemon started may still run
+ * (criu outlives it: killed mid-dump, it would kill the tasks its parasite
+ * is in), and at its end it freezes the tree again (--freeze-cgroup). So
+ * the adoption of init_pid waits (bounded by CRIU_TIMEOUT_MS) until none
+ * dumps it before it makes the sandbox match its record. */
+void wr_ckpt_wait_dumps(pid_t init_pid);
+
 #endif

@@ -232,3 +232,52 @@ int wr_ckpt_run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char
 	}
 	return rc;
 }
+
+/* Whether /proc/<pid> is a criu dump of init_pid: the same executable as
+ * criu (dev, ino), "dump" and "-t <init_pid>" in its arguments. */
+static bool dumps(const char *pid, const struct stat *criu, const char *init_pid)
+{
+	char p[64];
+	struct stat st;
+	snprintf(p, sizeof(p), "/proc/%s/exe", pid);
+	if (stat(p, &st) < 0 || st.st_dev != criu->st_dev || st.st_ino != criu->st_ino)
+		return false;
+	snprintf(p, sizeof(p), "/proc/%s/cmdline", pid);
+	_cleanup_free_ char *cl = NULL;
+	ssize_t n = wr_read_file_at(AT_FDCWD, p, &cl, 65536, NULL);
+	if (n <= 0)
+		return false;
+	bool dump = false, t = false;
+	for (char *a = cl; a < cl + n; a += strlen(a) + 1) {
+		if (strcmp(a, "dump") == 0)
+			dump = true;
+		else if (strcmp(a, "-t") == 0 && a + strlen(a) + 1 < cl + n &&
+			 strcmp(a + strlen(a) + 1, init_pid) == 0)
+			t = true;
+	}
+	return dump && t;
+}
+
+void wr_ckpt_wait_dumps(pid_t init_pid)
+{
+	const char *criu = wr_ckpt_criu();
+	struct stat cs;
+	if (criu == NULL || init_pid <= 0 || stat(criu, &cs) < 0)
+		return;
+	char want[24];
+	snprintf(want, sizeof(want), "%d", (int)init_pid);
+	uint64_t deadline = wr_now_ns() + (uint64_t)CRIU_TIMEOUT_MS * 1000000ull;
+	for (;;) {
+		bool found = false;
+		DIR *d = opendir("/proc");
+		struct dirent *de;
+		while (d && !found && (de = readdir(d)) != NULL)
+			found = de->d_name[0] >= '1' && de->d_name[0] <= '9' &&
+				dumps(de->d_name, &cs, want);
+		if (d)
+			closedir(d);
+		if (!found || wr_now_ns() > deadline)
+			return;
+		usleep(20000);
+	}
+}

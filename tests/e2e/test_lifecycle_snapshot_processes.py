@@ -10,6 +10,7 @@ The workload is the shell REPL of test_lifecycle_suspend_container: state
 command, inside the commands' Landlock domain.
 """
 import os
+import signal
 import sys
 import threading
 import time
@@ -260,3 +261,85 @@ def test_cli_and_sdk(criu, api, warrend, conn):
     finally:
         for k in made + [src]:
             api.kill(k)
+
+
+def criu_dumping(pid1):
+    """Host pids of criu processes dumping pid1."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            args = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"dump" in args and b"-t" in args and str(pid1).encode() in args:
+            out.append(int(p.name))
+    return out
+
+
+def test_crash_mid_snapshot_with_processes(criu, fresh_daemon):
+    """kill -9 of the daemon while criu dumps the tree: criu outlives it
+    (killed mid-dump it would take the tasks its parasite is in along) and
+    freezes the tree again when it ends. A next start that comes while criu
+    still runs waits for it before making the sandbox match its record
+    (running): the tree is thawed and goes on, and no snapshot exists."""
+    import threading
+    from lifecycle_util import frozen, init_pid
+    d = fresh_daemon().start()
+    c = d.client()
+    imp(c, d, "procbase:1")
+    sid = c.create(image="procbase:1", memory_mb=1024)
+    assert c.run(sid, ["sh", "-c", REPL])["stdout"] == "ready\n"
+    assert repl(c, sid, "x=7; echo $x") == "7\n"
+    # more memory makes the dump last long enough to be cut
+    c.run(sid, ["sh", "-c", "setsid sh -c 'b=$(head -c 200000000 /dev/zero | tr \"\\0\" x); "
+                            "echo held > /tmp/held; sleep 1000' >/dev/null 2>&1 &"
+                            " i=0; while [ ! -e /tmp/held ] && [ $i -lt 600 ]; do sleep 0.1; "
+                            "i=$((i+1)); done"])
+    pid1 = init_pid(sid)
+    c.close()
+    res = {}
+
+    def snap():
+        c2 = d.client()
+        try:
+            res["r"] = c2.post(f"/v1/sandboxes/{sid}/snapshot",
+                               {"name": "cut:1", "processes": True})
+        except Exception as e:  # the daemon dies under it
+            res["e"] = e
+        finally:
+            c2.close()
+    t = threading.Thread(target=snap)
+    t.start()
+    deadline = time.time() + 20
+    while time.time() < deadline and not criu_dumping(pid1):
+        time.sleep(0.005)
+    assert criu_dumping(pid1), "the dump never started"
+    d.kill9()
+    # criu held (SIGSTOP) so that the restart comes while it still runs
+    held = criu_dumping(pid1)
+    assert held, "criu ended with the daemon"
+    for p in held:
+        os.kill(p, signal.SIGSTOP)
+    t.join(30)
+    assert "r" not in res or res["r"].status != 201, "the snapshot finished before the kill"
+    started = threading.Thread(target=d.start)
+    started.start()
+    time.sleep(1.5)
+    for p in held:
+        os.kill(p, signal.SIGCONT)
+    started.join(60)
+    c = d.client()
+    try:
+        assert not criu_dumping(pid1)
+        assert c.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert not frozen(d, sid)
+        assert repl(c, sid, "echo $((x+1))") == "8\n"
+        assert c.get("/v1/images/cut:1").status == 404
+        # and a snapshot with processes now works
+        r = c.post(f"/v1/sandboxes/{sid}/snapshot", {"name": "cut:1", "processes": True})
+        assert r.status == 201, r
+        assert c.kill(sid).status == 204
+    finally:
+        c.close()
