@@ -343,3 +343,71 @@ def test_crash_mid_snapshot_with_processes(criu, fresh_daemon):
         assert c.kill(sid).status == 204
     finally:
         c.close()
+
+
+def test_crash_mid_create_with_processes(criu, fresh_daemon):
+    """kill -9 of the daemon while criu restores a snapshot's processes into
+    a new sandbox: the create was never recorded nor answered, so the next
+    start removes all of it (the half-restored tree, its cgroups, uid range,
+    pins and work directory); the snapshot stays usable."""
+    import threading
+    d = fresh_daemon().start()
+    c = d.client()
+    src = with_repl(c, d)
+    assert c.post(f"/v1/sandboxes/{src}/snapshot",
+                  {"name": "mid:1", "processes": True}).status == 201
+    c.close()
+    res = {}
+
+    def create():
+        c2 = d.client()
+        try:
+            res["r"] = c2.post("/v1/sandboxes", {"image": "mid:1"})
+        except Exception as e:  # the daemon dies under it
+            res["e"] = e
+        finally:
+            c2.close()
+
+    def restoring():
+        out = []
+        for p in Path("/proc").iterdir():
+            try:
+                args = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"restore" in args and b"--userns-lower-base" in args:
+                out.append(int(p.name))
+        return out
+    t = threading.Thread(target=create)
+    t.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and not restoring():
+        time.sleep(0.005)
+    held = restoring()
+    assert held, "the restore never started"
+    for p in held:
+        os.kill(p, signal.SIGSTOP)
+    d.kill9()
+    t.join(30)
+    assert "r" not in res, res
+    d.start()
+    c = d.client()
+    try:
+        ids = [s["id"] for s in c.get("/v1/sandboxes").json()["sandboxes"]]
+        assert ids == [src], ids
+        def left():
+            return [e.name for top in (d.run / "ckpt", d.state / "ckpt") if top.exists()
+                    for e in top.iterdir()]
+        deadline = time.time() + 10
+        while time.time() < deadline and left():
+            time.sleep(0.1)
+        assert left() == [], "pins or work directory left"
+        assert not [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+                    if str(d.run / "ckpt") in ln]
+        assert not restoring()
+        k = c.create(image="mid:1")
+        assert repl(c, k, "echo $x") == "21\n"
+        assert c.kill(k).status == 204
+        assert c.kill(src).status == 204
+    finally:
+        c.close()
