@@ -237,7 +237,7 @@ int wr_ckpt_run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char
  * criu (dev, ino), "dump" and "-t <init_pid>" in its arguments. */
 static bool dumps(const char *pid, const struct stat *criu, const char *init_pid)
 {
-	char p[64];
+	char p[300]; /* a d_name is at most 255 bytes */
 	struct stat st;
 	snprintf(p, sizeof(p), "/proc/%s/exe", pid);
 	if (stat(p, &st) < 0 || st.st_dev != criu->st_dev || st.st_ino != criu->st_ino)
