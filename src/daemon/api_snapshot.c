@@ -127,11 +127,18 @@ void wrd_api_sb_fork(struct wrd_req *r)
 			json_object_set(body, k, v);
 	}
 	struct wr_image *img = NULL;
+	/* declared before the first jump to out (its cleanup runs there) */
+	_cleanup_(wrd_snapshot_restore_done) char *held = NULL;
 	if (wrd_snapshot_take(sb, name, procs, &img, &err) < 0) {
 		reply_snap_err(r, err);
 		goto out;
 	}
 	json_object_set_new(body, "image", json_string(img->digest));
+	/* its processes unpacked once for all N creates */
+	if (procs && wrd_snapshot_procs_hold(img, &held, &err) < 0) {
+		wrd_reply_err(r, err);
+		goto out;
+	}
 	json_t *made = json_array();
 	struct wrd_sbx *kids[MAX_FORK];
 	int64_t n = 0;

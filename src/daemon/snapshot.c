@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +236,110 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr
 	return 0;
 }
 
+/* Processes images unpacked for the creates that restore them at once (a
+ * fork's N, a burst of creates from one snapshot): one unpack, shared (the
+ * restores only read it), removed when the last of them is done
+ * (wrd_snapshot_restore_done). */
+struct unpacked {
+	char digest[WR_IMAGE_DIGEST_LEN + 1];
+	char *dir;
+	unsigned refs;
+	bool ready;
+	int rc;
+	struct unpacked *next;
+};
+static pthread_mutex_t g_up_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_up_cv = PTHREAD_COND_INITIALIZER;
+static struct unpacked *g_up;
+
+static void up_unref(struct unpacked *u)
+{
+	/* with g_up_lock held */
+	if (--u->refs > 0)
+		return;
+	for (struct unpacked **pp = &g_up; *pp; pp = &(*pp)->next)
+		if (*pp == u) {
+			*pp = u->next;
+			break;
+		}
+	if (u->dir)
+		wrd_snapshot_remove_dir(u->dir);
+	free(u->dir);
+	free(u);
+}
+
+static int unpack_shared(const struct wr_image *p, char **dir, wr_err *err)
+{
+	pthread_mutex_lock(&g_up_lock);
+	struct unpacked *u = g_up;
+	while (u && strcmp(u->digest, p->digest) != 0)
+		u = u->next;
+	if (u) {
+		u->refs++;
+		while (!u->ready)
+			pthread_cond_wait(&g_up_cv, &g_up_lock);
+		int rc = u->rc;
+		*dir = rc == 0 ? strdup(u->dir) : NULL;
+		if (rc < 0 || *dir == NULL)
+			up_unref(u);
+		pthread_mutex_unlock(&g_up_lock);
+		if (rc < 0)
+			return wr_err_set(err, EIO, "unpack %s failed (in a create alongside)",
+					  p->digest);
+		return *dir ? 0 : wr_err_set(err, ENOMEM, "out of memory");
+	}
+	u = calloc(1, sizeof(*u));
+	if (u == NULL) {
+		pthread_mutex_unlock(&g_up_lock);
+		return wr_err_set(err, ENOMEM, "out of memory");
+	}
+	snprintf(u->digest, sizeof(u->digest), "%s", p->digest);
+	u->refs = 1;
+	u->next = g_up;
+	g_up = u;
+	pthread_mutex_unlock(&g_up_lock);
+	char *d = NULL;
+	int rc = wrd_snapshot_unpack(p, &d, err);
+	pthread_mutex_lock(&g_up_lock);
+	u->ready = true;
+	u->rc = rc < 0 ? rc : 0;
+	u->dir = d;
+	pthread_cond_broadcast(&g_up_cv);
+	*dir = rc == 0 ? strdup(d) : NULL;
+	if (rc < 0 || *dir == NULL)
+		up_unref(u);
+	pthread_mutex_unlock(&g_up_lock);
+	if (rc == 0 && *dir == NULL)
+		return wr_err_set(err, ENOMEM, "out of memory");
+	return rc;
+}
+
+bool wrd_snapshot_release_shared(const char *dir)
+{
+	pthread_mutex_lock(&g_up_lock);
+	struct unpacked *u = g_up;
+	while (u && !(u->dir && strcmp(u->dir, dir) == 0))
+		u = u->next;
+	if (u)
+		up_unref(u);
+	pthread_mutex_unlock(&g_up_lock);
+	return u != NULL;
+}
+
+int wrd_snapshot_procs_hold(const struct wr_image *snap, char **dir, wr_err *err)
+{
+	*dir = NULL;
+	const char *pd = wr_image_label(&snap->config, WRD_SNAP_PROCS);
+	if (pd == NULL)
+		return 0;
+	struct wr_image *p = NULL;
+	if (wr_image_resolve(wrd_images(), pd, &p, err) < 0)
+		return -1;
+	int r = unpack_shared(p, dir, err);
+	wr_image_free(&p);
+	return r;
+}
+
 /* A snapshot's processes for a create (body "processes", default true):
  * their image unpacked into *dir, the tier the container's. */
 static int expand_procs(json_t *body, const char *image, const char *pd, char **dir, wr_err *err)
@@ -255,7 +361,7 @@ static int expand_procs(json_t *body, const char *image, const char *pd, char **
 				    "this node's store does not have (pull it too, or give "
 				    "\"processes\": false)",
 				    image, pd);
-	int r = wrd_snapshot_unpack(p, dir, err);
+	int r = unpack_shared(p, dir, err);
 	wr_image_free(&p);
 	if (r < 0)
 		return wr_err_wrap(err, "unpack the processes of snapshot %s", image);

@@ -12,6 +12,7 @@
 #define WARREN_DAEMON_SNAPSHOT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "common/error.h"
 #include "daemon/manager.h"
@@ -59,8 +60,17 @@ int wrd_snapshot_vm_expand(json_t *body, struct wr_image *img, char **restore_di
  * it) into a new directory of the store's staging area: *dir, removed with
  * wrd_snapshot_restore_done. */
 int wrd_snapshot_unpack(const struct wr_image *img, char **dir, wr_err *err);
-/* Cleanup of a create's *restore_dir: the unpacked snapshot goes. */
+/* Cleanup of a create's *restore_dir: the unpacked snapshot goes (a
+ * processes image's shared one when its last create is done). */
 void wrd_snapshot_restore_done(char **restore_dir);
+/* snapshot.c: a shared unpacked directory released (true), or false when
+ * dir is not one; snapshot_vm.c: a directory of unpacked files removed. */
+bool wrd_snapshot_release_shared(const char *dir);
+/* The processes of snapshot snap (none: *dir NULL) unpacked and held for a
+ * series of creates from it (a fork's): they share it; released with
+ * wrd_snapshot_restore_done. */
+int wrd_snapshot_procs_hold(const struct wr_image *snap, char **dir, wr_err *err);
+void wrd_snapshot_remove_dir(const char *dir);
 
 /* The default name of an automatic snapshot of sb: "snapshot/<id>:<what>". */
 void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, size_t len);

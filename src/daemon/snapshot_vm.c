@@ -353,10 +353,16 @@ int wrd_snapshot_unpack(const struct wr_image *img, char **dir, wr_err *err)
 	return 0;
 }
 
+void wrd_snapshot_remove_dir(const char *dir)
+{
+	wr_qsnap_remove(dir);
+}
+
 void wrd_snapshot_restore_done(char **restore_dir)
 {
 	if (*restore_dir) {
-		wr_qsnap_remove(*restore_dir);
+		if (!wrd_snapshot_release_shared(*restore_dir))
+			wr_qsnap_remove(*restore_dir);
 		free(*restore_dir);
 		*restore_dir = NULL;
 	}

@@ -108,6 +108,8 @@ def test_fork_with_processes(criu, api, warrend):
         for i, k in enumerate(kids):
             assert repl(api, k, f"x=$((x+{i + 1})); echo $x") == f"{22 + i}\n"
         assert repl(api, src, "echo $x") == "21\n"
+        # the unpacked copy of the processes is gone with the creates
+        assert list((warrend.state / "images" / "tmp").iterdir()) == []
         # a fork's REPL pauses to disk and back like any sandbox's
         p = api.post(f"/v1/sandboxes/{kids[0]}/pause", {"keep_memory": False})
         assert p.status == 200, p
