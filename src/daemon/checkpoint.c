@@ -4,6 +4,7 @@
  * kernels from 6.13 on ("Unexpected rt vDSO area bounds"), so the check,
  * not the binary's presence, decides. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +19,21 @@ static char criu_path[4096];
 static char reason[4700] = "not checked";
 static bool available;
 
+/* The options warren's CRIU patches add (scripts/criu-patches), which
+ * every restore is run with (tiers/container_ckpt.c): a criu without them
+ * (Debian's own, where it starts) passes `criu check` and then fails each
+ * restore. Their names are in the binary's option table. NULL: all there. */
+static const char *missing_option(const char *path)
+{
+	static const char *const need[] = {"landlock-ruleset-fd", "userns-lower-base"};
+	_cleanup_free_ char *bin = NULL;
+	int n = wr_read_file_at(AT_FDCWD, path, &bin, 256u << 20, NULL);
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+		if (n <= 0 || memmem(bin, (size_t)n, need[i], strlen(need[i])) == NULL)
+			return need[i];
+	return NULL;
+}
+
 void wrd_ckpt_init(const char *path)
 {
 	snprintf(criu_path, sizeof(criu_path), "%s", path ? path : "");
@@ -29,8 +45,14 @@ void wrd_ckpt_init(const char *path)
 	} else {
 		char *argv[] = {criu_path, "check", NULL};
 		_cleanup_err_ wr_err err = NULL;
+		const char *opt = NULL;
 		if (wr_run_tool(argv, &err) < 0)
 			snprintf(reason, sizeof(reason), "`criu check` fails: %.600s", err->msg);
+		else if ((opt = missing_option(criu_path)) != NULL)
+			snprintf(reason, sizeof(reason),
+				 "%.4000s has no --%s: a CRIU without warren's patches "
+				 "(scripts/criu-build.sh builds one)",
+				 criu_path, opt);
 		else {
 			available = true;
 			reason[0] = 0;

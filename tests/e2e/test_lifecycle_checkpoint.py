@@ -106,6 +106,23 @@ def test_failing_criu_check_is_reported(fresh_daemon, tmp_path):
         c.close()
 
 
+def test_criu_without_warrens_patches_is_refused(fresh_daemon, tmp_path):
+    """A criu that passes `criu check` but lacks the options warren's patches
+    add (Debian's own, on a kernel it starts on) would fail every restore:
+    checkpoints are off, saying which option is missing."""
+    fake = tmp_path / "criu"
+    fake.write_text("#!/bin/sh\necho 'Looks good.'\nexit 0\n")
+    fake.chmod(0o755)
+    d = fresh_daemon(extra={"criu": str(fake)}).start()
+    c = d.client()
+    try:
+        ck = c.get("/v1/health").json()["checkpoint"]
+        assert ck["available"] is False, ck
+        assert "--landlock-ruleset-fd" in ck["reason"] and "patches" in ck["reason"], ck
+    finally:
+        c.close()
+
+
 def test_bad_criu_config_is_refused(tmp_path):
     d = Daemon(BUILD, tmp_path / "d", "badcriu", extra={"criu": 5})  # never started
     p = subprocess.run([str(d.build / "warrend"), "--config", str(d.config)],

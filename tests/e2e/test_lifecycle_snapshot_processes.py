@@ -115,6 +115,13 @@ def test_fork_with_processes(criu, api, warrend):
         assert p.status == 200, p
         assert api.post(f"/v1/sandboxes/{kids[0]}/resume", {}).status == 200
         assert repl(api, kids[0], "echo $x ${#big}") == "22 50331648\n"
+        # and a restored tree is snapshotted with its processes in turn
+        r = api.post(f"/v1/sandboxes/{kids[0]}/snapshot", {"name": "chain:1",
+                                                           "processes": True})
+        assert r.status == 201, r
+        kids.append(api.create(image="chain:1"))
+        assert repl(api, kids[-1], "x=$((x*2)); echo $x") == "44\n"
+        assert repl(api, kids[0], "echo $x") == "22\n"
     finally:
         for k in kids + [src]:
             api.kill(k)
