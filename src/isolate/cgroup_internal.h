@@ -43,6 +43,9 @@ struct wr_cgroup_layout {
 	/* v2 mode: fail unless memory and pids can be delegated (production);
 	 * tests on the controller-less unified hierarchy turn this off. */
 	bool require_v2_controllers;
+	/* Tests only (a pure v2 host emulated where no controller is
+	 * delegated): limits of absent controllers are left out, not refused. */
+	bool v2_skip_absent_limits;
 };
 /* Read /proc/self/cgroup and /proc/self/mountinfo. `up` climbs that many
  * levels above the own cgroup (base "../name"); EINVAL above the root. */
@@ -84,6 +87,8 @@ struct wr_cgroup_root {
 	int v2_base_fd;		    /* O_PATH: <own v2>/<base>; -1: none */
 	char *v2_path;
 	unsigned v2_ctrls; /* v2 mode: WR_CG2_* enabled for sandboxes */
+	/* layout v2_skip_absent_limits (tests only) */
+	bool v2_emulated;
 };
 
 struct wr_cgroup {

@@ -395,6 +395,7 @@ int wr_cgroup_root_open_at(const struct wr_cgroup_layout *lay, const char *base,
 		root->hier[i].base_fd = -1;
 	}
 	root->mode = lay->mode;
+	root->v2_emulated = lay->mode == WR_CG_V2 && lay->v2_skip_absent_limits;
 	if ((root->base = strdup(base)) == NULL)
 		return wr_err_set(err, ENOMEM, "cgroup: out of memory");
 	int r;

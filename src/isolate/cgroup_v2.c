@@ -99,9 +99,20 @@ static int need_ctrl(const struct wr_cgroup *cg, unsigned bit, const char *name,
 			  cg->root->v2_path);
 }
 
-int wr_cg_v2_set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *lim, wr_err *err)
+int wr_cg_v2_set_limits(struct wr_cgroup *cg, const struct wr_cgroup_limits *in, wr_err *err)
 {
 	int fd = cg->v2_fd;
+	struct wr_cgroup_limits l = *in;
+	const struct wr_cgroup_limits *lim = &l;
+	unsigned have = cg->root->v2_ctrls;
+	if (cg->root->v2_emulated) { /* tests: see wr_cgroup_root */
+		if (!(have & WR_CG2_MEMORY))
+			l.memory_bytes = WR_CG_UNSET;
+		if (!(have & WR_CG2_PIDS))
+			l.pids = WR_CG_UNSET;
+		if (!(have & WR_CG2_CPU))
+			l.cpu_weight = l.cpu_quota_us = l.cpu_period_us = WR_CG_UNSET;
+	}
 	char v[64];
 	if (lim->memory_bytes != WR_CG_UNSET) {
 		if (need_ctrl(cg, WR_CG2_MEMORY, "memory", err) < 0)

@@ -152,7 +152,9 @@ int wr_container_init(const struct wr_container_config *cfg, wr_err *err)
 		r = wr_err_wrap(err, "container tier");
 		goto out;
 	}
-	if (wr_cgroup_root_open(cfg->cgroup_base, &g->cgroot, err) < 0) {
+	if (cfg->cgroot)
+		g->cgroot = cfg->cgroot;
+	else if (wr_cgroup_root_open(cfg->cgroup_base, &g->cgroot, err) < 0) {
 		r = wr_err_wrap(err, "container tier");
 		goto out;
 	}

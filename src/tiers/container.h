@@ -12,6 +12,11 @@ struct wr_container_config {
 	const char *run_dir;	 /* /run/warren: mountpoints */
 	const char *init_path;	 /* the warren-init binary */
 	const char *cgroup_base; /* "warren" */
+	/* Tests only: a cgroup root the caller opened (the tier keeps it
+	 * once init succeeds), e.g. a pure v2 host emulated on the
+	 * unified hierarchy of a hybrid one (tests/unit/cgroup_fixture.c).
+	 * NULL: wr_cgroup_root_open(cgroup_base). */
+	struct wr_cgroup_root *cgroot;
 };
 int wr_container_init(const struct wr_container_config *cfg, wr_err *err);
 

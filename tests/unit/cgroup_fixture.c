@@ -37,6 +37,7 @@ int cgfx_root_open(const char *base, enum flavour fl, enum wr_cg_ctrl need_v1,
 		}
 		lay.mode = WR_CG_V2;
 		lay.require_v2_controllers = false;
+		lay.v2_skip_absent_limits = fl == V2_NO_LIMITS;
 	}
 	int r = wr_cgroup_root_open_at(&lay, base, root, e);
 	wr_cgroup_layout_free(&lay);

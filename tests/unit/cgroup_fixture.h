@@ -7,11 +7,13 @@
 #include "isolate/cgroup.h"
 #include "isolate/cgroup_internal.h"
 
-enum flavour { HYBRID, V1, V2 };
+enum flavour { HYBRID, V1, V2, V2_NO_LIMITS };
 
 /* Open the root named base as flavour fl: HYBRID as the machine has it, V1
  * with the unified hierarchy hidden (and the v1 controller need_v1 mounted,
- * unless need_v1 is WR_CG_NCTRL), V2 with the v1 controllers hidden.
+ * unless need_v1 is WR_CG_NCTRL), V2 with the v1 controllers hidden;
+ * V2_NO_LIMITS as V2, limits of absent controllers left out (not refused),
+ * for tests of a tier on an emulated pure v2 host.
  * 0 with *root left NULL when the machine has no such flavour (the tests
  * skip); -1 with *e ("layout: ..." or "root open: ...") on a failure. */
 int cgfx_root_open(const char *base, enum flavour fl, enum wr_cg_ctrl need_v1,
