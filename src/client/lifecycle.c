@@ -57,6 +57,8 @@ int warren_sandbox_snapshot_with(warren_sandbox *sb, const char *name, unsigned 
 	struct wc_call c = {.client = sb->client};
 	_cleanup_json_ json_t *ans = NULL;
 	_cleanup_json_ json_t *req = name ? json_pack("{ss}", "name", name) : json_object();
+	if (out)
+		*out = NULL;
 	if (req && (flags & WARREN_SNAPSHOT_PROCESSES))
 		json_object_set_new(req, "processes", json_true());
 	if (flags & ~WARREN_SNAPSHOT_PROCESSES)

@@ -219,7 +219,7 @@ void wrd_api_img_pull(struct wrd_req *r)
 		}
 	}
 	json_t *procs = NULL;
-	if (wrd_images_pull_procs(reg, ref, img, &procs, &err) < 0) {
+	if (wrd_images_pull_procs(reg, ref, img, guard ? NULL : as, &procs, &err) < 0) {
 		wr_err_wrap(&err, "pulled %s as %s, but not", img->digest, as);
 		wr_image_free(&img);
 		reply_reg_err(r, err, "ref");

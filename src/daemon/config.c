@@ -258,6 +258,8 @@ static int load_file(const char *path, struct wrd_config *cfg, wr_err *err)
 			r = cfg_str(v, k, &cfg->init_path, err);
 		else if (strcmp(k, "criu") == 0)
 			r = cfg_str(v, k, &cfg->criu_path, err);
+		else if (strcmp(k, "snapshot_key") == 0)
+			r = cfg_str(v, k, &cfg->snapshot_key, err);
 		else if (strcmp(k, "cgroup_base") == 0)
 			r = cfg_str(v, k, &cfg->cgroup_base, err);
 		else if (strcmp(k, "bpf_pin_dir") == 0)
@@ -441,6 +443,7 @@ void wrd_config_free(struct wrd_config *cfg)
 	free(cfg->unix_tenant);
 	free(cfg->init_path);
 	free(cfg->criu_path);
+	free(cfg->snapshot_key);
 	free(cfg->cgroup_base);
 	free(cfg->bpf_pin_dir);
 	for (size_t i = 0; i < cfg->n_tokens; i++)

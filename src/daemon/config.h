@@ -38,7 +38,10 @@ struct wrd_config {
 	char *unix_tenant;  /* "default" */
 	char *init_path;    /* warren-init */
 	char *criu_path;    /* criu for container checkpoints (checkpoint.h) */
-	char *cgroup_base;  /* "warren" */
+	/* the key that signs snapshots' processes (snapshot.h); NULL:
+	 * <state_dir>/snapshot.key, made at the first start */
+	char *snapshot_key;
+	char *cgroup_base; /* "warren" */
 	/* bpffs directory for the network filter's pinned links, so that they
 	 * outlive a daemon restart; NULL: /sys/fs/bpf/warren-<cgroup_base>
 	 * when /sys/fs/bpf is a bpffs, else none (netpolicy.c) */

@@ -96,7 +96,7 @@ int wrd_images_ensure_remote(const char *remote, int policy, json_t *auth, char 
 struct wr_registry;
 char *wrd_images_procs_ref(const char *remote, const char *digest, wr_err *err);
 int wrd_images_pull_procs(struct wr_registry *reg, const char *remote, const struct wr_image *img,
-			  json_t **out, wr_err *err);
+			  const char *as, json_t **out, wr_err *err);
 void wrd_images_holds_adopt(struct wrd_image_holds *h, const char *sandbox_id);
 void wrd_images_holds_drop(struct wrd_image_holds *h);
 /* A sandbox ended (destroyed): release every store image it held. */

@@ -123,6 +123,10 @@ static void classify(wr_err err, const char *field)
  * repository of `remote` (malloc'd), NULL on error. */
 char *wrd_images_procs_ref(const char *remote, const char *digest, wr_err *err)
 {
+	if (!wrd_snapshot_digest_ok(digest)) {
+		wr_err_set(err, EINVAL, "'%.80s' is no sha256 digest", digest);
+		return NULL;
+	}
 	struct wr_registry_ref rr = {0};
 	if (wr_registry_ref_parse(remote, &rr, err) < 0)
 		return NULL;
@@ -143,16 +147,20 @@ char *wrd_images_procs_ref(const char *remote, const char *digest, wr_err *err)
  * with processes whose image the store lacks. *out: what was done (NULL
  * when nothing). */
 int wrd_images_pull_procs(struct wr_registry *reg, const char *remote, const struct wr_image *img,
-			  json_t **out, wr_err *err)
+			  const char *as, json_t **out, wr_err *err)
 {
 	*out = NULL;
 	const char *pd = wr_image_label(&img->config, WRD_SNAP_PROCS);
-	if (pd == NULL)
-		return 0;
+	if (pd == NULL || !wrd_snapshot_digest_ok(pd))
+		return 0; /* none, or a label no create would use */
 	struct wr_image *have = NULL;
 	_cleanup_err_ wr_err e2 = NULL;
+	char name[300];
+	const char *local = wrd_snapshot_procs_name(as, name, sizeof(name)) ? name : NULL;
 	if (wr_image_resolve(wrd_images(), pd, &have, &e2) == 0) {
 		wr_image_free(&have);
+		if (local && wr_image_tag(wrd_images(), pd, local, &e2) < 0)
+			wr_err_free(&e2); /* the name is a convenience */
 		*out = json_pack("{s:s, s:b}", "digest", pd, "already", true);
 		return 0;
 	}
@@ -162,7 +170,7 @@ int wrd_images_pull_procs(struct wr_registry *reg, const char *remote, const str
 	struct wr_image_pull_opts o = {.mode = WR_IMAGE_PULL_FULL};
 	struct wr_image_pull_result res;
 	struct wr_image *p = NULL;
-	if (wr_image_pull(wrd_images(), reg, from, NULL, &o, &p, &res, err) < 0)
+	if (wr_image_pull(wrd_images(), reg, from, local, &o, &p, &res, err) < 0)
 		return wr_err_wrap(err, "its processes (%s)", from);
 	int r = 0;
 	if (strcmp(p->digest, pd) != 0)
@@ -189,7 +197,7 @@ static int do_pull(const char *remote, const char *name, json_t *auth, wr_err *e
 	struct wr_image *img = NULL;
 	int r = wr_image_pull(wrd_images(), reg, remote, name, &o, &img, &res, err);
 	json_t *procs = NULL;
-	if (r == 0 && wrd_images_pull_procs(reg, remote, img, &procs, err) < 0) {
+	if (r == 0 && wrd_images_pull_procs(reg, remote, img, name, &procs, err) < 0) {
 		wr_image_free(&img);
 		r = -1;
 	}

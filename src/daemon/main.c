@@ -21,6 +21,7 @@
 #include "daemon/audit_internal.h"
 #include "daemon/functions.h"
 #include "daemon/checkpoint.h"
+#include "daemon/snapshot.h"
 #include "daemon/config.h"
 #include "daemon/network.h"
 #include "daemon/images.h"
@@ -124,6 +125,16 @@ int main(int argc, char **argv)
 	 * before the spawners fork, and adopted sandboxes' refusals are
 	 * recorded from the start. */
 	wrd_ckpt_init(cfg.criu_path);
+	/* a configured key that cannot be used is a configuration error; the
+	 * default one, when it cannot be made, only turns processes off */
+	if (wrd_snapshot_key_init(cfg.snapshot_key, cfg.state_dir, &err) < 0) {
+		if (cfg.snapshot_key) {
+			wr_log_err(err);
+			goto out;
+		}
+		wr_warn("%s: snapshots with processes are off", err->msg);
+		wr_err_free(&err);
+	}
 	if (wrd_db_open(db, &err) < 0 || wr_audit_start(&cfg, &err) < 0 ||
 	    wrd_mgr_init(&cfg, &err) < 0 || wrd_mgr_recover(&err) < 0 ||
 	    wrd_net_start(&cfg, &err) < 0 || wrd_mgr_start_monitor(&err) < 0 ||

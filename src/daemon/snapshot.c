@@ -25,6 +25,12 @@
 #include "daemon/checkpoint.h"
 #include "daemon/images.h"
 #include "image/registry.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include "daemon/jsonutil.h"
 
 void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, size_t len)
@@ -34,11 +40,119 @@ void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, si
 
 /* The snapshot's config: the sandbox's runtime defaults and the labels
  * naming its stack. */
+/* ---- the snapshot key --------------------------------------------------- */
+
+static unsigned char g_key[32];
+static bool g_key_ok;
+
+int wrd_snapshot_key_init(const char *path, const char *state_dir, wr_err *err)
+{
+	char dflt[4096];
+	if (path == NULL) {
+		snprintf(dflt, sizeof(dflt), "%s/snapshot.key", state_dir);
+		path = dflt;
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			unsigned char k[32];
+			bool ok = getrandom(k, sizeof(k), 0) == sizeof(k) &&
+				  write(fd, k, sizeof(k)) == sizeof(k) && fsync(fd) == 0;
+			close(fd);
+			if (!ok) {
+				unlink(path);
+				return wr_err_sys(err, "make the snapshot key %s", path);
+			}
+		} else if (errno != EEXIST) {
+			return wr_err_sys(err, "make the snapshot key %s", path);
+		}
+	}
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return wr_err_sys(err, "snapshot key %s", path);
+	if ((st.st_mode & 077) != 0)
+		return wr_err_field(err, "snapshot_key",
+				    "snapshot_key: %s is readable by others than its owner (chmod "
+				    "600 it)",
+				    path);
+	if (read(fd, g_key, sizeof(g_key)) != (ssize_t)sizeof(g_key))
+		return wr_err_field(err, "snapshot_key",
+				    "snapshot_key: %s must hold at least 32 bytes", path);
+	g_key_ok = true;
+	return 0;
+}
+
+/* hex HMAC-SHA256 of digest with the key */
+static int sign(const char *digest, char out[65])
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned n = 0;
+	if (!g_key_ok ||
+	    HMAC(EVP_sha256(), g_key, sizeof(g_key), (const unsigned char *)digest, strlen(digest),
+		 md, &n) == NULL ||
+	    n != 32)
+		return -1;
+	for (unsigned i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	return 0;
+}
+
+bool wrd_snapshot_procs_name(const char *ref, char *out, size_t n)
+{
+	if (ref == NULL || strchr(ref, '@') || strncmp(ref, "sha256:", 7) == 0)
+		return false;
+	const char *slash = strrchr(ref, '/');
+	const char *colon = strrchr(slash ? slash : ref, ':');
+	int len = colon ? snprintf(out, n, "%.*s.processes:%s", (int)(colon - ref), ref, colon + 1)
+			: snprintf(out, n, "%s.processes:latest", ref);
+	return len > 0 && (size_t)len < n && len <= 255;
+}
+
+bool wrd_snapshot_digest_ok(const char *d)
+{
+	if (d == NULL || strncmp(d, "sha256:", 7) != 0 || strlen(d) != 71)
+		return false;
+	for (const char *p = d + 7; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+int wrd_snapshot_procs_of(const struct wr_image *snap, const char **digest, wr_err *err)
+{
+	*digest = NULL;
+	const char *pd = wr_image_label(&snap->config, WRD_SNAP_PROCS);
+	if (pd == NULL)
+		return 0;
+	if (!wrd_snapshot_digest_ok(pd))
+		return wr_err_field(err, "image",
+				    "image: snapshot %s names its processes with '%.80s', not a "
+				    "sha256 digest",
+				    snap->digest, pd);
+	const char *sig = wr_image_label(&snap->config, WRD_SNAP_PROCS_SIG);
+	char want[65];
+	if (sign(pd, want) < 0)
+		return wr_err_field(err, "image",
+				    "image: this node has no snapshot key: processes are not "
+				    "restored here");
+	if (sig == NULL || strlen(sig) != 64 || CRYPTO_memcmp(sig, want, 64) != 0)
+		return wr_err_field(err, "image",
+				    "image: the processes of snapshot %s are not signed with this "
+				    "node's snapshot key (nodes that exchange snapshots with "
+				    "processes share it: config \"snapshot_key\"); \"processes\": "
+				    "false takes its files only",
+				    snap->digest);
+	*digest = pd;
+	return 1;
+}
+
 static char *snap_config(struct wrd_sbx *sb, json_t *digests, const char *procs)
 {
 	json_t *cfg = json_object(), *labels = json_object();
-	if (procs)
+	char sig[65];
+	if (procs && sign(procs, sig) == 0) {
 		json_object_set_new(labels, WRD_SNAP_PROCS, json_string(procs));
+		json_object_set_new(labels, WRD_SNAP_PROCS_SIG, json_string(sig));
+	}
 	json_object_set_new(labels, WRD_SNAP_BASE, json_copy(json_array_get(digests, 0)));
 	char *mid = NULL;
 	size_t len = 0;
@@ -78,8 +192,9 @@ static char *snap_config(struct wrd_sbx *sb, json_t *digests, const char *procs)
 }
 
 /* The processes' images (tier op save_procs, frozen already) as an image
- * of the store: *digest. */
-static int take_procs(struct wrd_sbx *sb, char digest[WR_IMAGE_DIGEST_LEN + 1], wr_err *err)
+ * of the store named after the snapshot (ref): *digest. */
+static int take_procs(struct wrd_sbx *sb, const char *ref, char digest[WR_IMAGE_DIGEST_LEN + 1],
+		      wr_err *err)
 {
 	struct wr_image_store *store = wrd_images();
 	char rnd[17];
@@ -97,7 +212,10 @@ static int take_procs(struct wrd_sbx *sb, char digest[WR_IMAGE_DIGEST_LEN + 1], 
 	json_decref(root);
 	char source[96];
 	snprintf(source, sizeof(source), "snapshot-processes:%s", sb->rec.id);
-	struct wr_image_import_opts io = {.ref = NULL, .source = source};
+	char name[300];
+	struct wr_image_import_opts io = {
+	    .ref = wrd_snapshot_procs_name(ref, name, sizeof(name)) ? name : NULL,
+	    .source = source};
 	struct wr_image *img = NULL;
 	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int r = fd < 0 ? wr_err_sys(err, "open %s", dir)
@@ -107,26 +225,6 @@ static int take_procs(struct wrd_sbx *sb, char digest[WR_IMAGE_DIGEST_LEN + 1], 
 		snprintf(digest, WR_IMAGE_DIGEST_LEN + 1, "%s", img->digest);
 	wr_image_free(&img);
 	return r;
-}
-
-/* Short holds of the sandbox (the harvest sampler, a usage read) end within
- * milliseconds: waited for (2 s at most) before the calls in flight refuse
- * a snapshot of processes. Called with sb->lock held. */
-static int wait_not_busy(struct wrd_sbx *sb, wr_err *err)
-{
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl); /* sb->cv's clock */
-	dl.tv_sec += 2;
-	while (sb->busy > 0)
-		if (pthread_cond_timedwait(&sb->cv, &sb->lock, &dl) == ETIMEDOUT)
-			break;
-	if (sb->busy > 0)
-		return wr_err_set(err, ESRCH,
-				  "sandbox %s has operations in flight (a command, a file "
-				  "transfer, a terminal): its processes are saved only when none "
-				  "runs",
-				  sb->rec.id);
-	return 0;
 }
 
 int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr_image **out,
@@ -149,6 +247,10 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr
 				    "processes: saving processes needs CRIU, unusable on this "
 				    "node: %s",
 				    no_criu);
+	if (procs && !g_key_ok)
+		return wr_err_field(err, "processes",
+				    "processes: this node has no snapshot key (config "
+				    "\"snapshot_key\")");
 	json_t *digests = json_object_get(sb->rec.spec, "image_digests");
 	if (json_array_size(digests) == 0)
 		return wr_err_set(err, EOPNOTSUPP,
@@ -156,7 +258,16 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr
 				  "could not name its base",
 				  sb->rec.id);
 
+	/* Short holds of the sandbox (the harvest sampler, a usage read) end
+	 * within milliseconds: a snapshot of processes waits for them (2 s at
+	 * most) before the calls still in flight refuse it. Each wait lets
+	 * the lock go: everything is checked again after it. */
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl); /* sb->cv's clock */
+	dl.tv_sec += 2;
+	bool waited = false; /* the 2 s are over */
 	pthread_mutex_lock(&sb->lock);
+again:
 	wrd_sbx_wait_transition(sb);
 	enum wrd_state st = sb->state;
 	if ((st != WRD_RUNNING && st != WRD_PAUSED) || sb->reaping) {
@@ -172,9 +283,17 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr
 				  "memory) to snapshot its processes",
 				  sb->rec.id);
 	}
-	if (procs && wait_not_busy(sb, err) < 0) {
+	if (procs && sb->busy > 0 && !waited) {
+		waited = pthread_cond_timedwait(&sb->cv, &sb->lock, &dl) == ETIMEDOUT;
+		goto again;
+	}
+	if (procs && sb->busy > 0) {
 		pthread_mutex_unlock(&sb->lock);
-		return -1;
+		return wr_err_set(err, ESRCH,
+				  "sandbox %s has operations in flight (a command, a file "
+				  "transfer, a terminal): its processes are saved only when none "
+				  "runs",
+				  sb->rec.id);
 	}
 	sb->transition = true;
 	pthread_mutex_unlock(&sb->lock);
@@ -187,7 +306,7 @@ int wrd_snapshot_take(struct wrd_sbx *sb, const char *ref, bool procs, struct wr
 	int r = thaw ? sb->ops->freeze(sb->tsb, true, err) : 0;
 	char pdigest[WR_IMAGE_DIGEST_LEN + 1] = "";
 	if (r == 0 && procs)
-		r = take_procs(sb, pdigest, err);
+		r = take_procs(sb, ref, pdigest, err);
 	_cleanup_free_ char *config = NULL;
 	if (r == 0 && (config = snap_config(sb, digests, procs ? pdigest : NULL)) == NULL)
 		r = wr_err_set(err, ENOMEM, "out of memory");
@@ -252,16 +371,25 @@ static pthread_mutex_t g_up_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_up_cv = PTHREAD_COND_INITIALIZER;
 static struct unpacked *g_up;
 
-static void up_unref(struct unpacked *u)
+/* With g_up_lock held: one use fewer; the last unlinks the entry, which
+ * the caller frees (up_free) once the lock is let go. */
+static struct unpacked *up_unref(struct unpacked *u)
 {
-	/* with g_up_lock held */
 	if (--u->refs > 0)
-		return;
+		return NULL;
 	for (struct unpacked **pp = &g_up; *pp; pp = &(*pp)->next)
 		if (*pp == u) {
 			*pp = u->next;
 			break;
 		}
+	return u;
+}
+
+/* Without the lock: the directory removed (other creates go on meanwhile). */
+static void up_free(struct unpacked *u)
+{
+	if (u == NULL)
+		return;
 	if (u->dir)
 		wrd_snapshot_remove_dir(u->dir);
 	free(u->dir);
@@ -280,9 +408,9 @@ static int unpack_shared(const struct wr_image *p, char **dir, wr_err *err)
 			pthread_cond_wait(&g_up_cv, &g_up_lock);
 		int rc = u->rc;
 		*dir = rc == 0 ? strdup(u->dir) : NULL;
-		if (rc < 0 || *dir == NULL)
-			up_unref(u);
+		struct unpacked *gone = rc < 0 || *dir == NULL ? up_unref(u) : NULL;
 		pthread_mutex_unlock(&g_up_lock);
+		up_free(gone);
 		if (rc < 0)
 			return wr_err_set(err, EIO, "unpack %s failed (in a create alongside)",
 					  p->digest);
@@ -306,9 +434,9 @@ static int unpack_shared(const struct wr_image *p, char **dir, wr_err *err)
 	u->dir = d;
 	pthread_cond_broadcast(&g_up_cv);
 	*dir = rc == 0 ? strdup(d) : NULL;
-	if (rc < 0 || *dir == NULL)
-		up_unref(u);
+	struct unpacked *gone = rc < 0 || *dir == NULL ? up_unref(u) : NULL;
 	pthread_mutex_unlock(&g_up_lock);
+	up_free(gone);
 	if (rc == 0 && *dir == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
 	return rc;
@@ -320,18 +448,20 @@ bool wrd_snapshot_release_shared(const char *dir)
 	struct unpacked *u = g_up;
 	while (u && !(u->dir && strcmp(u->dir, dir) == 0))
 		u = u->next;
-	if (u)
-		up_unref(u);
+	bool found = u != NULL;
+	struct unpacked *gone = u ? up_unref(u) : NULL;
 	pthread_mutex_unlock(&g_up_lock);
-	return u != NULL;
+	up_free(gone);
+	return found;
 }
 
 int wrd_snapshot_procs_hold(const struct wr_image *snap, char **dir, wr_err *err)
 {
 	*dir = NULL;
-	const char *pd = wr_image_label(&snap->config, WRD_SNAP_PROCS);
-	if (pd == NULL)
-		return 0;
+	const char *pd = NULL;
+	int r0 = wrd_snapshot_procs_of(snap, &pd, err);
+	if (r0 <= 0)
+		return r0;
 	struct wr_image *p = NULL;
 	if (wr_image_resolve(wrd_images(), pd, &p, err) < 0)
 		return -1;
@@ -391,6 +521,10 @@ int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 	    wrd_images_ensure_remote(image, policy, json_object_get(body, "registry_auth"), &local,
 				     err) < 0)
 		return -1;
+	/* pulled now: the create's own resolution finds it without a second
+	 * registry round trip (which, with "always", could see a moved tag) */
+	if (local)
+		json_object_set_new(body, "pull", json_string("missing"));
 	struct wr_image *img = NULL;
 	_cleanup_err_ wr_err e2 = NULL;
 	if (store == NULL || image == NULL || image[0] == '/' || image[0] == '.' ||
@@ -404,6 +538,12 @@ int wrd_snapshot_expand(json_t *body, char **restore_dir, wr_err *err)
 	}
 	const char *pd = wr_image_label(&img->config, WRD_SNAP_PROCS);
 	bool vm = wr_image_label(&img->config, "dev.warren.vm.snapshot") != NULL;
+	/* processes asked for (or by default): well formed and signed */
+	if (pd && !vm && !(want && json_is_false(want)) &&
+	    wrd_snapshot_procs_of(img, &pd, err) < 0) {
+		wr_image_free(&img);
+		return -1;
+	}
 	if (json_is_true(want) && pd == NULL && !vm) {
 		wr_image_free(&img);
 		return wr_err_field(err, "processes",

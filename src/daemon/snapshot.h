@@ -27,6 +27,13 @@
 #define WRD_SNAP_PROCS "dev.warren.snapshot.processes"
 #define WRD_PROCS_OF "dev.warren.processes.source"
 #define WRD_PROCS_TIER "dev.warren.processes.tier"
+/* HMAC-SHA256 (hex) of the processes digest with the node's snapshot key:
+ * criu restores processes images as root, and a hostile one (made by hand,
+ * pushed to a registry) could ask for anything (no user namespace, host
+ * mounts). Only processes signed with a key this node has are restored;
+ * nodes that exchange snapshots with processes share the key (config
+ * "snapshot_key", default <state_dir>/snapshot.key, made at first start). */
+#define WRD_SNAP_PROCS_SIG "dev.warren.snapshot.processes.hmac"
 
 /* Capture sb's filesystem changes as image `ref` (name[:tag]). A running
  * sandbox is frozen during the capture and thawed after; a paused one
@@ -71,6 +78,21 @@ bool wrd_snapshot_release_shared(const char *dir);
  * wrd_snapshot_restore_done. */
 int wrd_snapshot_procs_hold(const struct wr_image *snap, char **dir, wr_err *err);
 void wrd_snapshot_remove_dir(const char *dir);
+
+/* The snapshot key: read from path (NULL: <state_dir>/snapshot.key, made
+ * when missing: 32 random bytes, 0600). Without it no processes snapshot is
+ * taken or restored. */
+int wrd_snapshot_key_init(const char *path, const char *state_dir, wr_err *err);
+/* The processes digest a snapshot's labels name, when well formed
+ * ("sha256:" + 64 hex) and signed with this node's key: 1; 0 when it has
+ * none; negative with *err (field "image") otherwise. */
+int wrd_snapshot_procs_of(const struct wr_image *snap, const char **digest, wr_err *err);
+/* The store name of a snapshot's processes image: "<name>.processes:<tag>"
+ * for snapshot ref "name[:tag]" (a name keeps it from gc's pruning of
+ * unnamed images); false (out unset) for a digest ref or one too long. */
+bool wrd_snapshot_procs_name(const char *ref, char *out, size_t n);
+/* "sha256:" + 64 lowercase hex */
+bool wrd_snapshot_digest_ok(const char *d);
 
 /* The default name of an automatic snapshot of sb: "snapshot/<id>:<what>". */
 void wrd_snapshot_name(const struct wrd_sbx *sb, const char *what, char *buf, size_t len);

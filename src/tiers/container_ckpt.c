@@ -387,6 +387,59 @@ static int check_masks(pid_t pid, wr_err *err)
 	return 0;
 }
 
+/* warren.json as a dump writes it (dump_tree): PID 1's two fds of the
+ * writable layer, external mounts whose sources are pins, keys of CRIU's
+ * form. The daemon restores only processes it signed (daemon/snapshot.h);
+ * this keeps a damaged file from naming any other path or overflowing the
+ * restore's fds. */
+static bool key_ok(const char *k)
+{
+	if (k == NULL || *k == 0 || strlen(k) > 64)
+		return false;
+	for (const char *p = k; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || strchr("[]:", *p)))
+			return false;
+	return true;
+}
+
+static int check_meta(const json_t *meta, wr_err *err)
+{
+	static const char *const srcs[] = {"sys", "dev", "shm", "devfs/mask", "devfs/maskf"};
+	json_t *fds = json_object_get(meta, "fds"), *m;
+	size_t i;
+	if (json_array_size(fds) != 2)
+		return wr_err_set(err, EINVAL, "checkpoint: %zu fds of PID 1, not 2",
+				  json_array_size(fds));
+	json_array_foreach(fds, i, m)
+	{
+		const char *what = json_string_value(json_object_get(m, "what"));
+		if (!key_ok(json_string_value(json_object_get(m, "key"))) || what == NULL ||
+		    (strcmp(what, "upper") != 0 && strcmp(what, "devfs") != 0))
+			return wr_err_set(err, EINVAL,
+					  "checkpoint: PID 1's fd %zu is not one "
+					  "of the writable layer",
+					  i);
+	}
+	if (!key_ok(json_string_value(json_object_get(meta, "exe"))))
+		return wr_err_set(err, EINVAL, "checkpoint: no key of PID 1's executable");
+	json_t *mounts = json_object_get(meta, "mounts");
+	if (!json_is_array(mounts) || json_array_size(mounts) > 64)
+		return wr_err_set(err, EINVAL, "checkpoint: bad external mounts");
+	json_array_foreach(mounts, i, m)
+	{
+		const char *src = json_string_value(json_object_get(m, "src"));
+		bool known = false;
+		for (size_t k = 0; src && k < sizeof(srcs) / sizeof(srcs[0]); k++)
+			known |= strcmp(src, srcs[k]) == 0;
+		if (!known || !key_ok(json_string_value(json_object_get(m, "key"))))
+			return wr_err_set(err, EINVAL,
+					  "checkpoint: external mount %zu is not "
+					  "one of the sandbox's",
+					  i);
+	}
+	return 0;
+}
+
 /* The tree of the images in `images` (NULL: the sandbox's own checkpoint)
  * restored into the sandbox, every task stopped. Images of another
  * sandbox (a snapshot's, perhaps of another node) are only read: criu's
@@ -407,6 +460,8 @@ static int load(struct wr_sandbox *sb, const char *images, wr_err *err)
 	if (meta == NULL)
 		return wr_err_set(err, ENOENT, "sandbox %s: its checkpoint %s: %s", sb->id, p,
 				  je.text);
+	if (check_meta(meta, err) < 0)
+		return wr_err_wrap(err, "sandbox %s", sb->id);
 	for (size_t i = 0; wr_ckpt_pin_dirs[i]; i++) {
 		wr_ckpt_pin_path(p, sizeof(p), sb->id, wr_ckpt_pin_dirs[i]);
 		if (!wr_ckpt_is_mount_point(p))

@@ -233,30 +233,39 @@ int wr_ckpt_run_criu(const struct criu_run *in, struct wr_cgroup *cg, const char
 	return rc;
 }
 
-/* Whether /proc/<pid> is a criu dump of init_pid: the same executable as
- * criu (dev, ino), "dump" and "-t <init_pid>" in its arguments. */
-static bool dumps(const char *pid, const struct stat *criu, const char *init_pid)
+/* The target of /proc/<pid> when it is a criu dump (the same executable as
+ * criu, "dump" and "-t <pid>" in its arguments), else 0. */
+static pid_t dump_target(const char *pid, const struct stat *criu)
 {
 	char p[300]; /* a d_name is at most 255 bytes */
 	struct stat st;
 	snprintf(p, sizeof(p), "/proc/%s/exe", pid);
 	if (stat(p, &st) < 0 || st.st_dev != criu->st_dev || st.st_ino != criu->st_ino)
-		return false;
+		return 0;
 	snprintf(p, sizeof(p), "/proc/%s/cmdline", pid);
 	_cleanup_free_ char *cl = NULL;
-	ssize_t n = wr_read_file_at(AT_FDCWD, p, &cl, 65536, NULL);
+	int n = wr_read_file_at(AT_FDCWD, p, &cl, 65536, NULL);
 	if (n <= 0)
-		return false;
-	bool dump = false, t = false;
+		return 0;
+	bool dump = false;
+	pid_t t = 0;
 	for (char *a = cl; a < cl + n; a += strlen(a) + 1) {
 		if (strcmp(a, "dump") == 0)
 			dump = true;
-		else if (strcmp(a, "-t") == 0 && a + strlen(a) + 1 < cl + n &&
-			 strcmp(a + strlen(a) + 1, init_pid) == 0)
-			t = true;
+		else if (strcmp(a, "-t") == 0 && a + strlen(a) + 1 < cl + n)
+			t = (pid_t)atoi(a + strlen(a) + 1);
 	}
-	return dump && t;
+	return dump ? t : 0;
 }
+
+/* The dumps found running by the first adoption of this process: one scan
+ * of /proc for all (a restart adopts every sandbox). */
+static pthread_mutex_t g_dumps_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool g_dumps_scanned;
+static struct {
+	pid_t criu, target;
+} g_dumps[64];
+static size_t g_ndumps;
 
 void wr_ckpt_wait_dumps(pid_t init_pid)
 {
@@ -264,20 +273,40 @@ void wr_ckpt_wait_dumps(pid_t init_pid)
 	struct stat cs;
 	if (criu == NULL || init_pid <= 0 || stat(criu, &cs) < 0)
 		return;
-	char want[24];
-	snprintf(want, sizeof(want), "%d", (int)init_pid);
-	uint64_t deadline = wr_now_ns() + (uint64_t)CRIU_TIMEOUT_MS * 1000000ull;
-	for (;;) {
-		bool found = false;
+	pthread_mutex_lock(&g_dumps_lock);
+	if (!g_dumps_scanned) {
+		g_dumps_scanned = true;
 		DIR *d = opendir("/proc");
 		struct dirent *de;
-		while (d && !found && (de = readdir(d)) != NULL)
-			found = de->d_name[0] >= '1' && de->d_name[0] <= '9' &&
-				dumps(de->d_name, &cs, want);
+		while (d && (de = readdir(d)) != NULL && g_ndumps < 64) {
+			if (de->d_name[0] < '1' || de->d_name[0] > '9')
+				continue;
+			pid_t t = dump_target(de->d_name, &cs);
+			if (t > 0) {
+				g_dumps[g_ndumps].criu = (pid_t)atoi(de->d_name);
+				g_dumps[g_ndumps++].target = t;
+			}
+		}
 		if (d)
 			closedir(d);
-		if (!found || wr_now_ns() > deadline)
-			return;
-		usleep(20000);
+	}
+	pid_t wait_for[64];
+	size_t n = 0;
+	for (size_t i = 0; i < g_ndumps; i++)
+		if (g_dumps[i].target == init_pid)
+			wait_for[n++] = g_dumps[i].criu;
+	pthread_mutex_unlock(&g_dumps_lock);
+	/* Bounded by criu's own timeout; past it the adoption goes on (and a
+	 * dump still running would freeze the tree again at its end). */
+	uint64_t deadline = wr_now_ns() + (uint64_t)CRIU_TIMEOUT_MS * 1000000ull;
+	for (size_t i = 0; i < n; i++) {
+		_cleanup_close_ int pfd = wr_pidfd_open(wait_for[i], 0);
+		if (pfd < 0)
+			continue; /* ended already */
+		uint64_t now = wr_now_ns();
+		struct pollfd pf = {.fd = pfd, .events = POLLIN};
+		int ms = now < deadline ? (int)((deadline - now) / 1000000) : 0;
+		while (poll(&pf, 1, ms) < 0 && errno == EINTR)
+			;
 	}
 }
