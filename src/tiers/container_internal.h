@@ -76,6 +76,13 @@ struct wr_sandbox {
 	atomic_uint cmds;
 };
 
+/* container.c, for container_adopt.c: a handle's memory freed (nothing
+ * else), the spec's env copied into it, a spec checked and defaulted. */
+void wr_container_sandbox_free(struct wr_sandbox *sb);
+int wr_container_copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, wr_err *err);
+int wr_container_normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s,
+			   wr_err *err);
+
 /* container_mounts.c: the shared offline network namespace and its
  * read-only sysfs (wr_container_globals), made at init. */
 int wr_container_offline_sysfs(struct wr_container_globals *g, wr_err *err);
