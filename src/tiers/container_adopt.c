@@ -207,4 +207,3 @@ int wr_container_sweep(bool (*keep)(const char *id, void *ctx), void *ctx, wr_er
 		return wr_err_wrap(err, "sweep uid ranges");
 	return n + m;
 }
-
