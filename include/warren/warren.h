@@ -115,7 +115,7 @@ typedef struct {
 } warren_registry_auth;
 
 /* Version 2 added layers, pull and registry_auth; 3 on_idle and lease; 4 network; 5 cpu_max. */
-#define WARREN_SANDBOX_OPTS_VERSION 5
+#define WARREN_SANDBOX_OPTS_VERSION 6
 typedef struct {
 	unsigned int version;
 	const char *image; /* required: a store ref (name:tag, digest), a registry ref
@@ -160,6 +160,11 @@ typedef struct {
 	 * at least cpu): it may burst above cpu up to this. 0: cpu is also
 	 * the cap. */
 	double cpu_max;
+	/* version 6: image a snapshot taken with its processes
+	 * (warren_sandbox_snapshot_with): 0 restores them (the daemon's
+	 * default), -1 takes its files only, 1 requires processes (an image
+	 * without them is an error) */
+	int processes;
 } warren_sandbox_opts;
 #define WARREN_SANDBOX_OPTS_INIT                                                                   \
 	{                                                                                          \

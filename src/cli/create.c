@@ -12,37 +12,39 @@
 
 static void create_usage(FILE *f)
 {
-	fprintf(
-	    f, "usage: warren create --image IMAGE [options]\n\n"
-	       "  --image REF|PATH   store image (name:tag, digest), registry reference\n"
-	       "                     (host[:port]/repo[:tag], pulled when missing), configured\n"
-	       "                     name, or a rootfs path on the node\n"
-	       "  --layer REF        image stacked on --image as an overlay lower (repeatable,\n"
-	       "                     base first: the first --layer sits right above --image)\n"
-	       "  --pull POLICY      registry references: missing (default), always, never\n"
-	       "  --tier NAME        isolation tier (default: the daemon's)\n"
-	       "  --cpu N            CPUs requested: the CPU weight, and the cap unless\n"
-	       "                     --cpu-max (fractions allowed; default: no cap)\n"
-	       "  --cpu-max N        CPU cap (at least --cpu): bursts above --cpu up to N\n"
-	       "  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
-	       "  --disk SIZE        writable layer quota (e.g. 1G)\n"
-	       "  --pids N           process limit\n"
-	       "  --env K=V          environment of every command (repeatable)\n"
-	       "  --workdir DIR      working directory of commands\n"
-	       "  --user UID         user commands run as\n"
-	       "  --label K=V        label (repeatable)\n"
-	       "  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
-	       "  --idle-timeout DUR pause (or kill) after DUR without API activity or CPU use\n"
-	       "  --on-idle POLICY   pause (default) or kill when idle\n"
-	       "  --on-timeout POLICY at the end of its lifetime: kill (default) or pause\n"
-	       "  --lease ID         follow that lease (warren lease create)\n"
-	       "  --network MODE|JSON  none (default: loopback only), allowlist, open; or\n"
-	       "                     the whole policy as a JSON object (docs/API.md)\n"
-	       "  --allow RULE       allow CIDR[:PORTS][/PROTO] (repeatable; implies\n"
-	       "                     allowlist; IPv6 in brackets: [2001:db8::/32]:443)\n"
-	       "  --domain NAME      allow a domain (repeatable; *.example.org)\n"
-	       "  --service NAME     allow a named service of the node (repeatable)\n" CLI_CONN_HELP
-	       "\nPrints the new sandbox's id (with --json: the sandbox object).\n");
+	fprintf(f,
+		"usage: warren create --image IMAGE [options]\n\n"
+		"  --image REF|PATH   store image (name:tag, digest), registry reference\n"
+		"                     (host[:port]/repo[:tag], pulled when missing), configured\n"
+		"                     name, or a rootfs path on the node\n"
+		"  --layer REF        image stacked on --image as an overlay lower (repeatable,\n"
+		"                     base first: the first --layer sits right above --image)\n"
+		"  --pull POLICY      registry references: missing (default), always, never\n"
+		"  --tier NAME        isolation tier (default: the daemon's)\n"
+		"  --cpu N            CPUs requested: the CPU weight, and the cap unless\n"
+		"                     --cpu-max (fractions allowed; default: no cap)\n"
+		"  --cpu-max N        CPU cap (at least --cpu): bursts above --cpu up to N\n"
+		"  --memory SIZE      memory limit (e.g. 512M, 2G)\n"
+		"  --disk SIZE        writable layer quota (e.g. 1G)\n"
+		"  --pids N           process limit\n"
+		"  --env K=V          environment of every command (repeatable)\n"
+		"  --workdir DIR      working directory of commands\n"
+		"  --user UID         user commands run as\n"
+		"  --label K=V        label (repeatable)\n"
+		"  --timeout DUR      lifetime (e.g. 300, 10m, 2h)\n"
+		"  --idle-timeout DUR pause (or kill) after DUR without API activity or CPU use\n"
+		"  --on-idle POLICY   pause (default) or kill when idle\n"
+		"  --on-timeout POLICY at the end of its lifetime: kill (default) or pause\n"
+		"  --lease ID         follow that lease (warren lease create)\n"
+		"  --network MODE|JSON  none (default: loopback only), allowlist, open; or\n"
+		"                     the whole policy as a JSON object (docs/API.md)\n"
+		"  --allow RULE       allow CIDR[:PORTS][/PROTO] (repeatable; implies\n"
+		"                     allowlist; IPv6 in brackets: [2001:db8::/32]:443)\n"
+		"  --domain NAME      allow a domain (repeatable; *.example.org)\n"
+		"  --service NAME     allow a named service of the node (repeatable)\n"
+		"  --no-processes     of a snapshot taken with its processes: the files "
+		"only\n" CLI_CONN_HELP
+		"\nPrints the new sandbox's id (with --json: the sandbox object).\n");
 }
 
 enum {
@@ -71,6 +73,7 @@ enum {
 	OPT_ALLOW,
 	OPT_DOMAIN,
 	OPT_SERVICE,
+	OPT_NO_PROCS,
 };
 
 /* --network, --allow, --domain, --service into one policy object. */
@@ -158,6 +161,7 @@ int cmd_create(int argc, char **argv)
 	    {"allow", required_argument, NULL, OPT_ALLOW},
 	    {"domain", required_argument, NULL, OPT_DOMAIN},
 	    {"service", required_argument, NULL, OPT_SERVICE},
+	    {"no-processes", no_argument, NULL, OPT_NO_PROCS},
 	    CLI_CONN_OPTIONS,
 	    {0},
 	};
@@ -252,6 +256,7 @@ int cmd_create(int argc, char **argv)
 			*(c == OPT_ON_IDLE ? &so.on_idle : &so.on_timeout) = optarg;
 			break;
 		case OPT_LEASE: so.lease = optarg; break;
+		case OPT_NO_PROCS: so.processes = -1; break;
 		case OPT_NETWORK:
 		case OPT_ALLOW:
 		case OPT_DOMAIN:

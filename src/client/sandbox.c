@@ -133,6 +133,8 @@ static int build_create(struct wc_call *c, const warren_sandbox_opts *o, json_t 
 		json_object_set_new(j, "cpu_max", json_real(o->cpu_max));
 	else if (o->version >= 5 && o->cpu_max < 0)
 		return wc_fail_field(c, "cpu_max", "cpu_max: must not be negative");
+	if (o->version >= 6 && o->processes != 0)
+		json_object_set_new(j, "processes", json_boolean(o->processes > 0));
 	*out = steal_ptr(&j);
 	return 0;
 }

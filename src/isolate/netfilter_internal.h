@@ -15,7 +15,6 @@ int wr_nf_entry_rules(const struct wr_net_rule *rules, size_t n, size_t i,
 		      struct nf_port_rule *out);
 /* rules well formed and each entry within NF_PORT_RULES; errors name what
  * ("allow", "deny"). */
-int wr_nf_rules_validate(const struct wr_net_rule *rules, size_t n, const char *what,
-			 wr_err *err);
+int wr_nf_rules_validate(const struct wr_net_rule *rules, size_t n, const char *what, wr_err *err);
 
 #endif

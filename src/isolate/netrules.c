@@ -177,8 +177,7 @@ static bool contains(const struct wr_net_rule *outer, const struct wr_net_rule *
 
 /* The port rules a trie entry for rules[i]'s prefix carries: those of every
  * rule whose prefix contains it (its own included), without duplicates. */
-int wr_nf_entry_rules(const struct wr_net_rule *rules, size_t n, size_t i,
-		      struct nf_port_rule *out)
+int wr_nf_entry_rules(const struct wr_net_rule *rules, size_t n, size_t i, struct nf_port_rule *out)
 {
 	int k = 0;
 	for (size_t j = 0; j < n; j++) {
@@ -198,8 +197,7 @@ int wr_nf_entry_rules(const struct wr_net_rule *rules, size_t n, size_t i,
 	return k;
 }
 
-int wr_nf_rules_validate(const struct wr_net_rule *rules, size_t n, const char *what,
-			 wr_err *err)
+int wr_nf_rules_validate(const struct wr_net_rule *rules, size_t n, const char *what, wr_err *err)
 {
 	if (n > WR_NET_MAX_RULES)
 		return wr_err_field(err, what, "%s: at most %d rules", what, WR_NET_MAX_RULES);
@@ -230,4 +228,3 @@ int wr_net_policy_validate(const struct wr_net_policy *p, wr_err *err)
 		return wr_err_field(err, "mode", "mode: must be none, allowlist or open");
 	return wr_nf_rules_validate(p->allow, p->n_allow, "allow", err);
 }
-

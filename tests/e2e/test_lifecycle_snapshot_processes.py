@@ -251,6 +251,10 @@ def test_cli_and_sdk(criu, api, warrend, conn):
         assert out[0] == "cliprocs:1", out
         j = api.get("/v1/images/cliprocs:1").json()
         assert j["config"]["labels"]["dev.warren.snapshot.processes"].startswith("sha256:"), j
+        made.append(cli("create", "--image", "cliprocs:1", check=0).out.strip())
+        assert repl(api, made[-1], "echo $x") == "21\n"
+        made.append(cli("create", "--image", "cliprocs:1", "--no-processes", check=0).out.strip())
+        assert len(procs_of(warrend, made[-1])) == 1
         kids = cli("fork", "--processes", "--memory", "300M", src, check=0).out.split()
         made += kids
         assert len(kids) == 1 and repl(api, kids[0], "echo $x") == "21\n"
