@@ -535,3 +535,40 @@ def test_vm_parameters_async(fake):
         assert json.loads(rec.requests[-1].content) == {"image": "debian:12",
                                                         "firmware": "uefi"}
     asyncio.run(go())
+
+
+# ---------------------------------------------------------------- snapshots with processes
+
+def test_processes_parameters(fake):
+    """processes at snapshot, fork and create: sent as the API's boolean,
+    only when given; anything but a bool refused before a request."""
+    label = "dev.warren.snapshot.processes"
+    img = {"digest": "sha256:" + "b" * 64, "config": {"labels": {label: "sha256:" + "c" * 64}}}
+
+    def handler(req):
+        if req.url.path.endswith("/snapshot"):
+            return httpx.Response(201, json=img)
+        if req.url.path.endswith("/fork"):
+            return httpx.Response(201, json={"snapshot": img, "sandboxes": [SB]})
+        return httpx.Response(201 if req.url.path == "/v1/sandboxes" else 200, json=SB)
+    rec = fake(handler)
+    sb = warren.Sandbox.create("snap:1", processes=False, socket="/nonexistent")
+    assert json.loads(rec.requests[-1].content)["processes"] is False
+    warren.Sandbox.create("snap:1", socket="/nonexistent")
+    assert "processes" not in json.loads(rec.requests[-1].content)
+    info = sb.snapshot("s:1", processes=True)
+    assert json.loads(rec.requests[-1].content) == {"name": "s:1", "processes": True}
+    assert info.processes == "sha256:" + "c" * 64 and info.labels[label] == info.processes
+    sb.snapshot("s:2")
+    assert json.loads(rec.requests[-1].content) == {"name": "s:2"}
+    kids = sb.fork(2, processes=True, memory_mb=64)
+    assert json.loads(rec.requests[-1].content) == {"count": 2, "processes": True,
+                                                    "memory_mb": 64}
+    assert len(kids) == 1
+    n = len(rec.requests)
+    for bad in (lambda: sb.snapshot(processes=1), lambda: sb.fork(processes="yes"),
+                lambda: warren.Sandbox.create("snap:1", processes="no",
+                                              socket="/nonexistent")):
+        with pytest.raises(TypeError, match="processes"):
+            bad()
+    assert len(rec.requests) == n
