@@ -349,6 +349,18 @@ static void unmap_stack(char **stack)
 	*stack = NULL;
 }
 
+struct wr_sandbox *wr_container_sandbox_alloc(void)
+{
+	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
+	if (sb == NULL)
+		return NULL;
+	pthread_mutex_init(&sb->leaves_lock, NULL);
+	pthread_mutex_init(&sb->devpts_lock, NULL);
+	sb->init_pidfd = -1;
+	sb->root_fd = -1;
+	return sb;
+}
+
 void wr_container_sandbox_free(struct wr_sandbox *sb)
 {
 	if (sb == NULL)
@@ -457,13 +469,9 @@ int wr_container_create(const struct wr_sandbox_spec *in, struct wr_sandbox **ou
 	if (wr_container_normalize(in, &spec, err) < 0)
 		return -1;
 
-	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
+	struct wr_sandbox *sb = wr_container_sandbox_alloc();
 	if (sb == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	pthread_mutex_init(&sb->leaves_lock, NULL);
-	pthread_mutex_init(&sb->devpts_lock, NULL);
-	sb->init_pidfd = -1;
-	sb->root_fd = -1;
 	sb->init_pid = -1;
 	bool have_idmap = false;
 	pid_t pid = -1;

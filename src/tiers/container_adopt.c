@@ -4,7 +4,6 @@
  * what no record names removed (sweep). Split from container.c. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,13 +92,9 @@ static int adopt(const struct wr_sandbox_spec *in, pid_t init_pid, int64_t slot,
 		tmp.image = "adopted";
 	if (wr_container_normalize(&tmp, &spec, err) < 0)
 		return wr_err_wrap(err, "adopt %s", in->id);
-	struct wr_sandbox *sb = calloc(1, sizeof(*sb));
+	struct wr_sandbox *sb = wr_container_sandbox_alloc();
 	if (sb == NULL)
 		return wr_err_set(err, ENOMEM, "out of memory");
-	pthread_mutex_init(&sb->leaves_lock, NULL);
-	pthread_mutex_init(&sb->devpts_lock, NULL);
-	sb->init_pidfd = -1;
-	sb->root_fd = -1;
 	sb->init_pid = init_pid;
 	snprintf(sb->id, sizeof(sb->id), "%s", spec.id);
 	sb->user = spec.user;

@@ -76,8 +76,10 @@ struct wr_sandbox {
 	atomic_uint cmds;
 };
 
-/* container.c, for container_adopt.c: a handle's memory freed (nothing
- * else), the spec's env copied into it, a spec checked and defaulted. */
+/* container.c, for container_adopt.c: a new handle (no fd, no process:
+ * NULL when out of memory), a handle's memory freed (nothing else), the
+ * spec's env copied into it, a spec checked and defaulted. */
+struct wr_sandbox *wr_container_sandbox_alloc(void);
 void wr_container_sandbox_free(struct wr_sandbox *sb);
 int wr_container_copy_env(struct wr_sandbox *sb, const struct wr_sandbox_spec *spec, wr_err *err);
 int wr_container_normalize(const struct wr_sandbox_spec *in, struct wr_sandbox_spec *s,

@@ -91,36 +91,34 @@ def test_unusable_criu_is_reported_and_refused(fresh_daemon, tmp_path):
         c.close()
 
 
-def test_failing_criu_check_is_reported(fresh_daemon, tmp_path):
+def fake_criu_checkpoint(fresh_daemon, tmp_path, script):
+    """/v1/health's checkpoint of a daemon whose criu is the shell script."""
     fake = tmp_path / "criu"
-    fake.write_text("#!/bin/sh\necho 'Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area "
-                    "bounds' >&2\nexit 1\n")
+    fake.write_text("#!/bin/sh\n" + script)
     fake.chmod(0o755)
     d = fresh_daemon(extra={"criu": str(fake)}).start()
     c = d.client()
     try:
-        ck = c.get("/v1/health").json()["checkpoint"]
-        assert ck["available"] is False, ck
-        assert "criu check" in ck["reason"] and "vDSO area bounds" in ck["reason"], ck
+        return c.get("/v1/health").json()["checkpoint"]
     finally:
         c.close()
+
+
+def test_failing_criu_check_is_reported(fresh_daemon, tmp_path):
+    ck = fake_criu_checkpoint(fresh_daemon, tmp_path,
+                              "echo 'Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area "
+                              "bounds' >&2\nexit 1\n")
+    assert ck["available"] is False, ck
+    assert "criu check" in ck["reason"] and "vDSO area bounds" in ck["reason"], ck
 
 
 def test_criu_without_warrens_patches_is_refused(fresh_daemon, tmp_path):
     """A criu that passes `criu check` but lacks the options warren's patches
     add (Debian's own, on a kernel it starts on) would fail every restore:
     checkpoints are off, saying which option is missing."""
-    fake = tmp_path / "criu"
-    fake.write_text("#!/bin/sh\necho 'Looks good.'\nexit 0\n")
-    fake.chmod(0o755)
-    d = fresh_daemon(extra={"criu": str(fake)}).start()
-    c = d.client()
-    try:
-        ck = c.get("/v1/health").json()["checkpoint"]
-        assert ck["available"] is False, ck
-        assert "--landlock-ruleset-fd" in ck["reason"] and "patches" in ck["reason"], ck
-    finally:
-        c.close()
+    ck = fake_criu_checkpoint(fresh_daemon, tmp_path, "echo 'Looks good.'\nexit 0\n")
+    assert ck["available"] is False, ck
+    assert "--landlock-ruleset-fd" in ck["reason"] and "patches" in ck["reason"], ck
 
 
 def test_bad_criu_config_is_refused(tmp_path):
